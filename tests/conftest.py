@@ -1,0 +1,22 @@
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """The real datasets (`../shared/data`), found through LITBERT_DATA. Tests that need them fail, never skip."""
+    root = os.environ.get("LITBERT_DATA")
+    if not root:
+        pytest.fail("LITBERT_DATA is not set; run the tests as the README says: LITBERT_DATA=../shared/data pytest")
+    path = Path(root)
+    if not (path / "glue").is_dir():
+        pytest.fail(f"LITBERT_DATA={root} does not hold the shared datasets (no glue/ folder).")
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _seed() -> None:
+    torch.manual_seed(0)
