@@ -1,0 +1,149 @@
+"""The encoder's architecture: one flat, typed dataclass and a table of named presets.
+
+BERT, RoBERTa, DistilBERT and the `modern` variant are presets (data), not classes. Every choice is a
+`Literal`; `__post_init__` checks the values against the registries that implement them, so a new position
+scheme, norm or activation is valid as soon as it is registered.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Position = Literal["learned", "sinusoidal", "rope", "alibi", "t5", "none"]
+Norm = Literal["layernorm", "rmsnorm"]
+NormPlacement = Literal["post", "pre"]
+Activation = Literal["gelu", "gelu_tanh", "relu", "geglu", "swiglu"]
+
+
+@dataclass
+class EncoderConfig:
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_layers: int = 12
+    num_heads: int = 12
+    intermediate_size: int = 3072  # feed-forward width; for GLU activations, the width of each of the two branches
+    max_position_embeddings: int = 512  # rows of the `learned` table; for the other schemes, the training length
+    type_vocab_size: int = 2  # 0 = no token-type embedding (RoBERTa-style single segment, DistilBERT)
+    pad_token_id: int = 0
+    position: Position = "learned"
+    position_offset: int = 0  # first row of the learned table used by token 0; RoBERTa uses pad_token_id + 1
+    rope_base: float = 10000.0
+    t5_num_buckets: int = 32
+    t5_max_distance: int = 128
+    norm: Norm = "layernorm"
+    norm_placement: NormPlacement = "post"  # "post" as in BERT; "pre" adds a final norm after the last block
+    norm_eps: float = 1e-12
+    activation: Activation = "gelu"
+    bias: bool = True  # biases on every linear layer and norm
+    hidden_dropout: float = 0.1
+    attention_dropout: float = 0.1
+    initializer_range: float = 0.02
+    name: str = field(default="custom", compare=False)  # the preset it came from; informational only
+
+    def __post_init__(self) -> None:
+        # Imported here: the registries import this module for typing.
+        from encoders.layers import ACTIVATIONS, NORMS
+        from encoders.positions import POSITIONS
+
+        for field_name, value, registry in (
+            ("position", self.position, POSITIONS),
+            ("norm", self.norm, NORMS),
+            ("activation", self.activation, ACTIVATIONS),
+        ):
+            if value not in registry:
+                raise ValueError(
+                    f"EncoderConfig.{field_name}={value!r} is not known; choose one of {sorted(registry)}."
+                )
+        if self.norm_placement not in ("post", "pre"):
+            raise ValueError(f"EncoderConfig.norm_placement={self.norm_placement!r}; choose 'post' or 'pre'.")
+        for field_name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
+                           "max_position_embeddings"):
+            if getattr(self, field_name) <= 0:
+                raise ValueError(f"EncoderConfig.{field_name}={getattr(self, field_name)} must be positive.")
+        if self.hidden_size % self.num_heads:
+            raise ValueError(
+                f"EncoderConfig.hidden_size={self.hidden_size} is not divisible by num_heads={self.num_heads}; "
+                f"change one so that hidden_size / num_heads is a whole head dimension."
+            )
+        if self.position == "rope" and self.head_dim % 2:
+            raise ValueError(
+                f"position='rope' rotates pairs of channels, but the head dimension is odd "
+                f"(hidden_size={self.hidden_size} / num_heads={self.num_heads} = {self.head_dim}); "
+                f"pick sizes that give an even head dimension."
+            )
+        if not 0 <= self.pad_token_id < self.vocab_size:
+            raise ValueError(f"EncoderConfig.pad_token_id={self.pad_token_id} must lie in [0, vocab_size).")
+        if self.type_vocab_size < 0 or self.position_offset < 0:
+            raise ValueError("EncoderConfig.type_vocab_size and position_offset must be >= 0.")
+        if self.position_offset >= self.max_position_embeddings:
+            raise ValueError(
+                f"EncoderConfig.position_offset={self.position_offset} leaves no rows of the "
+                f"max_position_embeddings={self.max_position_embeddings} table; lower the offset."
+            )
+        for field_name in ("hidden_dropout", "attention_dropout"):
+            if not 0.0 <= getattr(self, field_name) < 1.0:
+                raise ValueError(f"EncoderConfig.{field_name}={getattr(self, field_name)} must lie in [0, 1).")
+        if self.norm_eps <= 0 or self.rope_base <= 1:
+            raise ValueError("EncoderConfig.norm_eps must be > 0 and rope_base > 1.")
+        if self.t5_num_buckets < 4 or self.t5_num_buckets % 2 or self.t5_max_distance <= self.t5_num_buckets // 4:
+            raise ValueError(
+                f"EncoderConfig.t5_num_buckets={self.t5_num_buckets} must be even and >= 4, and t5_max_distance="
+                f"{self.t5_max_distance} larger than a quarter of it (the exact-distance buckets)."
+            )
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @property
+    def max_sequence_length(self) -> int | None:
+        """The longest sequence the position scheme can encode; None when it has no limit."""
+        if self.position == "learned":
+            return self.max_position_embeddings - self.position_offset
+        return None
+
+    @classmethod
+    def from_name(cls, name: str, **overrides: Any) -> EncoderConfig:
+        """A preset by name, with any field overridden: `from_name("roberta-base", position="alibi")`."""
+        if name not in PRESETS:
+            raise ValueError(f"Unknown preset {name!r}; choose one of {sorted(PRESETS)}.")
+        unknown = set(overrides) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"Unknown EncoderConfig field(s) {sorted(unknown)} in overrides for preset {name!r}.")
+        return cls(**{"name": name, **PRESETS[name], **overrides})
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> EncoderConfig:
+        unknown = set(values) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"Unknown EncoderConfig field(s) {sorted(unknown)}; was this saved by a newer litbert?")
+        return cls(**values)
+
+
+def _bert(num_layers: int, hidden_size: int) -> dict[str, Any]:
+    # Compact BERTs (Turc et al., 2019): heads = hidden / 64, feed-forward = 4 x hidden.
+    return dict(num_layers=num_layers, hidden_size=hidden_size, num_heads=hidden_size // 64,
+                intermediate_size=4 * hidden_size)
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "bert-tiny": _bert(2, 128),
+    "bert-mini": _bert(4, 256),
+    "bert-small": _bert(4, 512),
+    "bert-medium": _bert(8, 512),
+    "bert-base": _bert(12, 768),
+    "bert-large": _bert(24, 1024),
+    # RoBERTa (Liu et al., 2019): byte-level BPE vocabulary, no segments, positions offset past the padding row.
+    "roberta-base": dict(_bert(12, 768), vocab_size=50265, max_position_embeddings=514, type_vocab_size=1,
+                         pad_token_id=1, position_offset=2, norm_eps=1e-5),
+    # DistilBERT (Sanh et al., 2019): half of bert-base's depth, no token types.
+    "distilbert-base": dict(_bert(6, 768), type_vocab_size=0),
+    # The axes composed: pre-norm, RMSNorm, rotary positions, GeGLU, no biases.
+    "modern": dict(_bert(12, 768), intermediate_size=2048, type_vocab_size=0, position="rope", norm="rmsnorm",
+                   norm_placement="pre", norm_eps=1e-5, activation="geglu", bias=False, max_position_embeddings=1024),
+}

@@ -1,0 +1,163 @@
+"""Task heads, separate from the encoder.
+
+- `MaskedLMHead`: BERT's transform (dense, activation, norm) then a decoder tied to the word embeddings plus a
+  bias. Given the masked positions it transforms and projects only those rows, so pretraining pays for the
+  vocabulary projection on ~15% of tokens instead of all of them.
+- `SequenceClassificationHead`: BERT's pooler (dense + tanh on the first token) or a masked mean, then dropout
+  and a linear classifier (num_labels=1 for regression).
+- `TokenClassificationHead`: dropout and a linear classifier on every token.
+
+Deviation: RoBERTa's classification head also applies dropout before its dense layer; ours applies it only
+after the pooler, which is identical at evaluation time and loads the same weights.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import torch
+from torch import nn
+
+from encoders.config import EncoderConfig
+from encoders.layers import activation_spec, build_norm
+
+
+class MaskedLMHead(nn.Module):
+    def __init__(self, config: EncoderConfig, word_embeddings: nn.Embedding | None = None) -> None:
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.activation = activation_spec(config.activation).function()
+        self.norm = build_norm(config)
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+        nn.init.normal_(self.dense.weight, std=config.initializer_range)
+        nn.init.zeros_(self.dense.bias)
+        nn.init.normal_(self.decoder.weight, std=config.initializer_range)
+        self.tied = word_embeddings is not None
+        if word_embeddings is not None:
+            self.decoder.weight = word_embeddings.weight
+
+    def forward(self, hidden: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits (B, T, V) for all tokens, or (N, V) for the N positions selected by `positions`: a boolean
+        mask (B, T) or flat indices into the B * T tokens, in row-major order."""
+        if positions is not None:
+            hidden = hidden.flatten(0, 1)  # (B * T, C)
+            hidden = hidden[positions.flatten()] if positions.dtype == torch.bool else hidden[positions]  # (N, C)
+        return self.decoder(self.norm(self.activation(self.dense(hidden)))) + self.bias
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path, encoder: nn.Module) -> MaskedLMHead:
+        """The MLM head stored beside the encoder in `directory`, tied to `encoder`'s word embeddings."""
+        from encoders.checkpoints import load_checkpoint
+
+        head = cls(encoder.config, encoder.embeddings.word)
+        _load_head(head, load_checkpoint(directory), "mlm", directory)
+        return head
+
+
+class SequenceClassificationHead(nn.Module):
+    def __init__(
+        self,
+        hidden_size: int,
+        num_labels: int,
+        pooling: Literal["cls", "mean"] = "cls",
+        pooler_activation: Literal["tanh", "relu"] = "tanh",
+        dropout: float = 0.1,
+        initializer_range: float = 0.02,
+    ) -> None:
+        super().__init__()
+        if pooling not in ("cls", "mean"):
+            raise ValueError(f"pooling={pooling!r}; choose 'cls' (first token) or 'mean' (masked mean).")
+        if pooler_activation not in ("tanh", "relu"):
+            raise ValueError(f"pooler_activation={pooler_activation!r}; choose 'tanh' (BERT) or 'relu' (DistilBERT).")
+        if num_labels < 1:
+            raise ValueError(f"num_labels={num_labels}; use 1 for regression, >= 2 for classification.")
+        self.num_labels = num_labels
+        self.pooling = pooling
+        self.pooler_activation = pooler_activation
+        self.pooler = nn.Sequential(nn.Linear(hidden_size, hidden_size),
+                                    nn.Tanh() if pooler_activation == "tanh" else nn.ReLU())
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(hidden_size, num_labels)
+        for linear in (self.pooler[0], self.classifier):
+            nn.init.normal_(linear.weight, std=initializer_range)
+            nn.init.zeros_(linear.bias)
+
+    def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits (B, num_labels) from hidden states (B, T, C)."""
+        if self.pooling == "cls":
+            pooled = hidden[:, 0]
+        elif attention_mask is None:
+            pooled = hidden.mean(dim=1)
+        else:
+            weights = attention_mask.to(hidden.dtype).unsqueeze(-1)  # (B, T, 1)
+            pooled = (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
+        return self.classifier(self.dropout(self.pooler(pooled)))
+
+    @classmethod
+    def from_pretrained(
+        cls, directory: str | Path, num_labels: int | None = None, **kwargs
+    ) -> SequenceClassificationHead:
+        """The pooler (and, when present with a matching size, the classifier) stored in `directory`; a classifier
+        absent from the checkpoint is freshly initialised, as when fine-tuning starts from a pretrained encoder."""
+        from encoders.checkpoints import load_checkpoint
+
+        checkpoint = load_checkpoint(directory)
+        state = checkpoint.head_states.get("sequence_classification", {})
+        stored_labels = state["classifier.weight"].shape[0] if "classifier.weight" in state else None
+        num_labels = num_labels or stored_labels
+        if num_labels is None:
+            raise ValueError(f"{directory} holds no classifier; pass num_labels to build a new one.")
+        kwargs.setdefault("pooler_activation", checkpoint.head_options.get("pooler_activation", "tanh"))
+        head = cls(checkpoint.config.hidden_size, num_labels, **kwargs)
+        if stored_labels is not None and stored_labels != num_labels:
+            state = {k: v for k, v in state.items() if not k.startswith("classifier.")}
+        head.load_state_dict(state, strict=False)
+        return head
+
+
+class TokenClassificationHead(nn.Module):
+    def __init__(
+        self, hidden_size: int, num_labels: int, dropout: float = 0.1, initializer_range: float = 0.02
+    ) -> None:
+        super().__init__()
+        if num_labels < 2:
+            raise ValueError(f"num_labels={num_labels}; token classification needs at least 2 labels.")
+        self.num_labels = num_labels
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(hidden_size, num_labels)
+        nn.init.normal_(self.classifier.weight, std=initializer_range)
+        nn.init.zeros_(self.classifier.bias)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits (B, T, num_labels)."""
+        return self.classifier(self.dropout(hidden))
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path, num_labels: int | None = None, **kwargs) -> TokenClassificationHead:
+        from encoders.checkpoints import load_checkpoint
+
+        checkpoint = load_checkpoint(directory)
+        state = checkpoint.head_states.get("token_classification", {})
+        stored_labels = state["classifier.weight"].shape[0] if "classifier.weight" in state else None
+        num_labels = num_labels or stored_labels
+        if num_labels is None:
+            raise ValueError(f"{directory} holds no token classifier; pass num_labels to build a new one.")
+        head = cls(checkpoint.config.hidden_size, num_labels, **kwargs)
+        if stored_labels == num_labels:
+            head.load_state_dict(state, strict=True)
+        return head
+
+
+def _load_head(head: nn.Module, checkpoint, kind: str, directory: str | Path) -> None:
+    state = checkpoint.head_states.get(kind)
+    if not state:
+        raise ValueError(
+            f"{directory} holds no {kind} head (found: {sorted(checkpoint.head_states) or 'none'}); "
+            f"build a fresh head instead of loading one."
+        )
+    missing, unexpected = head.load_state_dict(state, strict=False)
+    missing = [name for name in missing if not (name == "decoder.weight" and getattr(head, "tied", False))]
+    if missing or unexpected:
+        raise ValueError(f"The {kind} head in {directory} does not fit: missing {missing}, unexpected {unexpected}.")

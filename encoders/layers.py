@@ -1,0 +1,143 @@
+"""The parts of a Transformer block (Vaswani et al., 2017; BERT's post-norm layout, Devlin et al., 2019).
+
+Variant axes are string -> factory registries (`NORMS`, `ACTIVATIONS`); a bad key raises `ValueError` listing
+the valid ones. GLU feed-forwards follow Shazeer (2020): `down(act(gate) * value)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from encoders.config import EncoderConfig
+from encoders.positions import PositionScheme
+
+
+def _layernorm(config: EncoderConfig) -> nn.Module:
+    return nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.bias)
+
+
+def _rmsnorm(config: EncoderConfig) -> nn.Module:
+    return nn.RMSNorm(config.hidden_size, eps=config.norm_eps)
+
+
+NORMS: dict[str, Callable[[EncoderConfig], nn.Module]] = {"layernorm": _layernorm, "rmsnorm": _rmsnorm}
+
+
+def build_norm(config: EncoderConfig) -> nn.Module:
+    if config.norm not in NORMS:
+        raise ValueError(f"Unknown norm {config.norm!r}; choose one of {sorted(NORMS)}.")
+    return NORMS[config.norm](config)
+
+
+@dataclass(frozen=True)
+class ActivationSpec:
+    function: Callable[[], nn.Module]  # the nonlinearity, also used by the MLM head's transform
+    gated: bool  # GLU: the up-projection is twice as wide and its halves multiply
+
+
+ACTIVATIONS: dict[str, ActivationSpec] = {
+    "gelu": ActivationSpec(nn.GELU, gated=False),
+    "gelu_tanh": ActivationSpec(lambda: nn.GELU(approximate="tanh"), gated=False),
+    "relu": ActivationSpec(nn.ReLU, gated=False),
+    "geglu": ActivationSpec(nn.GELU, gated=True),
+    "swiglu": ActivationSpec(nn.SiLU, gated=True),
+}
+
+
+def activation_spec(name: str) -> ActivationSpec:
+    if name not in ACTIVATIONS:
+        raise ValueError(f"Unknown activation {name!r}; choose one of {sorted(ACTIVATIONS)}.")
+    return ACTIVATIONS[name]
+
+
+class FeedForward(nn.Module):
+    def __init__(self, config: EncoderConfig) -> None:
+        super().__init__()
+        spec = activation_spec(config.activation)
+        self.gated = spec.gated
+        width = 2 * config.intermediate_size if spec.gated else config.intermediate_size
+        self.up = nn.Linear(config.hidden_size, width, bias=config.bias)
+        self.activation = spec.function()
+        self.down = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.up(x)
+        if self.gated:
+            gate, value = h.chunk(2, dim=-1)
+            return self.down(self.activation(gate) * value)
+        return self.down(self.activation(h))
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention with one fused QKV projection and `scaled_dot_product_attention`."""
+
+    def __init__(self, config: EncoderConfig) -> None:
+        super().__init__()
+        self.num_heads = config.num_heads
+        self.head_dim = config.head_dim
+        self.dropout = config.attention_dropout
+        self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size, bias=config.bias)
+        self.out = nn.Linear(config.hidden_size, config.hidden_size, bias=config.bias)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        position: PositionScheme,
+        positions: torch.Tensor,
+        mask: torch.Tensor | None,
+        return_attention: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`mask` is boolean (B, 1, 1, T) (True = attend) or an additive float (B or 1, H or 1, T, T)."""
+        B, T, C = x.shape
+        qkv = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (B, H, T, D)
+        q, k = position.rotate(q, k, positions)
+        if mask is not None and mask.is_floating_point():
+            mask = mask.to(q.dtype)
+        dropout = self.dropout if self.training else 0.0
+        probs = None
+        if return_attention:
+            scores = q @ k.transpose(-2, -1) / self.head_dim**0.5  # (B, H, T, T)
+            if mask is not None:
+                scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min) if mask.dtype == torch.bool \
+                    else scores + mask
+            probs = scores.softmax(dim=-1)
+            y = F.dropout(probs, dropout, self.training) @ v
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+        y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, H * D)
+        return self.out(y), probs
+
+
+class Block(nn.Module):
+    """Attention then feed-forward, each wrapped in dropout + residual, normalised after (post) or before (pre)."""
+
+    def __init__(self, config: EncoderConfig) -> None:
+        super().__init__()
+        self.pre_norm = config.norm_placement == "pre"
+        self.attention = Attention(config)
+        self.attention_norm = build_norm(config)
+        self.feed_forward = FeedForward(config)
+        self.feed_forward_norm = build_norm(config)
+        self.dropout = nn.Dropout(config.hidden_dropout)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        position: PositionScheme,
+        positions: torch.Tensor,
+        mask: torch.Tensor | None,
+        return_attention: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if self.pre_norm:
+            attended, probs = self.attention(self.attention_norm(x), position, positions, mask, return_attention)
+            x = x + self.dropout(attended)
+            return x + self.dropout(self.feed_forward(self.feed_forward_norm(x))), probs
+        attended, probs = self.attention(x, position, positions, mask, return_attention)
+        x = self.attention_norm(x + self.dropout(attended))
+        return self.feed_forward_norm(x + self.dropout(self.feed_forward(x))), probs

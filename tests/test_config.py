@@ -1,0 +1,81 @@
+import re
+
+import pytest
+
+from encoders import PRESETS, Encoder, EncoderConfig
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_preset_builds(name):
+    config = EncoderConfig.from_name(name)
+    assert config.name == name
+    assert config.hidden_size % config.num_heads == 0
+
+
+@pytest.mark.parametrize(
+    ("name", "layers", "hidden", "heads", "ffn"),
+    [("bert-tiny", 2, 128, 2, 512), ("bert-mini", 4, 256, 4, 1024), ("bert-small", 4, 512, 8, 2048),
+     ("bert-medium", 8, 512, 8, 2048), ("bert-base", 12, 768, 12, 3072), ("bert-large", 24, 1024, 16, 4096),
+     ("roberta-base", 12, 768, 12, 3072), ("distilbert-base", 6, 768, 12, 3072)],
+)
+def test_preset_sizes(name, layers, hidden, heads, ffn):
+    config = EncoderConfig.from_name(name)
+    assert (config.num_layers, config.hidden_size, config.num_heads, config.intermediate_size) == (
+        layers, hidden, heads, ffn)
+
+
+def test_preset_parameter_counts_match_published_models():
+    # bert-base: 109.48M parameters with pooler (0.59M); 108.89M without. roberta-base: 124.65M with pooler.
+    assert Encoder(EncoderConfig.from_name("bert-base")).num_parameters() == 108_891_648
+    assert Encoder(EncoderConfig.from_name("roberta-base")).num_parameters() == 124_645_632 - 590_592
+    assert Encoder(EncoderConfig.from_name("distilbert-base")).num_parameters() == 66_362_880
+
+
+def test_modern_preset_composes_the_axes():
+    config = EncoderConfig.from_name("modern")
+    assert (config.position, config.norm, config.norm_placement, config.activation, config.bias) == (
+        "rope", "rmsnorm", "pre", "geglu", False)
+    encoder = Encoder(config)
+    assert not any(name.endswith("bias") for name, _ in encoder.named_parameters())
+
+
+def test_overrides():
+    config = EncoderConfig.from_name("roberta-base", position="alibi", num_layers=3)
+    assert config.position == "alibi" and config.num_layers == 3 and config.vocab_size == 50265
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (dict(hidden_size=100, num_heads=3), "hidden_size=100 is not divisible by num_heads=3"),
+        (dict(hidden_size=120, num_heads=8, position="rope"), "head dimension is odd"),
+        (dict(position="xpos"), "position='xpos' is not known; choose one of ['alibi', 'learned', 'none', 'rope'"),
+        (dict(norm="batchnorm"), "norm='batchnorm' is not known; choose one of ['layernorm', 'rmsnorm']"),
+        (dict(activation="tanh"), "activation='tanh' is not known; choose one of ['geglu', 'gelu'"),
+        (dict(norm_placement="sandwich"), "choose 'post' or 'pre'"),
+        (dict(hidden_dropout=1.5), "hidden_dropout=1.5 must lie in [0, 1)"),
+        (dict(num_layers=0), "num_layers=0 must be positive"),
+        (dict(pad_token_id=40000), "pad_token_id=40000 must lie in [0, vocab_size)"),
+    ],
+)
+def test_validation_names_the_field(overrides, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        EncoderConfig.from_name("bert-base", **overrides)
+
+
+def test_unknown_preset_and_field():
+    with pytest.raises(ValueError, match="Unknown preset 'bert-huge'; choose one of"):
+        EncoderConfig.from_name("bert-huge")
+    with pytest.raises(ValueError, match=r"Unknown EncoderConfig field\(s\) \['hiden_size'\]"):
+        EncoderConfig.from_name("bert-base", hiden_size=10)
+
+
+def test_dict_round_trip():
+    config = EncoderConfig.from_name("modern", num_layers=2)
+    assert EncoderConfig.from_dict(config.to_dict()) == config
+
+
+def test_max_sequence_length():
+    assert EncoderConfig.from_name("bert-base").max_sequence_length == 512
+    assert EncoderConfig.from_name("roberta-base").max_sequence_length == 512
+    assert EncoderConfig.from_name("bert-base", position="alibi").max_sequence_length is None
