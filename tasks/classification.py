@@ -1,0 +1,157 @@
+"""Fine-tuning: sequence classification and regression (GLUE, sentiment) and token classification (NER)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from encoders import SequenceClassificationHead, TokenClassificationHead
+from encoders.checkpoints import load_checkpoint
+from tasks.base import EncoderSpec, EncoderTask, Optimization, build_encoder
+from tasks.metrics import EntityF1, classification_metrics
+
+
+def _head_from(pretrained: str | None, cls: type[nn.Module], kind: str, hidden_size: int, num_labels: int, **kwargs):
+    """The checkpoint's head of this kind when it has one of the same size (resuming an exported fine-tuned
+    model), else a new head; a BERT pooler is kept either way, as transformers does."""
+    if pretrained is not None and kind in load_checkpoint(pretrained).head_states:
+        return cls.from_pretrained(pretrained, num_labels=num_labels, **kwargs)
+    return cls(hidden_size, num_labels, **kwargs)
+
+
+class SequenceClassification(EncoderTask):
+    def __init__(
+        self,
+        num_labels: int = 2,
+        metrics: Sequence[str] = ("accuracy",),
+        validation_names: Sequence[str] = ("val",),
+        encoder: EncoderSpec | None = None,
+        pretrained: str | None = None,
+        vocab_size: int | None = None,
+        pooling: Literal["cls", "mean"] = "cls",
+        classifier_dropout: float = 0.1,
+        optimization: Optimization | None = None,
+    ) -> None:
+        """
+        Args:
+            num_labels: classes, or 1 for regression (STS-B); linked from the datamodule.
+            metrics: names from `tasks.metrics.METRICS`, the task's official ones; linked from the datamodule.
+            validation_names: the log prefix of each validation set, e.g. ("val", "val_mismatched") for MNLI.
+            encoder: preset and overrides for a new encoder (ignored when `pretrained` is given).
+            pretrained: a litbert or transformers-format checkpoint directory to fine-tune.
+            vocab_size: the tokenizer's vocabulary size; linked from the datamodule.
+            pooling: "cls" (BERT's pooler on the first token) or "mean" over real tokens.
+            classifier_dropout: dropout before the classifier.
+            optimization: AdamW and learning-rate schedule.
+        """
+        super().__init__(optimization)
+        self.save_hyperparameters()
+        self.regression = num_labels == 1
+        self.encoder = build_encoder(encoder, pretrained, vocab_size)
+        self.head = _head_from(pretrained, SequenceClassificationHead, "sequence_classification",
+                               self.encoder.config.hidden_size, num_labels, pooling=pooling,
+                               dropout=classifier_dropout)
+        self.validation_names = list(validation_names)
+        self.val_metrics = nn.ModuleList(
+            classification_metrics(metrics, num_labels).clone(prefix=f"{name}/") for name in self.validation_names
+        )
+        self.test_metrics = classification_metrics(metrics, num_labels).clone(prefix="test/")
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        mask = batch.get("attention_mask")
+        hidden = self.encoder(batch["input_ids"], mask, batch.get("token_type_ids"))
+        logits = self.head(hidden, mask)
+        return logits.squeeze(-1) if self.regression else logits
+
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        if self.regression:
+            return F.mse_loss(logits.float(), labels.float())
+        return F.cross_entropy(logits.float(), labels)
+
+    def predictions(self, logits: torch.Tensor) -> torch.Tensor:
+        return logits.float() if self.regression else logits.argmax(-1)
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        loss = self.loss(self(batch), batch["labels"])
+        self.log_training(loss, batch)
+        return loss
+
+    def _evaluate(self, batch: dict[str, torch.Tensor], metrics, prefix: str) -> None:
+        logits = self(batch)
+        self.log(f"{prefix}/loss", self.loss(logits, batch["labels"]), add_dataloader_idx=False, sync_dist=True)
+        metrics.update(self.predictions(logits), batch["labels"])
+        self.log_dict(metrics, add_dataloader_idx=False)
+
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
+        self._evaluate(batch, self.val_metrics[dataloader_idx], self.validation_names[dataloader_idx])
+
+    def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        self._evaluate(batch, self.test_metrics, "test")
+
+    def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        return self.predictions(self(batch))
+
+
+class TokenClassification(EncoderTask):
+    def __init__(
+        self,
+        label_names: Sequence[str] = ("O",),
+        encoder: EncoderSpec | None = None,
+        pretrained: str | None = None,
+        vocab_size: int | None = None,
+        classifier_dropout: float = 0.1,
+        optimization: Optimization | None = None,
+    ) -> None:
+        """
+        Args:
+            label_names: the tag set in id order (IOB2, e.g. O, B-PER, I-PER, ...); linked from the datamodule.
+            encoder: preset and overrides for a new encoder (ignored when `pretrained` is given).
+            pretrained: a litbert or transformers-format checkpoint directory to fine-tune.
+            vocab_size: the tokenizer's vocabulary size; linked from the datamodule.
+            classifier_dropout: dropout before the classifier.
+            optimization: AdamW and learning-rate schedule.
+        """
+        super().__init__(optimization)
+        self.save_hyperparameters()
+        self.label_names = list(label_names)
+        self.encoder = build_encoder(encoder, pretrained, vocab_size)
+        self.head = _head_from(pretrained, TokenClassificationHead, "token_classification",
+                               self.encoder.config.hidden_size, len(self.label_names), dropout=classifier_dropout)
+        self.val_entities = EntityF1(self.label_names)
+        self.test_entities = EntityF1(self.label_names)
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        hidden = self.encoder(batch["input_ids"], batch.get("attention_mask"), batch.get("token_type_ids"))
+        return self.head(hidden)
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        logits = self(batch)
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), batch["labels"].flatten(), ignore_index=-100)
+        self.log_training(loss, batch)
+        return loss
+
+    def _evaluate(self, batch: dict[str, torch.Tensor], metric: EntityF1, prefix: str) -> None:
+        logits = self(batch)
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), batch["labels"].flatten(), ignore_index=-100)
+        self.log(f"{prefix}/loss", loss, sync_dist=True)
+        metric.update(logits.argmax(-1), batch["labels"])
+
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        self._evaluate(batch, self.val_entities, "val")
+
+    def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        self._evaluate(batch, self.test_entities, "test")
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_entities(self.val_entities, "val")
+
+    def on_test_epoch_end(self) -> None:
+        self._log_entities(self.test_entities, "test")
+
+    def _log_entities(self, metric: EntityF1, prefix: str) -> None:
+        self.log_dict({f"{prefix}/{name}": value for name, value in metric.compute().items()}, prog_bar=True)
+        metric.reset()

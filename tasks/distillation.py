@@ -1,0 +1,133 @@
+"""DistilBERT knowledge distillation (Sanh et al., 2019).
+
+A frozen teacher (always in eval mode, no gradients) and a student, by default half as deep and initialised
+from every other teacher layer. On a masked-LM batch the loss is
+
+    alpha_ce  * T^2 * KL(softmax(teacher / T) || softmax(student / T))   over masked positions (batch mean)
+  + alpha_mlm * cross-entropy of the student against the masked labels
+  + alpha_cos * mean(1 - cos(student_hidden, teacher_hidden))             over real tokens, last layer
+
+with the paper's defaults alpha_ce=5, alpha_mlm=2, alpha_cos=1, T=2. Deviation: the paper's student keeps
+layers (0, 2, 4, 7, 9, 11) of a 12-layer teacher; we take exactly every other layer (0, 2, 4, 6, 8, 10).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import torch.nn.functional as F
+from torchmetrics import MeanMetric
+
+from encoders import Encoder, MaskedLMHead
+from tasks.base import EncoderSpec, EncoderTask, Optimization
+from tasks.mlm import masked_lm_loss
+
+
+def student_from_teacher(teacher: Encoder, teacher_head: MaskedLMHead) -> tuple[Encoder, MaskedLMHead]:
+    """A student with half the teacher's layers: embeddings, positions, the final norm and the MLM head copied,
+    block i copied from teacher block 2 * i."""
+    config = dataclasses.replace(teacher.config, num_layers=(teacher.config.num_layers + 1) // 2,
+                                 name=f"{teacher.config.name}-student")
+    student = Encoder(config)
+    state = {k: v for k, v in teacher.state_dict().items() if not k.startswith("blocks.")}
+    for i in range(config.num_layers):
+        for name, value in teacher.blocks[2 * i].state_dict().items():
+            state[f"blocks.{i}.{name}"] = value
+    student.load_state_dict(state)
+    head = MaskedLMHead(config, student.embeddings.word)
+    head.load_state_dict(teacher_head.state_dict())
+    head.decoder.weight = student.embeddings.word.weight  # load_state_dict copied values; keep the tie
+    return student, head
+
+
+def distillation_losses(
+    student_logits: torch.Tensor, teacher_logits: torch.Tensor, targets: torch.Tensor,
+    student_hidden: torch.Tensor, teacher_hidden: torch.Tensor, attention_mask: torch.Tensor | None,
+    temperature: float,
+) -> dict[str, torch.Tensor]:
+    """The three terms, unweighted. Logits are (N, V) at the N masked positions; hidden states (B, T, C)."""
+    soft_teacher = F.softmax(teacher_logits.float() / temperature, dim=-1)
+    log_student = F.log_softmax(student_logits.float() / temperature, dim=-1)
+    kl = F.kl_div(log_student, soft_teacher, reduction="batchmean") * temperature**2
+    mlm = F.cross_entropy(student_logits.float(), targets)
+    if attention_mask is None:
+        attention_mask = torch.ones(student_hidden.shape[:2], device=student_hidden.device)
+    real = attention_mask.bool()
+    cosine = (1 - F.cosine_similarity(student_hidden[real].float(), teacher_hidden[real].float(), dim=-1)).mean()
+    return {"kl": kl, "mlm": mlm, "cosine": cosine}
+
+
+class Distillation(EncoderTask):
+    def __init__(
+        self,
+        teacher: str,
+        student: EncoderSpec | None = None,
+        temperature: float = 2.0,
+        alpha_ce: float = 5.0,
+        alpha_mlm: float = 2.0,
+        alpha_cos: float = 1.0,
+        optimization: Optimization | None = None,
+    ) -> None:
+        """
+        Args:
+            teacher: a litbert or transformers-format MLM checkpoint directory (it must hold the MLM head).
+            student: preset and overrides for a fresh student; None initialises it from every other teacher layer.
+            temperature: softmax temperature T of the soft targets.
+            alpha_ce: weight of the soft-target KL term (multiplied by T^2).
+            alpha_mlm: weight of the student's own MLM loss.
+            alpha_cos: weight of the hidden-state cosine loss.
+            optimization: AdamW and learning-rate schedule.
+        """
+        super().__init__(optimization)
+        self.save_hyperparameters()
+        if temperature <= 0:
+            raise ValueError(f"temperature={temperature} must be positive.")
+        self.temperature, self.alphas = temperature, {"kl": alpha_ce, "mlm": alpha_mlm, "cosine": alpha_cos}
+        self.teacher = Encoder.from_pretrained(teacher)
+        self.teacher_head = MaskedLMHead.from_pretrained(teacher, self.teacher)
+        for param in [*self.teacher.parameters(), *self.teacher_head.parameters()]:
+            param.requires_grad_(False)
+        self.teacher.eval()
+        self.teacher_head.eval()
+        if student is None:
+            self.encoder, self.head = student_from_teacher(self.teacher, self.teacher_head)
+        else:
+            config = dataclasses.replace(student.build(), vocab_size=self.teacher.config.vocab_size)
+            if config.hidden_size != self.teacher.config.hidden_size and alpha_cos:
+                raise ValueError(
+                    f"The cosine loss compares hidden states, but the student's hidden_size={config.hidden_size} "
+                    f"differs from the teacher's {self.teacher.config.hidden_size}; set alpha_cos: 0."
+                )
+            self.encoder = Encoder(config)
+            self.head = MaskedLMHead(config, self.encoder.embeddings.word)
+        self.val_loss = MeanMetric()
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        # Dropout off in the teacher, always. Set here rather than in `train()`: Lightning restores each
+        # submodule's mode individually around its loops, which would bypass an override.
+        self.teacher.eval()
+        self.teacher_head.eval()
+        mask, types = batch.get("attention_mask"), batch.get("token_type_ids")
+        with torch.no_grad():
+            teacher_hidden = self.teacher(batch["input_ids"], mask, types)
+            teacher_logits = self.teacher_head(teacher_hidden, batch["labels"] != -100)
+        student_hidden = self.encoder(batch["input_ids"], mask, types)
+        _, student_logits, targets = masked_lm_loss(self.head, student_hidden, batch["labels"])
+        losses = distillation_losses(student_logits, teacher_logits, targets, student_hidden, teacher_hidden, mask,
+                                     self.temperature)
+        losses["loss"] = sum(self.alphas[name] * losses[name] for name in self.alphas)
+        return losses
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        losses = self(batch)
+        self.log_training(losses["loss"], batch, **{f"loss_{k}": v for k, v in losses.items() if k != "loss"})
+        return losses["loss"]
+
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        self.val_loss.update(self(batch)["mlm"], weight=int((batch["labels"] != -100).sum()))
+
+    def on_validation_epoch_end(self) -> None:
+        loss = self.val_loss.compute()
+        self.log_dict({"val/loss": loss, "val/perplexity": loss.exp()}, prog_bar=True)
+        self.val_loss.reset()

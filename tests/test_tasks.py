@@ -1,0 +1,267 @@
+"""Task modules on small synthetic batches: optimisation pieces, losses, metrics, distillation."""
+
+import math
+import random
+
+import lightning as L
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader
+
+from encoders import Encoder, EncoderConfig, MaskedLMHead
+from tasks.base import EncoderSpec, Optimization, build_encoder, lr_lambda, parameter_groups
+from tasks.classification import SequenceClassification, TokenClassification
+from tasks.distillation import Distillation, distillation_losses, student_from_teacher
+from tasks.metrics import EntityF1, classification_metrics, entity_spans
+from tasks.mlm import MaskedLM
+
+TINY = EncoderSpec(preset="bert-tiny", num_layers=2, hidden_dropout=0.0, attention_dropout=0.0)
+
+
+def trainer(steps: int, **kwargs) -> L.Trainer:
+    return L.Trainer(max_steps=steps, accelerator="cpu", logger=False, enable_checkpointing=False,
+                     enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0, **kwargs)
+
+
+def mlm_batches(n: int, vocab: int = 64, seq: int = 24, batch: int = 8):
+    """A learnable corpus: each row alternates two random tokens, so masked tokens are predictable from context."""
+    generator = torch.Generator().manual_seed(0)
+    out = []
+    for _ in range(n):
+        motif = torch.randint(5, vocab, (batch, 2), generator=generator)
+        ids = motif.repeat(1, seq // 2)
+        labels = torch.full_like(ids, -100)
+        masked = torch.rand(ids.shape, generator=generator) < 0.15
+        masked[:, 0] = True
+        labels[masked] = ids[masked]
+        ids = ids.masked_fill(masked, 4)  # the [MASK] id
+        out.append({"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels})
+    return out
+
+
+def test_lr_schedule():
+    assert lr_lambda(0, 10, 100, "linear") == pytest.approx(0.1)
+    assert lr_lambda(9, 10, 100, "linear") == pytest.approx(1.0)
+    assert lr_lambda(55, 10, 100, "linear") == pytest.approx(0.5)
+    assert lr_lambda(100, 10, 100, "linear") == pytest.approx(0.0)
+    assert lr_lambda(55, 10, 100, "cosine") == pytest.approx(0.5)
+    assert lr_lambda(32, 10, 100, "cosine") == pytest.approx(0.5 * (1 + math.cos(math.pi * 22 / 90)))
+    assert lr_lambda(80, 10, 100, "constant") == 1.0
+
+
+def test_no_weight_decay_on_biases_and_norms():
+    model = MaskedLM(encoder=TINY, vocab_size=64)
+    decay, no_decay = parameter_groups(model, 0.01)
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert all(names[id(p)].endswith("weight") and p.ndim == 2 for p in decay["params"])
+    assert any(names[id(p)].endswith("norm.weight") for p in no_decay["params"])
+    assert all(p.ndim == 1 for p in no_decay["params"])
+    # The tied decoder appears once.
+    assert len(decay["params"]) + len(no_decay["params"]) == len({id(p) for p in model.parameters()})
+
+
+def test_encoder_spec_and_vocab_link(tmp_path):
+    spec = EncoderSpec(preset="roberta-base", position="rope", num_layers=1)
+    config = spec.build()
+    assert (config.position, config.num_layers, config.vocab_size) == ("rope", 1, 50265)
+    assert build_encoder(EncoderSpec(preset="bert-tiny"), None, vocab_size=777).config.vocab_size == 777
+    with pytest.raises(ValueError, match="tokenizer has 900 tokens but model.encoder.vocab_size=800"):
+        build_encoder(EncoderSpec(preset="bert-tiny", vocab_size=800), None, vocab_size=900)
+    Encoder(EncoderConfig.from_name("bert-tiny", vocab_size=50)).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="embeds only 50"):
+        build_encoder(None, str(tmp_path), vocab_size=60)
+
+
+def test_masked_lm_loss_falls():
+    torch.manual_seed(0)
+    model = MaskedLM(encoder=TINY, vocab_size=64,
+                     optimization=Optimization(learning_rate=1e-3, warmup=10, schedule="constant"))
+    data = mlm_batches(40)
+    before = model.eval()(data[0])[0].item()
+    trainer(150).fit(model.train(), DataLoader(data, batch_size=None))
+    after = model.eval()(data[0])[0].item()
+    assert after < 0.5 * before, (before, after)  # from ~ln(64) towards ln(2)
+
+
+def test_masked_lm_validation_metrics():
+    model = MaskedLM(encoder=TINY, vocab_size=64)
+    data = mlm_batches(3)
+    metrics = trainer(1).validate(model, DataLoader(data, batch_size=None), verbose=False)[0]
+    losses = [model.eval()(batch) for batch in data]
+    counts = [int((batch["labels"] != -100).sum()) for batch in data]
+    expected = sum(loss[0].item() * n for loss, n in zip(losses, counts, strict=True)) / sum(counts)
+    assert metrics["val/loss"] == pytest.approx(expected, rel=1e-5)
+    assert metrics["val/perplexity"] == pytest.approx(math.exp(expected), rel=1e-5)
+
+
+def classification_batches(n: int, regression: bool = False):
+    generator = torch.Generator().manual_seed(1)
+    out = []
+    for _ in range(n):
+        # Tokens come from a low (5-34) or a high (35-63) range; the label is the share of high tokens
+        # (regression) or whether most are high (classification).
+        share = torch.rand(8, 1, generator=generator) if regression else torch.tensor([[0.15], [0.85]]).repeat(4, 1)
+        high = torch.rand(8, 12, generator=generator) < share
+        ids = torch.where(high, torch.randint(35, 64, (8, 12), generator=generator),
+                          torch.randint(5, 35, (8, 12), generator=generator))
+        label = high.float().mean(1) * 5 if regression else (share[:, 0] > 0.5).long()
+        out.append({"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": label})
+    return out
+
+
+@pytest.mark.parametrize(("num_labels", "metrics", "learning_rate", "steps"), [
+    (2, ("accuracy", "f1", "matthews"), 2e-3, 60),
+    (1, ("pearson", "spearman"), 5e-4, 100),
+])
+def test_sequence_classification_learns(num_labels, metrics, learning_rate, steps):
+    torch.manual_seed(0)
+    model = SequenceClassification(num_labels=num_labels, metrics=metrics, encoder=TINY, vocab_size=64,
+                                   optimization=Optimization(learning_rate=learning_rate, warmup=5,
+                                                             schedule="constant"))
+    data = classification_batches(30, regression=num_labels == 1)
+    before = trainer(1).validate(model, DataLoader(data[:4], batch_size=None), verbose=False)[0]
+    trainer(steps).fit(model, DataLoader(data, batch_size=None))
+    result = trainer(1).validate(model, DataLoader(data[:4], batch_size=None), verbose=False)[0]
+    assert set(result) == {"val/loss", *(f"val/{m}" for m in metrics)}
+    assert result["val/loss"] < before["val/loss"]
+    if num_labels == 2:
+        assert result["val/accuracy"] > 0.9
+    else:
+        assert result["val/pearson"] > 0.6 > before["val/pearson"] + 0.5
+
+
+def test_validation_names_prefix_each_set():
+    model = SequenceClassification(num_labels=3, metrics=("accuracy",), validation_names=("val", "val_mismatched"),
+                                   encoder=TINY, vocab_size=64)
+    data = classification_batches(2)
+    loaders = [DataLoader(data, batch_size=None), DataLoader(data[:1], batch_size=None)]
+    result = trainer(1).validate(model, loaders, verbose=False)
+    assert "val/accuracy" in result[0] and "val_mismatched/accuracy" in result[1]
+
+
+def test_metric_table_checks_names():
+    with pytest.raises(ValueError, match=r"Unknown metric\(s\) \['bleu'\]"):
+        classification_metrics(["bleu"], 2)
+    with pytest.raises(ValueError, match="positive-class F1 of a binary task"):
+        classification_metrics(["f1"], 3)
+
+
+def test_entity_spans_follow_conlleval():
+    assert entity_spans(["B-PER", "I-PER", "O", "B-LOC"]) == {(0, 2, "PER"), (3, 4, "LOC")}
+    assert entity_spans(["I-PER", "I-PER", "I-LOC", "O"]) == {(0, 2, "PER"), (2, 3, "LOC")}  # IOB1
+    assert entity_spans(["B-PER", "B-PER"]) == {(0, 1, "PER"), (1, 2, "PER")}
+    assert entity_spans(["O", "I-ORG"]) == {(1, 2, "ORG")}
+
+
+def test_entity_f1_equals_seqeval():
+    from seqeval.metrics import f1_score, precision_score, recall_score
+
+    labels = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "B-ORG", "I-ORG", "B-MISC", "I-MISC"]
+    rng = random.Random(0)
+    gold, predicted = [], []
+    for _ in range(300):
+        length = rng.randint(1, 20)
+        sentence = [rng.choice(labels) for _ in range(length)]
+        gold.append(sentence)
+        predicted.append([tag if rng.random() < 0.7 else rng.choice(labels) for tag in sentence])
+    metric = EntityF1(labels)
+    for start in range(0, 300, 32):  # in batches, with padding marked -100, as the task sees them
+        chunk_gold, chunk_pred = gold[start:start + 32], predicted[start:start + 32]
+        width = max(len(s) for s in chunk_gold)
+        gold_ids = torch.full((len(chunk_gold), width), -100)
+        pred_ids = torch.zeros((len(chunk_gold), width), dtype=torch.long)
+        for row, (g, p) in enumerate(zip(chunk_gold, chunk_pred, strict=True)):
+            gold_ids[row, :len(g)] = torch.tensor([labels.index(t) for t in g])
+            pred_ids[row, :len(p)] = torch.tensor([labels.index(t) for t in p])
+        metric.update(pred_ids, gold_ids)
+    result = metric.compute()
+    assert result["precision"].item() == pytest.approx(precision_score(gold, predicted), abs=1e-6)
+    assert result["recall"].item() == pytest.approx(recall_score(gold, predicted), abs=1e-6)
+    assert result["f1"].item() == pytest.approx(f1_score(gold, predicted), abs=1e-6)
+
+
+def test_token_classification_learns():
+    torch.manual_seed(0)
+    labels = ["O", "B-PER", "I-PER"]
+    generator = torch.Generator().manual_seed(2)
+    data = []
+    for _ in range(20):
+        ids = torch.randint(5, 64, (8, 10), generator=generator)
+        tags = torch.where(ids < 20, 1, torch.where(ids < 30, 2, 0))  # the tag is a function of the token
+        tags[:, -2:] = -100
+        data.append({"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": tags})
+    model = TokenClassification(label_names=labels, encoder=TINY, vocab_size=64,
+                                optimization=Optimization(learning_rate=3e-3, warmup=2))
+    trainer(60).fit(model, DataLoader(data, batch_size=None))
+    result = trainer(1).validate(model, DataLoader(data[:4], batch_size=None), verbose=False)[0]
+    assert result["val/f1"] > 0.9
+
+
+@pytest.fixture
+def teacher_dir(tmp_path):
+    config = EncoderConfig.from_name("bert-tiny", num_layers=6, vocab_size=64, hidden_dropout=0.1)
+    teacher = Encoder(config)
+    head = MaskedLMHead(config, teacher.embeddings.word)
+    with torch.no_grad():
+        for p in [*teacher.parameters(), *head.parameters()]:
+            p.add_(torch.randn_like(p) * 0.02)
+    teacher.save_pretrained(tmp_path, head=head)
+    return tmp_path
+
+
+def test_student_is_initialised_from_every_other_teacher_layer(teacher_dir):
+    teacher = Encoder.from_pretrained(teacher_dir)
+    student, head = student_from_teacher(teacher, MaskedLMHead.from_pretrained(teacher_dir, teacher))
+    assert student.config.num_layers == 3
+    for i, j in enumerate([0, 2, 4]):
+        for (name, ours), theirs in zip(student.blocks[i].state_dict().items(),
+                                        teacher.blocks[j].state_dict().values(), strict=True):
+            assert torch.equal(ours, theirs), name
+    assert torch.equal(student.embeddings.word.weight, teacher.embeddings.word.weight)
+    assert student.embeddings.word.weight is not teacher.embeddings.word.weight
+    assert head.decoder.weight is student.embeddings.word.weight
+
+
+def test_distillation_loss_terms_match_a_hand_computation(teacher_dir):
+    model = Distillation(teacher=str(teacher_dir), temperature=2.0).eval()
+    batch = mlm_batches(1, batch=2, seq=8)[0]
+    batch["attention_mask"][1, 6:] = 0
+    losses = model(batch)
+
+    masked = batch["labels"] != -100
+    t_hidden = model.teacher(batch["input_ids"], batch["attention_mask"])
+    s_hidden = model.encoder(batch["input_ids"], batch["attention_mask"])
+    t_logits = model.teacher_head(t_hidden)[masked]
+    s_logits = model.head(s_hidden)[masked]
+    n, T = t_logits.shape[0], 2.0
+    p_teacher = (t_logits / T).softmax(-1)
+    kl = (p_teacher * (p_teacher.log() - (s_logits / T).log_softmax(-1))).sum() / n * T**2
+    mlm = -(s_logits.log_softmax(-1)[torch.arange(n), batch["labels"][masked]]).mean()
+    real = batch["attention_mask"].bool()
+    cos = torch.stack([1 - torch.dot(a, b) / (a.norm() * b.norm()) for a, b in zip(s_hidden[real], t_hidden[real],
+                                                                                strict=True)]).mean()
+    torch.testing.assert_close(losses["kl"], kl, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(losses["mlm"], mlm, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(losses["cosine"], cos, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(losses["loss"], 5.0 * kl + 2.0 * mlm + 1.0 * cos, rtol=1e-4, atol=1e-6)
+    # A student initialised from the teacher, given the teacher's own logits, has no KL to pay.
+    same = distillation_losses(t_logits, t_logits, batch["labels"][masked], t_hidden, t_hidden,
+                               batch["attention_mask"], 2.0)
+    assert same["kl"].abs() < 1e-6 and same["cosine"].abs() < 1e-6
+
+
+def test_teacher_is_frozen_during_training(teacher_dir):
+    model = Distillation(teacher=str(teacher_dir), optimization=Optimization(learning_rate=1e-3, warmup=1))
+    before = {k: v.clone() for k, v in model.teacher.state_dict().items()}
+    student_before = model.encoder.blocks[0].attention.qkv.weight.clone()
+    trainer(5).fit(model, DataLoader(mlm_batches(5), batch_size=None))
+    assert not model.teacher.training and model.encoder.training
+    for name, value in model.teacher.state_dict().items():
+        assert torch.equal(value, before[name]), name
+    assert all(not p.requires_grad for p in model.teacher.parameters())
+    assert not torch.equal(model.encoder.blocks[0].attention.qkv.weight, student_before)
+    # The tied student embeddings moved, the teacher's (a separate tensor) did not.
+    assert not torch.equal(model.encoder.embeddings.word.weight, model.teacher.embeddings.word.weight)
+    assert F.cosine_similarity(model.encoder.embeddings.word.weight.flatten(),
+                               model.teacher.embeddings.word.weight.flatten(), dim=0) > 0.9
