@@ -56,6 +56,11 @@ class Optimization:
             raise ValueError(f"Optimization.schedule={self.schedule!r}; choose 'linear', 'cosine' or 'constant'.")
 
 
+# Checkpoints store these with the hyperparameters; Lightning reloads checkpoints with torch.load(weights_only=True),
+# which unpickles only allowlisted classes. Allowlisting these two keeps resuming safe without weights_only=False.
+torch.serialization.add_safe_globals([EncoderSpec, Optimization])
+
+
 def build_encoder(encoder: EncoderSpec | None, pretrained: str | None, vocab_size: int | None) -> Encoder:
     """An encoder from a checkpoint directory (`pretrained`) or a preset spec; `vocab_size` (from the tokenizer)
     sizes a new encoder's embeddings and must fit in a pretrained one's."""

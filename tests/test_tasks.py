@@ -1,5 +1,6 @@
 """Task modules on small synthetic batches: optimisation pieces, losses, metrics, distillation."""
 
+import copy
 import math
 import random
 
@@ -7,6 +8,7 @@ import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader
 
 from encoders import Encoder, EncoderConfig, MaskedLMHead
@@ -265,3 +267,54 @@ def test_teacher_is_frozen_during_training(teacher_dir):
     assert not torch.equal(model.encoder.embeddings.word.weight, model.teacher.embeddings.word.weight)
     assert F.cosine_similarity(model.encoder.embeddings.word.weight.flatten(),
                                model.teacher.embeddings.word.weight.flatten(), dim=0) > 0.9
+
+
+def make_trainer(tmp_path, steps: int) -> L.Trainer:
+    return L.Trainer(max_steps=steps, accelerator="cpu", logger=False, default_root_dir=tmp_path,
+                     enable_progress_bar=False, enable_model_summary=False,
+                     callbacks=[ModelCheckpoint(tmp_path / "checkpoints", save_last=True, every_n_train_steps=4)])
+
+
+def test_resume_continues_at_the_same_step_with_the_same_optimizer_state(tmp_path):
+    torch.manual_seed(0)
+    spec = EncoderSpec(preset="bert-tiny", hidden_dropout=0.0, attention_dropout=0.0)
+    model = MaskedLM(encoder=spec, vocab_size=64, optimization=Optimization(learning_rate=1e-3, warmup=2))
+    data = DataLoader(mlm_batches(8), batch_size=None)
+    make_trainer(tmp_path, 4).fit(model, data)
+    checkpoint_path = tmp_path / "checkpoints" / "last.ckpt"
+    saved = torch.load(checkpoint_path, weights_only=True)
+    assert saved["global_step"] == 4
+
+    resumed_model = MaskedLM(encoder=spec, vocab_size=64, optimization=Optimization(learning_rate=1e-3, warmup=2))
+    trainer = make_trainer(tmp_path, 8)
+    captured = {}
+
+    class Capture(L.Callback):
+        def on_train_batch_start(self, trainer, module, batch, batch_idx):
+            if not captured:
+                captured["step"] = trainer.global_step
+                captured["optimizer"] = copy.deepcopy(trainer.optimizers[0].state_dict())
+                captured["lr"] = trainer.lr_scheduler_configs[0].scheduler.last_epoch
+                captured["weights"] = copy.deepcopy(module.state_dict())
+
+    trainer.callbacks.append(Capture())
+    trainer.fit(resumed_model, data, ckpt_path=checkpoint_path)
+    assert captured["step"] == 4 and captured["lr"] == 4
+    assert trainer.global_step == 8
+    saved_state = saved["optimizer_states"][0]["state"]
+    for index, state in captured["optimizer"]["state"].items():
+        assert int(state["step"]) == 4
+        torch.testing.assert_close(state["exp_avg"], saved_state[index]["exp_avg"])
+        torch.testing.assert_close(state["exp_avg_sq"], saved_state[index]["exp_avg_sq"])
+    for name, value in captured["weights"].items():  # the weights came back, not a fresh init
+        torch.testing.assert_close(value, saved["state_dict"][name], msg=name)
+
+
+def test_load_from_checkpoint_restores_hyperparameters(tmp_path):
+    spec = EncoderSpec(preset="bert-tiny", position="alibi", num_layers=1)
+    model = MaskedLM(encoder=spec, vocab_size=64)
+    trainer = make_trainer(tmp_path, 1)
+    trainer.fit(model, DataLoader(mlm_batches(1), batch_size=None))
+    restored = MaskedLM.load_from_checkpoint(tmp_path / "checkpoints" / "last.ckpt")  # weights_only loading
+    assert restored.encoder.config == model.encoder.config
+    assert restored.encoder.config.position == "alibi" and restored.encoder.config.vocab_size == 64
