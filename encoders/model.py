@@ -116,6 +116,16 @@ class Encoder(nn.Module):
             attentions=tuple(attentions) if return_attentions else None,
         )
 
+    def flops_per_token(self, seq_len: int, training: bool = False) -> int:
+        """Matmul FLOPs per token of one forward pass at sequence length `seq_len` (x3 with `training`: the
+        backward pass costs twice the forward). Counts the projections and attention's two seq_len-long products;
+        norms, activations and softmax are negligible and left out, as in the usual MFU accounting."""
+        c, inner = self.config.hidden_size, self.config.intermediate_size
+        up = 2 * inner if self.blocks[0].feed_forward.gated else inner
+        per_layer = 2 * (3 * c * c + c * c + c * up + inner * c) + 2 * 2 * seq_len * c
+        forward = self.config.num_layers * per_layer
+        return 3 * forward if training else forward
+
     def num_parameters(self, exclude_embeddings: bool = False) -> int:
         params = {id(p): p for p in self.parameters()}
         if exclude_embeddings:

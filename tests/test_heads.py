@@ -109,3 +109,16 @@ def test_bf16_autocast_runs_close_to_fp32():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         low = encoder(ids, mask)
     assert (low.float() - reference)[mask.bool()].abs().max() < 0.1
+
+
+@pytest.mark.parametrize("preset", ["bert-tiny", "modern"])
+def test_flop_count_matches_pytorch_counter(preset):
+    from torch.utils.flop_counter import FlopCounterMode
+
+    config = EncoderConfig.from_name(preset, num_layers=2, vocab_size=100)
+    encoder = Encoder(config).eval()
+    ids = torch.randint(1, 100, (3, 40))
+    # The explicit attention path: the counter has no formula for the CPU SDPA kernel, but sees plain matmuls.
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        encoder(ids, return_attentions=True)
+    assert encoder.flops_per_token(40) * ids.numel() == counter.get_total_flops()
