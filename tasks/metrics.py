@@ -14,7 +14,7 @@ from torchmetrics.regression import PearsonCorrCoef, SpearmanCorrCoef
 METRICS: dict[str, Callable[[int], Metric]] = {
     "accuracy": lambda n: MulticlassAccuracy(num_classes=n, average="micro"),
     "f1": lambda n: BinaryF1Score(),
-    "matthews": lambda n: MatthewsCorrCoef(task="binary" if n == 2 else "multiclass", num_classes=n),
+    "matthews_corrcoef": lambda n: MatthewsCorrCoef(task="binary" if n == 2 else "multiclass", num_classes=n),
     "pearson": lambda n: PearsonCorrCoef(),
     "spearman": lambda n: SpearmanCorrCoef(),
 }

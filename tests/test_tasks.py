@@ -113,7 +113,7 @@ def classification_batches(n: int, regression: bool = False):
 
 
 @pytest.mark.parametrize(("num_labels", "metrics", "learning_rate", "steps"), [
-    (2, ("accuracy", "f1", "matthews"), 2e-3, 60),
+    (2, ("accuracy", "f1", "matthews_corrcoef"), 2e-3, 60),
     (1, ("pearson", "spearman"), 5e-4, 100),
 ])
 def test_sequence_classification_learns(num_labels, metrics, learning_rate, steps):
@@ -318,3 +318,12 @@ def test_load_from_checkpoint_restores_hyperparameters(tmp_path):
     restored = MaskedLM.load_from_checkpoint(tmp_path / "checkpoints" / "last.ckpt")  # weights_only loading
     assert restored.encoder.config == model.encoder.config
     assert restored.encoder.config.position == "alibi" and restored.encoder.config.vocab_size == 64
+
+
+def test_every_glue_task_has_its_metrics():
+    from data.glue import GLUE_TASKS
+
+    assert len(GLUE_TASKS) == 9
+    for name, task in GLUE_TASKS.items():
+        collection = classification_metrics(task.metrics, task.num_labels)
+        assert set(collection.keys()) == set(task.metrics), name

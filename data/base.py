@@ -1,0 +1,90 @@
+"""What every litbert datamodule shares: the tokenizer, the values the model needs, caching and the loaders."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import datasets
+import lightning as L
+import pyarrow.compute as pc
+from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
+
+from data.checks import ModelLimits, check_max_length, check_vocab_fits
+from data.collate import LengthGroupedBatchSampler, PaddingCollator
+from data.sources import DataError, cache_root
+from data.tokenizers import SpecialTokenTemplate, describe, load_tokenizer
+
+log = logging.getLogger(__name__)
+
+# Columns a batch hands to the model; a dataset may hold more (word ids, sentence index) for later use.
+MODEL_COLUMNS = ("input_ids", "attention_mask", "token_type_ids", "labels")
+
+
+class TokenizedDataModule(L.LightningDataModule):
+    """Base of the datamodules: loads the tokenizer at construction so that `vocab_size`, `pad_token_id` and
+    `mask_token_id` are known before `setup()` (LightningCLI links them into the model config)."""
+
+    def __init__(self, tokenizer: str, max_length: int, batch_size: int, eval_batch_size: int | None,
+                 num_workers: int, data_root: str | None, cache_dir: str | None, group_by_length: bool,
+                 seed: int) -> None:
+        super().__init__()
+        self.tokenizer_path = tokenizer
+        self.tokenizer = load_tokenizer(tokenizer)
+        self.template = SpecialTokenTemplate.of(self.tokenizer)
+        if max_length <= self.template.num_special(pair=True):
+            raise DataError(f"max_length={max_length} leaves no room for text beside the special tokens; raise it.")
+        if batch_size <= 0:
+            raise DataError(f"batch_size={batch_size} must be positive.")
+        self.max_length = max_length
+        self.batch_size = batch_size
+        self.eval_batch_size = eval_batch_size or batch_size
+        self.num_workers = num_workers
+        self.data_root = data_root
+        self.cache_dir = cache_dir
+        self.group_by_length = group_by_length
+        self.seed = seed
+        self.vocab_size: int = len(self.tokenizer)
+        self.pad_token_id: int = self.tokenizer.pad_token_id
+        self.mask_token_id: int | None = self.tokenizer.mask_token_id
+        self.uses_token_types = "token_type_ids" in self.tokenizer.model_input_names
+        self.datasets: dict[str, datasets.Dataset] = {}
+        self.collate: Callable[[Sequence[dict[str, Any]]], dict[str, Any]] = PaddingCollator(self.pad_token_id)
+
+    def check_model(self, config: ModelLimits) -> None:
+        """Errors, before training, when the model cannot take this data (positions or vocabulary too small)."""
+        check_max_length(self.max_length, config)
+        check_vocab_fits(self.tokenizer, config)
+
+    @property
+    def cache_path(self) -> Path:
+        return cache_root(self.cache_dir)
+
+    def tokenizer_key(self) -> str:
+        return describe(self.tokenizer)
+
+    def encode_types(self, ids: list[int], types: list[int]) -> dict[str, list[int]]:
+        row = {"input_ids": ids}
+        if self.uses_token_types:
+            row["token_type_ids"] = types
+        return row
+
+    # ---- loaders ----------------------------------------------------------------------------------------------
+
+    def _model_view(self, dataset: datasets.Dataset) -> datasets.Dataset:
+        return dataset.with_format(columns=[c for c in MODEL_COLUMNS if c in dataset.column_names])
+
+    def _loader(self, split: str, train: bool) -> DataLoader:
+        if split not in self.datasets:
+            raise DataError(f"{type(self).__name__} has no {split!r} split; call setup() first or add that split.")
+        dataset = self._model_view(self.datasets[split])
+        batch_size = self.batch_size if train else self.eval_batch_size
+        if self.group_by_length:
+            lengths = pc.list_value_length(dataset.data.column("input_ids")).to_numpy()
+            sampler = RandomSampler(dataset) if train else SequentialSampler(dataset)
+            batches = LengthGroupedBatchSampler(sampler, batch_size, drop_last=False, lengths=lengths)
+            return DataLoader(dataset, batch_sampler=batches, collate_fn=self.collate, num_workers=self.num_workers)
+        return DataLoader(dataset, batch_size=batch_size, shuffle=train, collate_fn=self.collate,
+                          num_workers=self.num_workers)

@@ -1,0 +1,308 @@
+"""MLM pretraining data: raw text -> tokens -> examples, for BERT and RoBERTa.
+
+Two ways to cut text into examples:
+- `full_sentences` (RoBERTa, Liu et al., 2019, section 4.2 FULL-SENTENCES): documents are concatenated with a
+  separator between them and cut into blocks of exactly `max_length` tokens that may cross document boundaries.
+  No padding and no token lost: the last block keeps the remainder and is batched on its own.
+- `segments` (BERT, Devlin et al., 2019, appendix A.2, without next-sentence prediction): each example is
+  `[CLS] A [SEP] B [SEP]`, A and B being runs of consecutive sentences of one document split at a random sentence
+  boundary; B is always the true continuation since there is no NSP objective.
+
+Deviations, on purpose:
+- Blocks are `template prefix + stream + template suffix` (`<s> ... </s>` or `[CLS] ... [SEP]`), and documents are
+  joined by the separator token. fairseq prepends only `<s>`; the extra closing token keeps every block in the
+  tokenizer's own single-sequence form.
+- BERT truncated over-long segment pairs (`truncate_seq_pair`); here a sentence longer than an example is cut into
+  full-length pieces instead, so every token is kept. There is no `short_seq_prob`.
+- Sentences are split with a punctuation regex, not a trained sentence splitter.
+Masking is done by `data.masking.MLMCollator`: dynamic (new masks each epoch) or static (fixed here, once, from
+`seed`). Validation masks are always fixed, from `val_mask_seed`, so validation losses are comparable.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import datasets
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import torch
+from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
+
+from data.base import TokenizedDataModule
+from data.collate import SameLengthBatchSampler
+from data.masking import MLMCollator
+from data.sources import (
+    TABLE_READERS,
+    DataError,
+    cached_map,
+    data_root,
+    file_identity,
+    fingerprint,
+    load_hub_split,
+    local_split_file,
+    read_table,
+    read_text_documents,
+)
+
+log = logging.getLogger(__name__)
+
+Packing = Literal["full_sentences", "segments"]
+Masking = Literal["dynamic", "static"]
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def read_documents(path: str | Path, text_column: str = "text", blank_line_documents: bool = False) -> list[str]:
+    """Documents of a file: a column of a CSV/TSV/JSON/JSONL table, or the lines (or blocks) of a text file."""
+    path = Path(path)
+    if path.suffix.lower() in TABLE_READERS:
+        return [str(text) for text in read_table(path, [text_column])[text_column]]
+    return read_text_documents(path, blank_line_documents)
+
+
+def pack_blocks(token_ids: pa.ListArray, block_length: int, prefix: list[int], suffix: list[int],
+                separator: int) -> pa.ListArray:
+    """FULL-SENTENCES packing, vectorised: join documents with `separator`, cut the stream into pieces of
+    `block_length - len(prefix) - len(suffix)` and wrap each piece. Every block is `block_length` long but the last.
+    """
+    lengths = pc.list_value_length(token_ids).to_numpy(zero_copy_only=False).astype(np.int64)
+    values = token_ids.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
+    documents = len(lengths)
+    stream = np.full(len(values) + documents - 1, separator, dtype=np.int64)
+    # Document d shifts right by d (the separators before it); the gaps left hold the separators.
+    keep = np.ones(len(stream), dtype=bool)
+    keep[np.cumsum(lengths)[:-1] + np.arange(documents - 1)] = False
+    stream[keep] = values
+    content = block_length - len(prefix) - len(suffix)
+    full = len(stream) // content
+    body = stream[: full * content].reshape(full, content)
+    blocks = np.concatenate([np.tile(prefix, (full, 1)), body, np.tile(suffix, (full, 1))], axis=1).reshape(-1)
+    tail = stream[full * content:]
+    offsets = np.arange(full + 1, dtype=np.int32) * block_length
+    if len(tail):
+        blocks = np.concatenate([blocks, prefix, tail, suffix])
+        offsets = np.append(offsets, len(blocks)).astype(np.int32)
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(blocks.astype(np.int32)))
+
+
+class MLMDataModule(TokenizedDataModule):
+    """Masked-language-model pretraining data from local text files or a (local copy of a) hub dataset.
+
+    Args:
+        tokenizer: Path to a tokenizer folder or tokenizer.json.
+        train_files: Local training files: .txt/.tokens (a document per line), .csv/.tsv/.json/.jsonl (`text_column`).
+        val_files: Local validation files, same formats.
+        dataset: Hub dataset name (e.g. `imdb`, `wikitext`), used when no files are given; known names resolve to
+            the local copy under the data root first.
+        dataset_config: The hub config name (e.g. `wikitext-2-raw-v1`).
+        train_split: Split of `dataset` to train on (e.g. `unsupervised` for IMDB's unlabelled reviews).
+        val_split: Split of `dataset` to validate on; None for no validation.
+        text_column: Column holding the text in tables and hub datasets.
+        blank_line_documents: Text files hold one sentence per line with blank lines between documents (BERT's
+            format) instead of one document per line.
+        max_length: Tokens per example, special tokens included.
+        packing: `full_sentences` (RoBERTa blocks, no padding) or `segments` (BERT's A/B segment examples).
+        masking: `dynamic` (new masks each epoch, RoBERTa) or `static` (masks fixed once from `seed`, BERT).
+        whole_word_masking: Mask all pieces of a word together.
+        mlm_probability: Fraction of non-special tokens chosen for prediction.
+        max_documents: Use only the first N documents of each split (a user filter; the number left out is logged).
+        batch_size: Training batch size.
+        eval_batch_size: Validation batch size (defaults to `batch_size`).
+        num_workers: DataLoader worker processes.
+        data_root: Folder of local dataset copies (defaults to $LITBERT_DATA).
+        cache_dir: Folder for tokenized caches (defaults to $LITBERT_CACHE or ~/.cache/litbert).
+        seed: Seed of the static masks and of BERT's segment split points.
+        val_mask_seed: Seed of the fixed validation masks.
+    """
+
+    def __init__(
+        self,
+        tokenizer: str,
+        train_files: list[str] | None = None,
+        val_files: list[str] | None = None,
+        dataset: str | None = None,
+        dataset_config: str | None = None,
+        train_split: str = "train",
+        val_split: str | None = "validation",
+        text_column: str = "text",
+        blank_line_documents: bool = False,
+        max_length: int = 512,
+        packing: Packing = "full_sentences",
+        masking: Masking = "dynamic",
+        whole_word_masking: bool = False,
+        mlm_probability: float = 0.15,
+        max_documents: int | None = None,
+        batch_size: int = 32,
+        eval_batch_size: int | None = None,
+        num_workers: int = 0,
+        data_root: str | None = None,
+        cache_dir: str | None = None,
+        seed: int = 0,
+        val_mask_seed: int = 1234,
+    ) -> None:
+        super().__init__(tokenizer, max_length, batch_size, eval_batch_size, num_workers, data_root, cache_dir,
+                         group_by_length=False, seed=seed)
+        self.save_hyperparameters()
+        if packing not in ("full_sentences", "segments"):
+            raise DataError(f"packing={packing!r}; choose 'full_sentences' or 'segments'.")
+        if masking not in ("dynamic", "static"):
+            raise DataError(f"masking={masking!r}; choose 'dynamic' or 'static'.")
+        if train_files is None and dataset is None:
+            raise DataError("MLMDataModule needs train_files or a dataset name; neither was given.")
+        if self.mask_token_id is None:
+            raise DataError(f"Tokenizer {tokenizer} has no mask token; MLM needs one ([MASK] or <mask>).")
+        self.train_files, self.val_files = train_files, val_files
+        self.dataset, self.dataset_config = dataset, dataset_config
+        self.train_split, self.val_split = train_split, val_split
+        self.text_column, self.blank_line_documents = text_column, blank_line_documents
+        self.packing, self.masking, self.max_documents = packing, masking, max_documents
+        self.val_mask_seed = val_mask_seed
+        self.collate = MLMCollator(self.tokenizer, mlm_probability, whole_word_masking)
+        self.stats: dict[str, dict[str, int]] = {}
+
+    # ---- sources ----------------------------------------------------------------------------------------------
+
+    def _source(self, split: str, files: list[str] | None) -> tuple[Any, list[str] | datasets.Dataset]:
+        """(identity for the cache key, the files or the hub dataset) of one split."""
+        if files:
+            return [file_identity(f) for f in files], [str(f) for f in files]
+        if self.dataset is None:
+            raise DataError(f"No {split!r} data: give {split}_files or a dataset name.")
+        local = local_split_file(self.dataset, self.dataset_config, split, data_root(self.data_root))
+        if local is not None:
+            return [file_identity(local)], [str(local)]
+        hub = load_hub_split(self.dataset, self.dataset_config, split)
+        if self.text_column not in hub.column_names:
+            raise DataError(f"Dataset {self.dataset!r} split {split!r} has no column {self.text_column!r}; "
+                            f"its columns are {hub.column_names}. Set text_column.")
+        return ["hub", self.dataset, self.dataset_config, split, hub._fingerprint], hub
+
+    def _documents(self, split: str, source: list[str] | datasets.Dataset) -> list[str]:
+        if isinstance(source, datasets.Dataset):
+            documents = [text for text in source[self.text_column] if text and text.strip()]
+        else:
+            documents = [d for path in source for d in read_documents(path, self.text_column,
+                                                                      self.blank_line_documents)]
+        if self.max_documents is not None and len(documents) > self.max_documents:
+            log.info("%s: max_documents=%d keeps %d of %d documents; %d left out by that setting", split,
+                     self.max_documents, self.max_documents, len(documents), len(documents) - self.max_documents)
+            documents = documents[: self.max_documents]
+        return documents
+
+    # ---- tokenization -----------------------------------------------------------------------------------------
+
+    def _tokenize_documents(self, batch: dict[str, list[str]]) -> dict[str, list[list[int]]]:
+        ids = self.tokenizer(batch["text"], add_special_tokens=False, return_attention_mask=False,
+                             return_token_type_ids=False, verbose=False)["input_ids"]
+        return {"input_ids": ids}
+
+    def _segment_examples(self, batch: dict[str, list[str]], indices: list[int]) -> dict[str, list[list[int]]]:
+        """BERT-style examples from a batch of documents; split points drawn from a generator seeded by the
+        position of the batch, so the cached result does not depend on what ran before."""
+        rng = random.Random(self.seed * 1_000_003 + indices[0])
+        sentences = [SENTENCE_END.split(text.strip()) for text in batch["text"]]
+        flat = [s for doc in sentences for s in doc]
+        ids = self.tokenizer(flat, add_special_tokens=False, return_attention_mask=False,
+                             return_token_type_ids=False, verbose=False)["input_ids"]
+        budget = self.max_length - self.template.num_special(pair=True)
+        out: dict[str, list[list[int]]] = {"input_ids": [], "token_type_ids": []}
+        position = 0
+        for doc in sentences:
+            chunks: list[list[list[int]]] = [[]]  # runs of sentences that fit in one example
+            for sentence in ids[position:position + len(doc)]:
+                pieces = [sentence[i:i + budget] for i in range(0, len(sentence), budget)] or [[]]
+                for piece in pieces:
+                    if not piece:
+                        continue
+                    if sum(map(len, chunks[-1])) + len(piece) > budget:
+                        chunks.append([])
+                    chunks[-1].append(piece)
+            position += len(doc)
+            for chunk in chunks:
+                if not chunk:
+                    continue
+                if len(chunk) == 1:
+                    row, types = self.template.wrap(chunk[0])
+                else:
+                    split = rng.randint(1, len(chunk) - 1)
+                    row, types = self.template.wrap(sum(chunk[:split], []), sum(chunk[split:], []))
+                out["input_ids"].append(row)
+                out["token_type_ids"].append(types)
+        if not self.uses_token_types:
+            del out["token_type_ids"]
+        return out
+
+    def _build(self, role: str, split: str, files: list[str] | None) -> datasets.Dataset:
+        """The examples of `role` (train or validation) from `split` of the dataset, or from `files`."""
+        identity, source = self._source(split, files)
+        settings = dict(packing=self.packing, max_length=self.max_length, seed=self.seed,
+                        blank_line_documents=self.blank_line_documents, text_column=self.text_column,
+                        max_documents=self.max_documents, version=1)
+        key = fingerprint(identity, self.tokenizer_key(), settings)
+
+        def raw() -> datasets.Dataset:
+            return datasets.Dataset.from_dict({"text": self._documents(split, source)})
+
+        if self.packing == "segments":
+            examples = cached_map(raw, self._segment_examples, cache_dir=self.cache_path, name=f"mlm-{split}",
+                                  key=key, with_indices=True)
+            tokens = int(pc.sum(pc.list_value_length(examples.data.column("input_ids"))).as_py() or 0)
+            self.stats[role] = {"examples": len(examples), "tokens": tokens}
+            log.info("%s: %d BERT-style segment examples, %d tokens with specials", split, len(examples), tokens)
+            return examples
+        documents = cached_map(raw, self._tokenize_documents, cache_dir=self.cache_path, name=f"mlm-{split}",
+                               key=key)
+        column = documents.data.column("input_ids").combine_chunks()
+        prefix, suffix = self.template.single
+        blocks = pack_blocks(column, self.max_length, prefix, suffix, self.tokenizer.sep_token_id)
+        tokens = len(column.flatten())
+        self.stats[role] = {"documents": len(documents), "tokens": tokens, "blocks": len(blocks)}
+        log.info("%s: %d documents, %d tokens packed into %d blocks of %d (FULL-SENTENCES, no padding)",
+                 split, len(documents), tokens, len(blocks), self.max_length)
+        return datasets.Dataset(pa.table({"input_ids": blocks}))
+
+    def fixed_masks(self, dataset: datasets.Dataset, seed: int) -> datasets.Dataset:
+        """The dataset with masks drawn once from `seed` (stored as `input_ids` and `labels`)."""
+
+        def mask(batch: dict[str, list[list[int]]], indices: list[int]) -> dict[str, list[list[int]]]:
+            generator = torch.Generator().manual_seed(seed * 1_000_003 + indices[0])
+            rows = batch["input_ids"]
+            padded = self.collate.pad([{"input_ids": row} for row in rows])["input_ids"]
+            lengths = torch.tensor([len(row) for row in rows])
+            attended = torch.arange(padded.shape[1]) < lengths[:, None]
+            corrupted, labels = self.collate.mask(padded, attended, generator=generator)
+            return {"input_ids": [corrupted[i, :n].tolist() for i, n in enumerate(lengths.tolist())],
+                    "labels": [labels[i, :n].tolist() for i, n in enumerate(lengths.tolist())]}
+
+        return dataset.map(mask, batched=True, batch_size=1000, with_indices=True, keep_in_memory=True,
+                           desc="fixing masks")
+
+    def setup(self, stage: str | None = None) -> None:
+        if "train" not in self.datasets and stage in (None, "fit"):
+            train = self._build("train", self.train_split, self.train_files)
+            self.datasets["train"] = self.fixed_masks(train, self.seed) if self.masking == "static" else train
+        has_val = self.val_files is not None or (self.dataset is not None and self.val_split is not None)
+        if "validation" not in self.datasets and stage in (None, "fit", "validate") and has_val:
+            validation = self._build("validation", self.val_split or "validation", self.val_files)
+            self.datasets["validation"] = self.fixed_masks(validation, self.val_mask_seed)
+
+    def _loader(self, split: str, train: bool) -> DataLoader:
+        if self.packing == "segments":
+            return super()._loader(split, train)
+        dataset = self._model_view(self.datasets[split])
+        lengths = pc.list_value_length(dataset.data.column("input_ids")).to_numpy()
+        sampler = RandomSampler(dataset) if train else SequentialSampler(dataset)
+        batches = SameLengthBatchSampler(sampler, self.batch_size if train else self.eval_batch_size,
+                                         drop_last=False, lengths=lengths)
+        return DataLoader(dataset, batch_sampler=batches, collate_fn=self.collate, num_workers=self.num_workers)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", train=True)
+
+    def val_dataloader(self) -> DataLoader | list[DataLoader]:
+        return self._loader("validation", train=False) if "validation" in self.datasets else []

@@ -1,0 +1,367 @@
+"""Where data comes from: the data root, hub names resolved to local copies, and readers that validate.
+
+Every datamodule accepts a dataset name on the Hugging Face hub (with its config name) or local files. Known hub
+names resolve first to a local copy under the data root (`$LITBERT_DATA` or an explicit `data_root`), so one config
+runs with or without a network; unknown names go to `datasets.load_dataset(name, config_name)`.
+
+The readers turn files into columns (`dict[str, list]`) and check them on the way: a missing file, an empty file,
+invalid UTF-8, a missing column or a row of the wrong width raises one `DataError` (or `FileNotFoundError`) naming
+the file, the line and the value, and saying what to do. Nothing is skipped silently.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import logging
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import datasets
+
+log = logging.getLogger(__name__)
+
+DATA_ROOT_ENV = "LITBERT_DATA"
+CACHE_DIR_ENV = "LITBERT_CACHE"
+
+
+class DataError(ValueError):
+    """Bad input data. The message names the file, line or field, the offending value, and what to do."""
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The data root and local copies of hub datasets
+# --------------------------------------------------------------------------------------------------------------
+
+
+def data_root(explicit: str | os.PathLike[str] | None = None) -> Path | None:
+    """The folder holding local dataset copies: `explicit` if given, else `$LITBERT_DATA`, else None."""
+    value = explicit if explicit is not None else os.environ.get(DATA_ROOT_ENV)
+    if value is None or str(value) == "":
+        return None
+    root = Path(value).expanduser()
+    if not root.is_dir():
+        source = "data_root" if explicit is not None else f"${DATA_ROOT_ENV}"
+        raise FileNotFoundError(f"{source}={value} is not a folder; point it at the folder holding the datasets.")
+    return root
+
+
+def cache_root(explicit: str | os.PathLike[str] | None = None) -> Path:
+    """Where tokenized datasets are cached: `explicit`, else `$LITBERT_CACHE`, else `~/.cache/litbert`."""
+    value = explicit if explicit is not None else os.environ.get(CACHE_DIR_ENV, "~/.cache/litbert")
+    path = Path(value).expanduser()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@dataclass(frozen=True)
+class LocalCopy:
+    """Where a hub dataset lives under the data root."""
+
+    folder: str  # relative to the data root; `{config}` is replaced by `configs[config_name]`
+    splits: Mapping[str, str] = field(default_factory=dict)  # hub split name -> file name inside the folder
+    configs: Mapping[str, str] | None = None  # hub config name -> value for `{config}`; None: the config is ignored
+    note: str = ""  # logged when the copy is used, for copies that differ from the hub version
+
+
+_GLUE_CONFIGS = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B", "qqp": "QQP", "mnli": "MNLI",
+                 "qnli": "QNLI", "rte": "RTE", "wnli": "WNLI", "ax": "diagnostic"}
+_GLUE = LocalCopy("glue/{config}", configs=_GLUE_CONFIGS)
+_IMDB = LocalCopy("imdb", {"train": "train.csv", "test": "test.csv", "unsupervised": "unsup.csv"})
+_CONLL = LocalCopy("conll2003", {"train": "train.txt", "validation": "valid.txt", "test": "test.txt"})
+# Only the tokenized v1 files exist locally; the raw config name resolves to them too, and says so.
+_WIKITEXT = LocalCopy(
+    "wikitext-{config}",
+    {"train": "wiki.train.tokens", "validation": "wiki.valid.tokens", "test": "wiki.test.tokens"},
+    configs={"wikitext-2-raw-v1": "2", "wikitext-2-v1": "2"},
+    note="the local WikiText-2 copy is the tokenized v1 variant (<unk>, @-@ splits), also for wikitext-2-raw-v1",
+)
+
+# Hub names (with and without the organisation prefix) -> local layout.
+LOCAL_COPIES: dict[str, LocalCopy] = {
+    "glue": _GLUE,
+    "nyu-mll/glue": _GLUE,
+    "imdb": _IMDB,
+    "stanfordnlp/imdb": _IMDB,
+    "conll2003": _CONLL,
+    "eriktks/conll2003": _CONLL,
+    "wikitext": _WIKITEXT,
+    "Salesforce/wikitext": _WIKITEXT,
+}
+
+
+def local_copy_folder(name: str, config: str | None, root: Path | None) -> Path | None:
+    """The local folder for hub dataset `name`/`config` under `root`, or None when there is none."""
+    copy = LOCAL_COPIES.get(name)
+    if copy is None or root is None:
+        return None
+    folder = copy.folder
+    if copy.configs is not None:
+        if config not in copy.configs:
+            raise DataError(
+                f"Dataset {name!r} has no config {config!r} with a local layout; choose one of {sorted(copy.configs)}."
+            )
+        folder = folder.format(config=copy.configs[config])
+    path = root / folder
+    if not path.is_dir():
+        return None
+    if copy.note:
+        log.warning("%s: %s", name, copy.note)
+    return path
+
+
+def local_split_file(name: str, config: str | None, split: str, root: Path | None) -> Path | None:
+    """The local file of one split of hub dataset `name`, or None when the dataset has no local copy.
+
+    A local copy that exists but lacks the split is an error: falling back to the hub would hide a broken copy.
+    """
+    folder = local_copy_folder(name, config, root)
+    if folder is None:
+        return None
+    splits = LOCAL_COPIES[name].splits
+    if split not in splits:
+        raise DataError(f"Dataset {name!r} has no split {split!r}; choose one of {sorted(splits)}.")
+    path = folder / splits[split]
+    if not path.is_file():
+        present = sorted(s for s, f in splits.items() if (folder / f).is_file())
+        raise FileNotFoundError(
+            f"The local copy of {name!r} at {folder} has no {split!r} split (expected {path}); "
+            f"splits present: {present}. Add the file or choose another split."
+        )
+    return path
+
+
+def load_hub_split(name: str, config: str | None, split: str) -> datasets.Dataset:
+    """One split from the Hugging Face hub, with an error that says how to run offline when it fails."""
+    try:
+        return datasets.load_dataset(name, config, split=split)
+    except Exception as error:  # any hub, network or format failure gets the same advice
+        known = sorted(LOCAL_COPIES)
+        raise DataError(
+            f"Could not load {name!r} (config {config!r}, split {split!r}) with datasets.load_dataset: {error}. "
+            f"Without network access, set ${DATA_ROOT_ENV} (or data_root) to a folder holding a local copy "
+            f"(names with a local layout: {known}), or pass local files instead."
+        ) from error
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Reading and validating files
+# --------------------------------------------------------------------------------------------------------------
+
+
+def read_text(path: str | os.PathLike[str]) -> str:
+    """A whole UTF-8 file as text (a leading BOM removed); errors for missing, empty or non-UTF-8 files."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"Data file {path} does not exist; check the path (and ${DATA_ROOT_ENV}).")
+    if not path.is_file():
+        raise DataError(f"Data file {path} is not a regular file; pass the file itself, not a folder.")
+    raw = path.read_bytes()
+    if not raw.strip():
+        raise DataError(f"Data file {path} is empty; it holds no rows. Fill it or remove it from the config.")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        line = raw.count(b"\n", 0, error.start) + 1
+        column = error.start - (raw.rfind(b"\n", 0, error.start) + 1) + 1
+        bad = raw[error.start:error.end].hex(" ")
+        raise DataError(
+            f"{path}, line {line}, column {column}: invalid UTF-8 (bytes {bad}: {error.reason}). "
+            f"Re-encode the file as UTF-8, e.g. `iconv -f latin1 -t utf-8 {path.name} > fixed`."
+        ) from None
+
+
+def _check_columns(path: Path, header: Sequence[str], required: Sequence[str], where: str) -> None:
+    missing = [name for name in required if name not in header]
+    if missing:
+        raise DataError(
+            f"{path}, {where}: missing column(s) {missing}; the file has columns {list(header)}. "
+            f"Fix the file or set the column names in the config to ones it has."
+        )
+
+
+def read_delimited(
+    path: str | os.PathLike[str],
+    delimiter: str,
+    required: Sequence[str],
+    *,
+    quoting: bool = True,
+    column_names: Sequence[str] | None = None,
+) -> dict[str, list[str]]:
+    """Columns of a CSV/TSV file. The header gives the column names unless `column_names` names a headerless file.
+
+    `quoting=False` reads the way GLUE's processors do (`quotechar=None`): a quote is an ordinary character.
+    Every row must have as many fields as the header; blank lines hold no data and are passed over.
+    """
+    path = Path(path)
+    text = read_text(path)
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter,
+                        quotechar='"' if quoting else None, quoting=csv.QUOTE_MINIMAL if quoting else csv.QUOTE_NONE)
+    header = list(column_names) if column_names is not None else None
+    rows: list[list[str]] = []
+    lines: list[int] = []
+    try:
+        for row in reader:
+            if not row:
+                continue
+            if header is None:
+                header = row
+                continue
+            if len(row) != len(header):
+                raise DataError(
+                    f"{path}, line {reader.line_num}: {len(row)} fields where the header has {len(header)} "
+                    f"({header}); row starts {delimiter.join(row)[:80]!r}. Fix the row (a stray delimiter or quote?)."
+                )
+            rows.append(row)
+            lines.append(reader.line_num)
+    except csv.Error as error:
+        kind = "CSV" if delimiter == "," else "TSV"
+        raise DataError(f"{path}, line {reader.line_num}: malformed {kind}: {error}; fix the quoting.") from None
+    if header is None or not rows:
+        raise DataError(f"Data file {path} has a header but no data rows; it needs at least one example.")
+    _check_columns(path, header, required, "header")
+    index = {name: i for i, name in enumerate(header)}
+    columns = {name: [row[index[name]] for row in rows] for name in required}
+    columns["_line"] = lines  # type: ignore[assignment]  # for error messages further down
+    return columns
+
+
+def read_json_records(path: str | os.PathLike[str], required: Sequence[str]) -> dict[str, list[Any]]:
+    """Columns of a JSON Lines file (one object a line) or a JSON file holding a list of objects."""
+    path = Path(path)
+    text = read_text(path)
+    records: list[tuple[int, Any]] = []
+    if path.suffix == ".jsonl" or not text.lstrip().startswith("["):
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                records.append((number, json.loads(line)))
+            except json.JSONDecodeError as error:
+                raise DataError(f"{path}, line {number}: not valid JSON ({error.msg}); one object per line.") from None
+        where = "line"
+    else:
+        try:
+            loaded = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise DataError(f"{path}, line {error.lineno}: not valid JSON ({error.msg}).") from None
+        records = list(enumerate(loaded, start=1))
+        where = "record"
+    columns: dict[str, list[Any]] = {name: [] for name in required}
+    for number, record in records:
+        if not isinstance(record, dict):
+            raise DataError(f"{path}, {where} {number}: expected a JSON object, got {type(record).__name__}.")
+        _check_columns(path, list(record), required, f"{where} {number}")
+        for name in required:
+            columns[name].append(record[name])
+    columns["_line"] = [number for number, _ in records]
+    return columns
+
+
+# File suffix -> reader of columns. Plain-text files have one column, `text`, one row per non-blank line.
+TABLE_READERS: dict[str, Callable[[Path, Sequence[str]], dict[str, list[Any]]]] = {
+    ".csv": lambda path, required: read_delimited(path, ",", required),
+    ".tsv": lambda path, required: read_delimited(path, "\t", required),
+    ".json": read_json_records,
+    ".jsonl": read_json_records,
+}
+
+
+def read_table(path: str | os.PathLike[str], required: Sequence[str]) -> dict[str, list[Any]]:
+    """Columns `required` of a CSV, TSV, JSON or JSONL file, chosen by suffix; `_line` holds each row's line."""
+    path = Path(path)
+    reader = TABLE_READERS.get(path.suffix.lower())
+    if reader is None:
+        raise DataError(f"{path}: unknown table format {path.suffix!r}; use one of {sorted(TABLE_READERS)}.")
+    return reader(path, required)
+
+
+def read_text_documents(path: str | os.PathLike[str], blank_line_documents: bool = False) -> list[str]:
+    """Documents of a plain-text file: one per non-blank line, or (BERT's format) blank-line-separated blocks."""
+    text = read_text(path)
+    if blank_line_documents:
+        blocks = (" ".join(line.strip() for line in block.splitlines()) for block in text.split("\n\n"))
+        return [block for block in blocks if block.strip()]
+    return [line for line in text.splitlines() if line.strip()]
+
+
+@dataclass
+class ConllSentence:
+    words: list[str]
+    tags: list[str]
+    lines: list[int]  # the line of each word, for error messages
+
+
+def read_conll(path: str | os.PathLike[str], word_column: int = 0, label_column: int = -1) -> list[ConllSentence]:
+    """Sentences of a CoNLL column file: whitespace-separated columns, blank lines and `-DOCSTART-` between them."""
+    path = Path(path)
+    sentences: list[ConllSentence] = []
+    current = ConllSentence([], [], [])
+    needed = max(word_column, label_column) + 1 if label_column >= 0 else max(word_column + 1, -label_column)
+    for number, line in enumerate(read_text(path).splitlines(), start=1):
+        fields = line.split()
+        if not fields or fields[0] == "-DOCSTART-":
+            if current.words:
+                sentences.append(current)
+                current = ConllSentence([], [], [])
+            continue
+        if len(fields) < needed:
+            raise DataError(
+                f"{path}, line {number}: {len(fields)} column(s) {fields} but word_column={word_column} and "
+                f"label_column={label_column} need {needed}. Fix the line or the column settings."
+            )
+        current.words.append(fields[word_column])
+        current.tags.append(fields[label_column])
+        current.lines.append(number)
+    if current.words:
+        sentences.append(current)
+    if not sentences:
+        raise DataError(f"{path}: no sentences (only -DOCSTART- or blank lines); it needs at least one token line.")
+    return sentences
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Caching tokenized datasets
+# --------------------------------------------------------------------------------------------------------------
+
+
+def file_identity(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """What identifies a file's contents for caching: its path, size and modification time."""
+    stat = Path(path).stat()
+    return {"path": str(Path(path).resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+
+def fingerprint(*parts: Any) -> str:
+    """A short stable hash of JSON-serialisable parts: the cache key of a tokenized dataset."""
+    blob = json.dumps(parts, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:20]
+
+
+def cached_map(
+    build: Callable[[], datasets.Dataset],
+    function: Callable[..., dict[str, list[Any]]],
+    *,
+    cache_dir: Path,
+    name: str,
+    key: str,
+    batch_size: int = 1000,
+    with_indices: bool = False,
+) -> datasets.Dataset:
+    """`build().map(function, batched=True)`, cached by `datasets` in `cache_dir/name-key.arrow`.
+
+    The key (from `fingerprint`) covers the source files, the tokenizer and every setting. When the cache file
+    exists it is opened directly, so neither the raw files are read nor the text tokenized again.
+    """
+    path = cache_dir / f"{name}-{key}.arrow"
+    if path.is_file():
+        log.info("%s: loaded tokenized data from cache %s", name, path)
+        return datasets.Dataset.from_file(str(path))
+    raw = build()
+    return raw.map(function, batched=True, batch_size=batch_size, with_indices=with_indices,
+                   remove_columns=raw.column_names, cache_file_name=str(path), new_fingerprint=key,
+                   load_from_cache_file=True, desc=f"tokenizing {name}")

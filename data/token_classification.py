@@ -1,0 +1,287 @@
+"""Token classification (NER, chunking, POS): CoNLL-2003 or any CoNLL-style column file.
+
+Words are split into sub-tokens; the word's label goes on its first sub-token and the others get -100, as in
+BERT's NER setup (Devlin et al., 2019, section 5.3), or on every sub-token (`label_all_subtokens`). Sentences with
+more sub-tokens than fit in `max_length` are split, at word boundaries, into consecutive windows, each a separate
+example with its `sentence` index kept, so nothing is cut; the number split is logged.
+
+Tags: CoNLL-2003 was released in IOB1 (a chunk starts with I- unless it follows a chunk of the same type); most
+copies, and this project's, use IOB2 (every chunk starts with B-). `tag_scheme="auto"` converts a file that has
+any chunk starting with I- (which IOB2 forbids) and logs it; `iob1` always converts; `iob2` refuses such files.
+
+Deviations, on purpose:
+- Windows do not overlap, so every word is predicted exactly once.
+- A word the tokenizer erases entirely (e.g. a lone control character) is given the unknown token, so its label
+  is not lost; the count is logged.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Literal
+
+import datasets
+from torch.utils.data import DataLoader
+
+from data.base import TokenizedDataModule
+from data.sources import (
+    ConllSentence,
+    DataError,
+    cached_map,
+    data_root,
+    file_identity,
+    fingerprint,
+    local_split_file,
+    read_conll,
+)
+
+log = logging.getLogger(__name__)
+
+TagScheme = Literal["auto", "iob1", "iob2", "none"]
+
+
+def _chunk_type(tag: str) -> str | None:
+    return tag[2:] if tag[:2] in ("B-", "I-") else None
+
+
+def starts_with_inside(tags: list[str]) -> int | None:
+    """Position of the first I- tag that opens a chunk (allowed in IOB1, not in IOB2), or None."""
+    previous: str | None = None
+    for i, tag in enumerate(tags):
+        kind = _chunk_type(tag)
+        if tag.startswith("I-") and previous != kind:
+            return i
+        previous = kind
+    return None
+
+
+def iob1_to_iob2(tags: list[str]) -> list[str]:
+    """IOB1 -> IOB2: an I- tag that opens a chunk (sentence start, after O or another type) becomes B-."""
+    out = []
+    previous: str | None = None
+    for tag in tags:
+        kind = _chunk_type(tag)
+        out.append("B-" + kind if tag.startswith("I-") and previous != kind else tag)
+        previous = kind
+    return out
+
+
+class TokenClassificationDataModule(TokenizedDataModule):
+    """Sentences of a CoNLL-style column file, tokenized with per-token labels.
+
+    Args:
+        tokenizer: Path to a tokenizer folder or tokenizer.json.
+        dataset: `conll2003` (or `eriktks/conll2003`), read from the data root; ignored when `train_file` is given.
+        train_file: Local CoNLL column file for training.
+        val_file: Local CoNLL column file for validation.
+        test_file: Local CoNLL column file for testing.
+        word_column: Column of the word (0-based).
+        label_column: Column of the tag (negative counts from the end; CoNLL-2003 NER is -1, chunks -2, POS 1).
+        tag_scheme: `auto` (convert IOB1 when detected), `iob1` (always convert), `iob2` (refuse IOB1), or `none`
+            for tags that are not chunks (POS).
+        label_names: The tags in id order; by default the training tags, sorted with `O` first.
+        label_all_subtokens: Put the word's label on every sub-token instead of only the first.
+        max_length: Longest sequence, special tokens included; longer sentences become several windows.
+        batch_size: Training batch size.
+        eval_batch_size: Evaluation batch size (defaults to `batch_size`).
+        group_by_length: Batch similar lengths together.
+        num_workers: DataLoader worker processes.
+        data_root: Folder of local dataset copies (defaults to $LITBERT_DATA).
+        cache_dir: Folder for tokenized caches.
+        seed: Seed (loading is deterministic; kept for symmetry).
+    """
+
+    def __init__(
+        self,
+        tokenizer: str,
+        dataset: str | None = "conll2003",
+        train_file: str | None = None,
+        val_file: str | None = None,
+        test_file: str | None = None,
+        word_column: int = 0,
+        label_column: int = -1,
+        tag_scheme: TagScheme = "auto",
+        label_names: list[str] | None = None,
+        label_all_subtokens: bool = False,
+        max_length: int = 128,
+        batch_size: int = 32,
+        eval_batch_size: int | None = None,
+        group_by_length: bool = False,
+        num_workers: int = 0,
+        data_root: str | None = None,
+        cache_dir: str | None = None,
+        seed: int = 0,
+    ) -> None:
+        super().__init__(tokenizer, max_length, batch_size, eval_batch_size, num_workers, data_root, cache_dir,
+                         group_by_length, seed)
+        self.save_hyperparameters()
+        if tag_scheme not in ("auto", "iob1", "iob2", "none"):
+            raise DataError(f"tag_scheme={tag_scheme!r}; choose 'auto', 'iob1', 'iob2' or 'none'.")
+        if train_file is None and dataset is None:
+            raise DataError("TokenClassificationDataModule needs a dataset name or a train_file.")
+        self.dataset = dataset
+        self.files = {"train": train_file, "validation": val_file, "test": test_file}
+        self.word_column, self.label_column = word_column, label_column
+        self.tag_scheme = tag_scheme
+        self.label_all_subtokens = label_all_subtokens
+        self.sentences: dict[str, list[ConllSentence]] = {}
+        self.windows: dict[str, dict[str, int]] = {}
+        # The label set is needed by the model before setup(): read the training tags now.
+        if label_names is None:
+            tags = {tag for sentence in self._sentences("train") for tag in sentence.tags}
+            label_names = sorted(tags, key=lambda tag: (tag != "O", tag[2:], tag))
+        self.label_names = list(label_names)
+        self.num_labels = len(self.label_names)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"label_names": self.label_names}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.label_names = list(state_dict["label_names"])
+        self.num_labels = len(self.label_names)
+
+    # ---- reading ----------------------------------------------------------------------------------------------
+
+    def _path(self, split: str) -> str:
+        if self.files["train"] is not None:
+            path = self.files[split]
+            if path is None:
+                raise DataError(f"No {split} file given; set {'val' if split == 'validation' else split}_file.")
+            return path
+        local = local_split_file(self.dataset, None, split, data_root(self.data_root))  # type: ignore[arg-type]
+        if local is None:
+            raise DataError(f"No local copy of {self.dataset!r} under the data root (${'LITBERT_DATA'}); token "
+                            f"classification reads CoNLL column files, so pass train_file/val_file/test_file.")
+        return str(local)
+
+    def _sentences(self, split: str) -> list[ConllSentence]:
+        if split in self.sentences:
+            return self.sentences[split]
+        path = self._path(split)
+        sentences = read_conll(path, self.word_column, self.label_column)
+        if self.tag_scheme != "none":
+            opening = next(((s, i) for s in sentences if (i := starts_with_inside(s.tags)) is not None), None)
+            if opening is not None and self.tag_scheme == "iob2":
+                sentence, i = opening
+                raise DataError(f"{path}, line {sentence.lines[i]}: tag {sentence.tags[i]!r} opens a chunk, which "
+                                f"IOB2 forbids; the file looks like IOB1: set tag_scheme='iob1' (or 'auto').")
+            if self.tag_scheme == "iob1" or opening is not None:
+                for sentence in sentences:
+                    sentence.tags = iob1_to_iob2(sentence.tags)
+                log.info("%s: tags converted from IOB1 to IOB2", path)
+        self.sentences[split] = sentences
+        return sentences
+
+    # ---- tokenization -----------------------------------------------------------------------------------------
+
+    def _encode(self, batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        # A space before every word but the first gives byte-level BPE its word-start marker (Ġ), as in
+        # running text; WordPiece's pre-tokenizer drops the space.
+        words = [[w if i == 0 else " " + w for i, w in enumerate(sentence)] for sentence in batch["words"]]
+        encoded = self.tokenizer(words, is_split_into_words=True, add_special_tokens=False,
+                                 return_attention_mask=False, return_token_type_ids=False, verbose=False)
+        budget = self.max_length - self.template.num_special()
+        out: dict[str, list[Any]] = {"input_ids": [], "labels": [], "word_ids": [], "sentence": [], "window": []}
+        if self.uses_token_types:
+            out["token_type_ids"] = []
+        erased = 0
+        for row, (sentence, labels) in enumerate(zip(batch["words"], batch["labels"], strict=True)):
+            pieces: list[list[int]] = [[] for _ in sentence]
+            for token, word in zip(encoded["input_ids"][row], encoded.word_ids(row), strict=True):
+                pieces[word].append(token)
+            for i, ids in enumerate(pieces):
+                if not ids:
+                    pieces[i] = [self.tokenizer.unk_token_id]
+                    erased += 1
+                if len(pieces[i]) > budget:
+                    raise DataError(f"{batch['path'][row]}, line {batch['lines'][row][i]}: word {sentence[i]!r} "
+                                    f"has {len(pieces[i])} sub-tokens, more than a window of max_length="
+                                    f"{self.max_length} holds; raise max_length.")
+            start = 0
+            for number, window in enumerate(self._windows([len(p) for p in pieces], budget)):
+                ids, tags, word_ids = [], [], []
+                for i in range(start, start + window):
+                    ids += pieces[i]
+                    word_ids += [i] * len(pieces[i])
+                    rest = labels[i] if self.label_all_subtokens else -100
+                    tags += [labels[i]] + [rest] * (len(pieces[i]) - 1)
+                full_ids, types = self.template.wrap(ids)
+                before, after = len(self.template.single[0]), len(self.template.single[1])
+                out["input_ids"].append(full_ids)
+                out["labels"].append([-100] * before + tags + [-100] * after)
+                out["word_ids"].append([-1] * before + word_ids + [-1] * after)
+                out["sentence"].append(batch["sentence"][row])
+                out["window"].append(number)
+                if self.uses_token_types:
+                    out["token_type_ids"].append(types)
+                start += window
+        out["erased"] = [erased] + [0] * (len(out["input_ids"]) - 1)
+        return out
+
+    @staticmethod
+    def _windows(lengths: list[int], budget: int) -> list[int]:
+        """Numbers of words per window: greedy, never splitting a word."""
+        windows, used, count = [], 0, 0
+        for length in lengths:
+            if used + length > budget:
+                windows.append(count)
+                used, count = 0, 0
+            used += length
+            count += 1
+        windows.append(count)
+        return windows
+
+    def _build(self, split: str) -> datasets.Dataset:
+        path = self._path(split)
+        settings = (self.word_column, self.label_column, self.tag_scheme, self.label_names, self.max_length,
+                    self.label_all_subtokens, 1)
+        key = fingerprint(split, file_identity(path), self.tokenizer_key(), settings)
+
+        def raw() -> datasets.Dataset:
+            sentences = self._sentences(split)
+            index = {tag: i for i, tag in enumerate(self.label_names)}
+            labels = []
+            for sentence in sentences:
+                for tag, line in zip(sentence.tags, sentence.lines, strict=True):
+                    if tag not in index:
+                        raise DataError(f"{path}, line {line}: tag {tag!r} is not in the label set {self.label_names}"
+                                        f"; fix the file or add the tag to label_names.")
+                labels.append([index[tag] for tag in sentence.tags])
+            return datasets.Dataset.from_dict({
+                "words": [s.words for s in sentences], "labels": labels, "lines": [s.lines for s in sentences],
+                "sentence": list(range(len(sentences))), "path": [path] * len(sentences)})
+
+        dataset = cached_map(raw, self._encode, cache_dir=self.cache_path, name=f"tokens-{split}", key=key)
+        windows = dataset["window"]
+        split_sentences = sum(1 for w in windows if w == 1)
+        extra = sum(1 for w in windows if w > 0)
+        self.windows[split] = {"sentences": len(windows) - extra, "examples": len(windows),
+                               "split_sentences": split_sentences}
+        if split_sentences:
+            log.warning("%s: %d of %d sentences were longer than max_length=%d and were split into windows "
+                        "(%d examples in all); nothing was cut", path, split_sentences, len(windows) - extra,
+                        self.max_length, len(windows))
+        erased = sum(dataset["erased"])
+        if erased:
+            log.warning("%s: %d words had no sub-tokens and were given the unknown token", path, erased)
+        return dataset
+
+    def setup(self, stage: str | None = None) -> None:
+        wanted = {"fit": ["train", "validation"], "validate": ["validation"], "test": ["test"]}
+        for st, splits in wanted.items():
+            if stage not in (None, st):
+                continue
+            for split in splits:
+                if split == "test" and self.files["train"] is not None and self.files["test"] is None:
+                    continue
+                if split not in self.datasets:
+                    self.datasets[split] = self._build(split)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", train=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("validation", train=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", train=False)

