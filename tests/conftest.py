@@ -1,8 +1,11 @@
 import os
 from pathlib import Path
 
+import datasets
 import pytest
 import torch
+
+datasets.disable_progress_bars()  # keep test logs readable; tokenization counts are logged instead
 
 
 @pytest.fixture(scope="session")
