@@ -99,6 +99,7 @@ class Checkpoint:
     encoder_state: dict[str, torch.Tensor]
     head_states: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)  # "mlm", "sequence_classification"
     head_options: dict[str, Any] = field(default_factory=dict)
+    source: str = ""  # the directory it was read from, for messages
 
 
 # ----------------------------------------------------------------------------------------------------- reading
@@ -178,13 +179,15 @@ def _split_prefix(state: dict[str, torch.Tensor], layout: Layout) -> tuple[dict,
     if any(k.startswith(layout.prefix) for k in state):
         base = {k[len(layout.prefix):]: v for k, v in state.items() if k.startswith(layout.prefix)}
         top = {k: v for k, v in state.items() if not k.startswith(layout.prefix)}
-        return base, top
-    roots = ("embeddings.", layout.layer.split(".")[0] + ".")
-    base = {k: v for k, v in state.items() if k.startswith(roots)}
-    top = {k: v for k, v in state.items() if not k.startswith(roots)}
-    for name in ("pooler.dense.weight", "pooler.dense.bias"):  # BertModel's pooler belongs to the classifier head
-        if name in top:
-            top[layout.prefix + name] = top.pop(name)
+    else:
+        roots = ("embeddings.", layout.layer.split(".")[0] + ".")
+        base = {k: v for k, v in state.items() if k.startswith(roots)}
+        top = {k: v for k, v in state.items() if not k.startswith(roots)}
+    # BertModel's pooler belongs to the classifier head: file it under the task model's name, prefixed or not.
+    for name in ("pooler.dense.weight", "pooler.dense.bias"):
+        for part in (base, top):
+            if name in part:
+                top[layout.prefix + name] = part.pop(name)
     return base, top
 
 
@@ -193,9 +196,6 @@ def _from_transformers(directory: Path) -> Checkpoint:
     config = config_from_transformers(hf_config, str(directory / "config.json"))
     layout = LAYOUTS[hf_config["model_type"]]
     base, top = _split_prefix(read_weights(directory), layout)
-    if "pooler.dense.weight" in base:
-        top[layout.prefix + "pooler.dense.weight"] = base.pop("pooler.dense.weight")
-        top[layout.prefix + "pooler.dense.bias"] = base.pop("pooler.dense.bias")
 
     encoder: dict[str, torch.Tensor] = {}
     names = list(base)
@@ -263,7 +263,11 @@ def _from_litbert(directory: Path) -> Checkpoint:
     return Checkpoint(config, encoder, heads, head_meta.get("options", {}))
 
 
-def load_checkpoint(directory: str | Path) -> Checkpoint:
+def load_checkpoint(directory: str | Path | Checkpoint) -> Checkpoint:
+    """Read a checkpoint directory; a `Checkpoint` already read is returned as is, so callers that build an
+    encoder and its heads from one directory read its weights once."""
+    if isinstance(directory, Checkpoint):
+        return directory
     directory = Path(directory)
     if not directory.is_dir():
         raise FileNotFoundError(
@@ -271,10 +275,13 @@ def load_checkpoint(directory: str | Path) -> Checkpoint:
             f"hub model first (e.g. `huggingface-cli download NAME --local-dir DIR`)."
         )
     if (directory / LITBERT_CONFIG).exists():
-        return _from_litbert(directory)
-    if (directory / "config.json").exists():
-        return _from_transformers(directory)
-    raise FileNotFoundError(f"{directory} holds neither {LITBERT_CONFIG} (litbert) nor config.json (transformers).")
+        checkpoint = _from_litbert(directory)
+    elif (directory / "config.json").exists():
+        checkpoint = _from_transformers(directory)
+    else:
+        raise FileNotFoundError(f"{directory} holds neither {LITBERT_CONFIG} (litbert) nor config.json (transformers).")
+    checkpoint.source = str(directory)
+    return checkpoint
 
 
 # ----------------------------------------------------------------------------------------------------- writing

@@ -14,13 +14,16 @@ after the pooler, which is identical at evaluation time and loads the same weigh
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 from torch import nn
 
 from encoders.config import EncoderConfig
 from encoders.layers import activation_spec, build_norm
+
+if TYPE_CHECKING:
+    from encoders.checkpoints import Checkpoint
 
 
 class MaskedLMHead(nn.Module):
@@ -47,12 +50,12 @@ class MaskedLMHead(nn.Module):
         return self.decoder(self.norm(self.activation(self.dense(hidden)))) + self.bias
 
     @classmethod
-    def from_pretrained(cls, directory: str | Path, encoder: nn.Module) -> MaskedLMHead:
+    def from_pretrained(cls, directory: str | Path | Checkpoint, encoder: nn.Module) -> MaskedLMHead:
         """The MLM head stored beside the encoder in `directory`, tied to `encoder`'s word embeddings."""
         from encoders.checkpoints import load_checkpoint
 
         head = cls(encoder.config, encoder.embeddings.word)
-        _load_head(head, load_checkpoint(directory), "mlm", directory)
+        _load_head(head, load_checkpoint(directory), "mlm")
         return head
 
 
@@ -97,23 +100,17 @@ class SequenceClassificationHead(nn.Module):
 
     @classmethod
     def from_pretrained(
-        cls, directory: str | Path, num_labels: int | None = None, **kwargs
+        cls, directory: str | Path | Checkpoint, num_labels: int | None = None, **kwargs
     ) -> SequenceClassificationHead:
         """The pooler (and, when present with a matching size, the classifier) stored in `directory`; a classifier
         absent from the checkpoint is freshly initialised, as when fine-tuning starts from a pretrained encoder."""
         from encoders.checkpoints import load_checkpoint
 
         checkpoint = load_checkpoint(directory)
-        state = checkpoint.head_states.get("sequence_classification", {})
-        stored_labels = state["classifier.weight"].shape[0] if "classifier.weight" in state else None
-        num_labels = num_labels or stored_labels
-        if num_labels is None:
-            raise ValueError(f"{directory} holds no classifier; pass num_labels to build a new one.")
+        state, num_labels = _classifier_state(checkpoint, "sequence_classification", num_labels, "classifier")
         kwargs.setdefault("pooler_activation", checkpoint.head_options.get("pooler_activation", "tanh"))
         head = cls(checkpoint.config.hidden_size, num_labels, **kwargs)
-        if stored_labels is not None and stored_labels != num_labels:
-            state = {k: v for k, v in state.items() if not k.startswith("classifier.")}
-        head.load_state_dict(state, strict=False)
+        head.load_state_dict(state, strict=False)  # the pooler alone, when the classifier starts fresh
         return head
 
 
@@ -135,22 +132,36 @@ class TokenClassificationHead(nn.Module):
         return self.classifier(self.dropout(hidden))
 
     @classmethod
-    def from_pretrained(cls, directory: str | Path, num_labels: int | None = None, **kwargs) -> TokenClassificationHead:
+    def from_pretrained(
+        cls, directory: str | Path | Checkpoint, num_labels: int | None = None, **kwargs
+    ) -> TokenClassificationHead:
         from encoders.checkpoints import load_checkpoint
 
         checkpoint = load_checkpoint(directory)
-        state = checkpoint.head_states.get("token_classification", {})
-        stored_labels = state["classifier.weight"].shape[0] if "classifier.weight" in state else None
-        num_labels = num_labels or stored_labels
-        if num_labels is None:
-            raise ValueError(f"{directory} holds no token classifier; pass num_labels to build a new one.")
+        state, num_labels = _classifier_state(checkpoint, "token_classification", num_labels, "token classifier")
         head = cls(checkpoint.config.hidden_size, num_labels, **kwargs)
-        if stored_labels == num_labels:
+        if state:
             head.load_state_dict(state, strict=True)
         return head
 
 
-def _load_head(head: nn.Module, checkpoint, kind: str, directory: str | Path) -> None:
+def _classifier_state(
+    checkpoint: Checkpoint, kind: str, num_labels: int | None, description: str
+) -> tuple[dict[str, torch.Tensor], int]:
+    """The stored state of a classifier head and the label count to build: `num_labels` when given, else the
+    stored one. A stored classifier of another size is left out of the state, so the new one starts fresh."""
+    state = checkpoint.head_states.get(kind, {})
+    stored_labels = state["classifier.weight"].shape[0] if "classifier.weight" in state else None
+    num_labels = num_labels or stored_labels
+    if num_labels is None:
+        raise ValueError(f"{checkpoint.source} holds no {description}; pass num_labels to build a new one.")
+    if stored_labels is not None and stored_labels != num_labels:
+        state = {k: v for k, v in state.items() if not k.startswith("classifier.")}
+    return state, num_labels
+
+
+def _load_head(head: nn.Module, checkpoint: Checkpoint, kind: str) -> None:
+    directory = checkpoint.source
     state = checkpoint.head_states.get(kind)
     if not state:
         raise ValueError(

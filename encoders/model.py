@@ -8,7 +8,7 @@ Heads live in `encoders.heads`; checkpoint conversion in `encoders.checkpoints`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 from torch import nn
@@ -16,6 +16,9 @@ from torch import nn
 from encoders.config import EncoderConfig
 from encoders.layers import Block, build_norm
 from encoders.positions import build_position
+
+if TYPE_CHECKING:
+    from encoders.checkpoints import Checkpoint
 
 
 class EncoderOutput(NamedTuple):
@@ -134,8 +137,9 @@ class Encoder(nn.Module):
         return sum(p.numel() for p in params.values())
 
     @classmethod
-    def from_pretrained(cls, directory: str | Path) -> Encoder:
-        """Load a litbert checkpoint or a transformers-format BERT, RoBERTa or DistilBERT checkpoint directory."""
+    def from_pretrained(cls, directory: str | Path | Checkpoint) -> Encoder:
+        """Load a litbert checkpoint or a transformers-format BERT, RoBERTa or DistilBERT checkpoint directory
+        (or a `Checkpoint` already read from one)."""
         from encoders.checkpoints import load_checkpoint
 
         checkpoint = load_checkpoint(directory)
