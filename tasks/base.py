@@ -15,6 +15,12 @@ import torch
 from torch import nn
 
 from encoders import Encoder, EncoderConfig
+from encoders.checkpoints import Checkpoint, load_checkpoint
+
+
+def read_pretrained(pretrained: str | None) -> Checkpoint | None:
+    """The checkpoint directory a task starts from, read once for the encoder and its heads."""
+    return load_checkpoint(pretrained) if pretrained is not None else None
 
 
 def _encoder_spec_fields() -> list[tuple[str, typing.Any, dataclasses.Field]]:
@@ -61,14 +67,16 @@ class Optimization:
 torch.serialization.add_safe_globals([EncoderSpec, Optimization])
 
 
-def build_encoder(encoder: EncoderSpec | None, pretrained: str | None, vocab_size: int | None) -> Encoder:
-    """An encoder from a checkpoint directory (`pretrained`) or a preset spec; `vocab_size` (from the tokenizer)
-    sizes a new encoder's embeddings and must fit in a pretrained one's."""
+def build_encoder(
+    encoder: EncoderSpec | None, pretrained: Checkpoint | None, vocab_size: int | None
+) -> Encoder:
+    """An encoder from a checkpoint read with `load_checkpoint` (`pretrained`) or a preset spec; `vocab_size`
+    (from the tokenizer) sizes a new encoder's embeddings and must fit in a pretrained one's."""
     if pretrained is not None:
         model = Encoder.from_pretrained(pretrained)
         if vocab_size is not None and vocab_size > model.config.vocab_size:
             raise ValueError(
-                f"The tokenizer has {vocab_size} tokens but the checkpoint {pretrained} embeds only "
+                f"The tokenizer has {vocab_size} tokens but the checkpoint {pretrained.source} embeds only "
                 f"{model.config.vocab_size}; use the checkpoint's own tokenizer."
             )
         return model

@@ -10,16 +10,18 @@ import torch.nn.functional as F
 from torch import nn
 
 from encoders import SequenceClassificationHead, TokenClassificationHead
-from encoders.checkpoints import load_checkpoint
-from tasks.base import EncoderSpec, EncoderTask, Optimization, build_encoder
+from encoders.checkpoints import Checkpoint
+from tasks.base import EncoderSpec, EncoderTask, Optimization, build_encoder, read_pretrained
 from tasks.metrics import EntityF1, classification_metrics
 
 
-def _head_from(pretrained: str | None, cls: type[nn.Module], kind: str, hidden_size: int, num_labels: int, **kwargs):
+def _head_from(
+    checkpoint: Checkpoint | None, cls: type[nn.Module], kind: str, hidden_size: int, num_labels: int, **kwargs
+):
     """The checkpoint's head of this kind when it has one of the same size (resuming an exported fine-tuned
     model), else a new head; a BERT pooler is kept either way, as transformers does."""
-    if pretrained is not None and kind in load_checkpoint(pretrained).head_states:
-        return cls.from_pretrained(pretrained, num_labels=num_labels, **kwargs)
+    if checkpoint is not None and kind in checkpoint.head_states:
+        return cls.from_pretrained(checkpoint, num_labels=num_labels, **kwargs)
     return cls(hidden_size, num_labels, **kwargs)
 
 
@@ -51,8 +53,9 @@ class SequenceClassification(EncoderTask):
         super().__init__(optimization)
         self.save_hyperparameters()
         self.regression = num_labels == 1
-        self.encoder = build_encoder(encoder, pretrained, vocab_size)
-        self.head = _head_from(pretrained, SequenceClassificationHead, "sequence_classification",
+        checkpoint = read_pretrained(pretrained)
+        self.encoder = build_encoder(encoder, checkpoint, vocab_size)
+        self.head = _head_from(checkpoint, SequenceClassificationHead, "sequence_classification",
                                self.encoder.config.hidden_size, num_labels, pooling=pooling,
                                dropout=classifier_dropout)
         self.validation_names = list(validation_names)
@@ -118,8 +121,9 @@ class TokenClassification(EncoderTask):
         super().__init__(optimization)
         self.save_hyperparameters()
         self.label_names = list(label_names)
-        self.encoder = build_encoder(encoder, pretrained, vocab_size)
-        self.head = _head_from(pretrained, TokenClassificationHead, "token_classification",
+        checkpoint = read_pretrained(pretrained)
+        self.encoder = build_encoder(encoder, checkpoint, vocab_size)
+        self.head = _head_from(checkpoint, TokenClassificationHead, "token_classification",
                                self.encoder.config.hidden_size, len(self.label_names), dropout=classifier_dropout)
         self.val_entities = EntityF1(self.label_names)
         self.test_entities = EntityF1(self.label_names)

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torchmetrics import MeanMetric
 
 from encoders import Encoder, MaskedLMHead
+from encoders.checkpoints import load_checkpoint
 from tasks.base import EncoderSpec, EncoderTask, Optimization
 from tasks.mlm import masked_lm_loss
 
@@ -84,8 +85,9 @@ class Distillation(EncoderTask):
         if temperature <= 0:
             raise ValueError(f"temperature={temperature} must be positive.")
         self.temperature, self.alphas = temperature, {"kl": alpha_ce, "mlm": alpha_mlm, "cosine": alpha_cos}
-        self.teacher = Encoder.from_pretrained(teacher)
-        self.teacher_head = MaskedLMHead.from_pretrained(teacher, self.teacher)
+        checkpoint = load_checkpoint(teacher)  # read once for the encoder and its head
+        self.teacher = Encoder.from_pretrained(checkpoint)
+        self.teacher_head = MaskedLMHead.from_pretrained(checkpoint, self.teacher)
         for param in [*self.teacher.parameters(), *self.teacher_head.parameters()]:
             param.requires_grad_(False)
         self.teacher.eval()

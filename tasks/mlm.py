@@ -11,8 +11,7 @@ import torch.nn.functional as F
 from torchmetrics import MeanMetric
 
 from encoders import MaskedLMHead
-from encoders.checkpoints import load_checkpoint
-from tasks.base import EncoderSpec, EncoderTask, Optimization, build_encoder
+from tasks.base import EncoderSpec, EncoderTask, Optimization, build_encoder, read_pretrained
 
 
 def masked_lm_loss(
@@ -42,9 +41,10 @@ class MaskedLM(EncoderTask):
         """
         super().__init__(optimization)
         self.save_hyperparameters()
-        self.encoder = build_encoder(encoder, pretrained, vocab_size)
-        if pretrained is not None and "mlm" in load_checkpoint(pretrained).head_states:
-            self.head = MaskedLMHead.from_pretrained(pretrained, self.encoder)
+        checkpoint = read_pretrained(pretrained)
+        self.encoder = build_encoder(encoder, checkpoint, vocab_size)
+        if checkpoint is not None and "mlm" in checkpoint.head_states:
+            self.head = MaskedLMHead.from_pretrained(checkpoint, self.encoder)
         else:  # a new model, or a checkpoint without an MLM head (e.g. BertModel): the head starts fresh
             self.head = MaskedLMHead(self.encoder.config, self.encoder.embeddings.word)
         self.val_loss = MeanMetric()

@@ -12,7 +12,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader
 
 from encoders import Encoder, EncoderConfig, MaskedLMHead
-from tasks.base import EncoderSpec, Optimization, build_encoder, lr_lambda, parameter_groups
+from tasks.base import EncoderSpec, Optimization, build_encoder, lr_lambda, parameter_groups, read_pretrained
 from tasks.classification import SequenceClassification, TokenClassification
 from tasks.distillation import Distillation, distillation_losses, student_from_teacher
 from tasks.metrics import EntityF1, classification_metrics, entity_spans
@@ -71,8 +71,8 @@ def test_encoder_spec_and_vocab_link(tmp_path):
     with pytest.raises(ValueError, match="tokenizer has 900 tokens but model.encoder.vocab_size=800"):
         build_encoder(EncoderSpec(preset="bert-tiny", vocab_size=800), None, vocab_size=900)
     Encoder(EncoderConfig.from_name("bert-tiny", vocab_size=50)).save_pretrained(tmp_path)
-    with pytest.raises(ValueError, match="embeds only 50"):
-        build_encoder(None, str(tmp_path), vocab_size=60)
+    with pytest.raises(ValueError, match=f"checkpoint {tmp_path} embeds only 50"):
+        build_encoder(None, read_pretrained(str(tmp_path)), vocab_size=60)
 
 
 def test_masked_lm_loss_falls():
@@ -327,3 +327,22 @@ def test_every_glue_task_has_its_metrics():
     for name, task in GLUE_TASKS.items():
         collection = classification_metrics(task.metrics, task.num_labels)
         assert set(collection.keys()) == set(task.metrics), name
+
+
+def test_a_pretrained_directory_is_read_once(tmp_path, monkeypatch):
+    import transformers
+
+    import encoders.checkpoints as checkpoints
+
+    config = transformers.BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=48, num_labels=3)
+    transformers.BertForSequenceClassification(config).save_pretrained(tmp_path)
+    reads = []
+    original = checkpoints.read_weights
+    monkeypatch.setattr(checkpoints, "read_weights", lambda directory: reads.append(directory) or original(directory))
+    model = SequenceClassification(num_labels=3, pretrained=str(tmp_path), vocab_size=64)
+    assert len(reads) == 1
+    # and both the encoder and the stored classifier came from it
+    stored = checkpoints.load_file(str(tmp_path / "model.safetensors"))
+    torch.testing.assert_close(model.head.classifier.weight, stored["classifier.weight"])
+    torch.testing.assert_close(model.encoder.embeddings.word.weight, stored["bert.embeddings.word_embeddings.weight"])
