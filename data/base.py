@@ -27,10 +27,15 @@ class TokenizedDataModule(L.LightningDataModule):
     """Base of the datamodules: loads the tokenizer at construction so that `vocab_size`, `pad_token_id` and
     `mask_token_id` are known before `setup()` (LightningCLI links them into the model config)."""
 
-    def __init__(self, tokenizer: str, max_length: int, batch_size: int, eval_batch_size: int | None,
+    def __init__(self, tokenizer: str | None, max_length: int, batch_size: int, eval_batch_size: int | None,
                  num_workers: int, data_root: str | None, cache_dir: str | None, group_by_length: bool,
                  seed: int) -> None:
         super().__init__()
+        if tokenizer is None:
+            raise DataError(
+                f"{type(self).__name__} has no tokenizer: set data.tokenizer (a tokenizer folder or tokenizer.json), "
+                f"or fine-tune from --model.pretrained <dir> with the tokenizer saved in that folder."
+            )
         self.tokenizer_path = tokenizer
         self.tokenizer = load_tokenizer(tokenizer)
         self.template = SpecialTokenTemplate.of(self.tokenizer)

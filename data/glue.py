@@ -196,7 +196,8 @@ class GLUEDataModule(TokenizedDataModule):
 
     Args:
         task: Task name (`cola`, `sst2`, `mrpc`, `stsb`, `qqp`, `mnli`, `qnli`, `rte`, `wnli`; folder names work).
-        tokenizer: Path to a tokenizer folder or tokenizer.json.
+        tokenizer: Path to a tokenizer folder or tokenizer.json; train.py defaults it to the folder of
+            `model.pretrained`.
         max_length: Longest sequence, special tokens included.
         batch_size: Training batch size.
         eval_batch_size: Validation and prediction batch size (defaults to `batch_size`).
@@ -212,7 +213,7 @@ class GLUEDataModule(TokenizedDataModule):
     def __init__(
         self,
         task: str,
-        tokenizer: str,
+        tokenizer: str | None = None,
         max_length: int = 128,
         batch_size: int = 32,
         eval_batch_size: int | None = None,

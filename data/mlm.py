@@ -49,6 +49,7 @@ from data.sources import (
     read_table,
     read_text_documents,
 )
+from data.tokenizers import TokenizerTraining, ensure_trained
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +95,9 @@ class MLMDataModule(TokenizedDataModule):
     """Masked-language-model pretraining data from local text files or a (local copy of a) hub dataset.
 
     Args:
-        tokenizer: Path to a tokenizer folder or tokenizer.json.
+        tokenizer: Path to a tokenizer folder or tokenizer.json; with `train_tokenizer`, the folder to train it into.
+        train_tokenizer: Train the tokenizer on the training documents when the `tokenizer` folder does not exist
+            yet (reused when it holds one trained with the same settings on the same data).
         train_files: Local training files: .txt/.tokens (a document per line), .csv/.tsv/.json/.jsonl (`text_column`).
         val_files: Local validation files, same formats.
         dataset: Hub dataset name (e.g. `imdb`, `wikitext`), used when no files are given; known names resolve to
@@ -110,7 +113,8 @@ class MLMDataModule(TokenizedDataModule):
         masking: `dynamic` (new masks each epoch, RoBERTa) or `static` (masks fixed once from `seed`, BERT).
         whole_word_masking: Mask all pieces of a word together.
         mlm_probability: Fraction of non-special tokens chosen for prediction.
-        max_documents: Use only the first N documents of each split (a user filter; the number left out is logged).
+        max_documents: Train on the first N documents only (a user filter; the number left out is logged).
+        max_val_documents: Validate on the first N documents only.
         batch_size: Training batch size.
         eval_batch_size: Validation batch size (defaults to `batch_size`).
         num_workers: DataLoader worker processes.
@@ -122,7 +126,8 @@ class MLMDataModule(TokenizedDataModule):
 
     def __init__(
         self,
-        tokenizer: str,
+        tokenizer: str | None = None,
+        train_tokenizer: TokenizerTraining | None = None,
         train_files: list[str] | None = None,
         val_files: list[str] | None = None,
         dataset: str | None = None,
@@ -137,6 +142,7 @@ class MLMDataModule(TokenizedDataModule):
         whole_word_masking: bool = False,
         mlm_probability: float = 0.15,
         max_documents: int | None = None,
+        max_val_documents: int | None = None,
         batch_size: int = 32,
         eval_batch_size: int | None = None,
         num_workers: int = 0,
@@ -145,6 +151,18 @@ class MLMDataModule(TokenizedDataModule):
         seed: int = 0,
         val_mask_seed: int = 1234,
     ) -> None:
+        self.train_files, self.val_files = train_files, val_files
+        self.dataset, self.dataset_config = dataset, dataset_config
+        self.train_split, self.val_split = train_split, val_split
+        self.text_column, self.blank_line_documents = text_column, blank_line_documents
+        self.max_documents, self.max_val_documents = max_documents, max_val_documents
+        self.data_root = data_root
+        if train_tokenizer is not None:
+            if tokenizer is None:
+                raise DataError("data.train_tokenizer needs data.tokenizer: the folder to train the tokenizer into.")
+            identity, source = self._source(train_split, train_files)
+            ensure_trained(tokenizer, train_tokenizer, lambda: self._documents(train_split, source, "train"),
+                           fingerprint(identity, max_documents, text_column, blank_line_documents))
         super().__init__(tokenizer, max_length, batch_size, eval_batch_size, num_workers, data_root, cache_dir,
                          group_by_length=False, seed=seed)
         self.save_hyperparameters()
@@ -156,11 +174,7 @@ class MLMDataModule(TokenizedDataModule):
             raise DataError("MLMDataModule needs train_files or a dataset name; neither was given.")
         if self.mask_token_id is None:
             raise DataError(f"Tokenizer {tokenizer} has no mask token; MLM needs one ([MASK] or <mask>).")
-        self.train_files, self.val_files = train_files, val_files
-        self.dataset, self.dataset_config = dataset, dataset_config
-        self.train_split, self.val_split = train_split, val_split
-        self.text_column, self.blank_line_documents = text_column, blank_line_documents
-        self.packing, self.masking, self.max_documents = packing, masking, max_documents
+        self.packing, self.masking = packing, masking
         self.val_mask_seed = val_mask_seed
         self.collate = MLMCollator(self.tokenizer, mlm_probability, whole_word_masking)
         self.stats: dict[str, dict[str, int]] = {}
@@ -182,16 +196,18 @@ class MLMDataModule(TokenizedDataModule):
                             f"its columns are {hub.column_names}. Set text_column.")
         return ["hub", self.dataset, self.dataset_config, split, hub._fingerprint], hub
 
-    def _documents(self, split: str, source: list[str] | datasets.Dataset) -> list[str]:
+    def _documents(self, split: str, source: list[str] | datasets.Dataset, role: str) -> list[str]:
         if isinstance(source, datasets.Dataset):
             documents = [text for text in source[self.text_column] if text and text.strip()]
         else:
             documents = [d for path in source for d in read_documents(path, self.text_column,
                                                                       self.blank_line_documents)]
-        if self.max_documents is not None and len(documents) > self.max_documents:
-            log.info("%s: max_documents=%d keeps %d of %d documents; %d left out by that setting", split,
-                     self.max_documents, self.max_documents, len(documents), len(documents) - self.max_documents)
-            documents = documents[: self.max_documents]
+        setting = "max_documents" if role == "train" else "max_val_documents"
+        limit = getattr(self, setting)
+        if limit is not None and len(documents) > limit:
+            log.info("%s: %s=%d keeps %d of %d documents; %d left out by that setting", split, setting, limit,
+                     limit, len(documents), len(documents) - limit)
+            documents = documents[:limit]
         return documents
 
     # ---- tokenization -----------------------------------------------------------------------------------------
@@ -240,13 +256,14 @@ class MLMDataModule(TokenizedDataModule):
     def _build(self, role: str, split: str, files: list[str] | None) -> datasets.Dataset:
         """The examples of `role` (train or validation) from `split` of the dataset, or from `files`."""
         identity, source = self._source(split, files)
+        limit = self.max_documents if role == "train" else self.max_val_documents
         settings = dict(packing=self.packing, max_length=self.max_length, seed=self.seed,
                         blank_line_documents=self.blank_line_documents, text_column=self.text_column,
-                        max_documents=self.max_documents, version=1)
+                        max_documents=limit, version=1)
         key = fingerprint(identity, self.tokenizer_key(), settings)
 
         def raw() -> datasets.Dataset:
-            return datasets.Dataset.from_dict({"text": self._documents(split, source)})
+            return datasets.Dataset.from_dict({"text": self._documents(split, source, role)})
 
         if self.packing == "segments":
             examples = cached_map(raw, self._segment_examples, cache_dir=self.cache_path, name=f"mlm-{split}",

@@ -83,7 +83,8 @@ class SentimentDataModule(TokenizedDataModule):
     """Single-text classification with string labels mapped to ids.
 
     Args:
-        tokenizer: Path to a tokenizer folder or tokenizer.json.
+        tokenizer: Path to a tokenizer folder or tokenizer.json; train.py defaults it to the folder of
+            `model.pretrained`.
         dataset: `sst2`, `imdb`, or another hub name (with `dataset_config`); ignored when `train_file` is given.
         dataset_config: Hub config name for other hub datasets.
         train_file: Local training file (CSV, TSV, JSON or JSONL).
@@ -107,7 +108,7 @@ class SentimentDataModule(TokenizedDataModule):
 
     def __init__(
         self,
-        tokenizer: str,
+        tokenizer: str | None = None,
         dataset: str | None = "sst2",
         dataset_config: str | None = None,
         train_file: str | None = None,
@@ -273,6 +274,13 @@ class SentimentDataModule(TokenizedDataModule):
             log.warning("%s: %d of %d documents were longer than max_length=%d and were cut (%s)", where,
                         self.truncated[split], len(dataset), self.max_length, self.truncation)
         return dataset
+
+    @property
+    def has_test_split(self) -> bool:
+        """Whether `test` has a labelled split to run (SST-2's test labels are not public)."""
+        if self.known is not None:
+            return "test" in self.known.files
+        return self.files["test"] is not None or self.files["train"] is None  # a hub dataset: its test split
 
     def setup(self, stage: str | None = None) -> None:
         val_split = self.known.validation_split if self.known else "validation"

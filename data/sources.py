@@ -102,10 +102,10 @@ def local_copy_folder(name: str, config: str | None, root: Path | None) -> Path 
         return None
     folder = copy.folder
     if copy.configs is not None:
-        if config not in copy.configs:
-            raise DataError(
-                f"Dataset {name!r} has no config {config!r} with a local layout; choose one of {sorted(copy.configs)}."
-            )
+        if config not in copy.configs:  # e.g. wikitext-103: not copied locally, so it comes from the hub
+            log.info("%s: config %r has no local copy (local configs: %s); loading it from the hub", name, config,
+                     sorted(copy.configs))
+            return None
         folder = folder.format(config=copy.configs[config])
     path = root / folder
     if not path.is_dir():

@@ -70,7 +70,8 @@ class TokenClassificationDataModule(TokenizedDataModule):
     """Sentences of a CoNLL-style column file, tokenized with per-token labels.
 
     Args:
-        tokenizer: Path to a tokenizer folder or tokenizer.json.
+        tokenizer: Path to a tokenizer folder or tokenizer.json; train.py defaults it to the folder of
+            `model.pretrained`.
         dataset: `conll2003` (or `eriktks/conll2003`), read from the data root; ignored when `train_file` is given.
         train_file: Local CoNLL column file for training.
         val_file: Local CoNLL column file for validation.
@@ -93,7 +94,7 @@ class TokenClassificationDataModule(TokenizedDataModule):
 
     def __init__(
         self,
-        tokenizer: str,
+        tokenizer: str | None = None,
         dataset: str | None = "conll2003",
         train_file: str | None = None,
         val_file: str | None = None,

@@ -16,10 +16,12 @@ from) the same folder layout as any transformers checkpoint.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import shutil
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -119,6 +121,57 @@ def save_tokenizer(tokenizer: PreTrainedTokenizerFast, folder: str | os.PathLike
     """Save as a transformers tokenizer folder (`tokenizer.json`, `tokenizer_config.json`)."""
     folder = Path(folder)
     tokenizer.save_pretrained(str(folder))
+    return folder
+
+
+@dataclass(frozen=True)
+class TokenizerTraining:
+    """Settings of a tokenizer that a datamodule trains on its own training text (see `ensure_trained`)."""
+
+    kind: TokenizerKind = "wordpiece"
+    vocab_size: int = 30522
+    lowercase: bool | None = None  # None: lowercase for WordPiece (BERT uncased), keep case for byte-level BPE
+    min_frequency: int = 2
+
+
+TRAINING_RECORD = "litbert_tokenizer.json"  # what a trained tokenizer folder was trained with, and on what
+
+
+def ensure_trained(folder: str | os.PathLike[str], training: TokenizerTraining, texts: Callable[[], Iterable[str]],
+                   source: str) -> Path:
+    """`folder` holding a tokenizer trained with `training` on `texts()` (identified by `source`).
+
+    Trains and saves it when the folder does not exist; reuses it when the folder records the same settings and
+    source; refuses a folder trained otherwise, or not trained by litbert, rather than silently using it. Saving
+    goes through a private folder renamed into place, so processes racing to train (one per DDP rank) all end up
+    loading the same tokenizer.
+    """
+    folder = Path(folder).expanduser()
+    wanted = {"training": asdict(training), "source": source}
+    if not folder.exists():
+        tokenizer = train_tokenizer(texts(), **asdict(training))
+        private = folder.with_name(f".{folder.name}.{os.getpid()}.tmp")
+        save_tokenizer(tokenizer, private)
+        (private / TRAINING_RECORD).write_text(json.dumps(wanted, indent=2) + "\n")
+        try:
+            private.rename(folder)
+            log.info("saved the trained tokenizer to %s", folder)
+        except OSError:  # another process renamed its copy first; use that one
+            shutil.rmtree(private, ignore_errors=True)
+    record = folder / TRAINING_RECORD
+    if not record.is_file():
+        raise DataError(
+            f"data.tokenizer={str(folder)!r} exists but was not trained by litbert (no {TRAINING_RECORD}), and "
+            f"data.train_tokenizer asks to train one there. Remove train_tokenizer to use that tokenizer as is, or "
+            f"point data.tokenizer to a new folder."
+        )
+    found = json.loads(record.read_text())
+    if found != wanted:
+        raise DataError(
+            f"The tokenizer in {folder} was trained with {found['training']} on data {found['source']}, but this run "
+            f"asks for {wanted['training']} on data {wanted['source']}. Delete the folder to retrain, or point "
+            f"data.tokenizer to another folder."
+        )
     return folder
 
 

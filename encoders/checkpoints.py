@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -414,7 +415,10 @@ def _to_transformers(encoder: nn.Module, head: nn.Module | None, kind: str | Non
     return _transformers_config(config, layout, architecture, extra), state
 
 
-def save_checkpoint(encoder: nn.Module, directory: Path, head: nn.Module | None = None, format: str = "auto") -> Path:
+def save_checkpoint(encoder: nn.Module, directory: Path, head: nn.Module | None = None, format: str = "auto",
+                    label_names: Sequence[str] | None = None) -> Path:
+    if label_names is not None and getattr(head, "num_labels", None) not in (None, len(label_names)):
+        raise ValueError(f"{len(label_names)} label names for a head with {head.num_labels} outputs.")
     if format not in ("auto", "transformers", "litbert"):
         raise ValueError(f"format={format!r}; choose 'auto', 'transformers' or 'litbert'.")
     kind = _head_kind(head)
@@ -427,6 +431,9 @@ def save_checkpoint(encoder: nn.Module, directory: Path, head: nn.Module | None 
     directory.mkdir(parents=True, exist_ok=True)
     if format == "transformers":
         hf_config, state = _to_transformers(encoder, head, kind)
+        if label_names is not None:  # what transformers' pipelines show instead of LABEL_0, LABEL_1, ...
+            hf_config["id2label"] = {str(i): name for i, name in enumerate(label_names)}
+            hf_config["label2id"] = {name: i for i, name in enumerate(label_names)}
         (directory / LITBERT_CONFIG).unlink(missing_ok=True)
         (directory / "config.json").write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
     else:
@@ -437,7 +444,8 @@ def save_checkpoint(encoder: nn.Module, directory: Path, head: nn.Module | None 
             state.update({f"head.{k}": v.detach().cpu() for k, v in head.state_dict().items()
                           if not (tied and k == "decoder.weight")})
             head_meta = {"kind": kind, "options": _head_options(head)}
-        meta = {"format": "litbert", "version": 1, "encoder": encoder.config.to_dict(), "head": head_meta}
+        meta = {"format": "litbert", "version": 1, "encoder": encoder.config.to_dict(), "head": head_meta,
+                "label_names": list(label_names) if label_names is not None else None}
         (directory / LITBERT_CONFIG).write_text(json.dumps(meta, indent=2) + "\n")
     # safetensors refuses tensors that share memory (the split QKV views); give each its own storage.
     save_file({k: v.contiguous().clone() for k, v in state.items()}, str(directory / WEIGHTS),

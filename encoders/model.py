@@ -7,6 +7,7 @@ Heads live in `encoders.heads`; checkpoint conversion in `encoders.checkpoints`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -148,15 +149,17 @@ class Encoder(nn.Module):
         return encoder
 
     def save_pretrained(
-        self, directory: str | Path, head: nn.Module | None = None, format: str = "auto"
+        self, directory: str | Path, head: nn.Module | None = None, format: str = "auto",
+        label_names: Sequence[str] | None = None,
     ) -> Path:
         """Write this encoder (and optionally one head) to `directory`.
 
         `format="transformers"` writes a checkpoint that `transformers.AutoModel` (or the matching
         `*ForMaskedLM` / `*ForSequenceClassification` / `*ForTokenClassification` for a head) loads, and raises if
         the configuration has no transformers equivalent; `"litbert"` writes litbert's own safetensors + JSON;
-        `"auto"` picks transformers whenever it can express the configuration.
+        `"auto"` picks transformers whenever it can express the configuration. `label_names` (a classifier head's
+        labels in id order) are stored as transformers' `id2label`.
         """
         from encoders.checkpoints import save_checkpoint
 
-        return save_checkpoint(self, Path(directory), head=head, format=format)
+        return save_checkpoint(self, Path(directory), head=head, format=format, label_names=label_names)
