@@ -7,7 +7,9 @@ import dataclasses
 import math
 import time
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal, Optional
 
 import lightning as L
@@ -116,7 +118,10 @@ def parameter_groups(module: nn.Module, weight_decay: float) -> list[dict]:
 
 
 class EncoderTask(L.LightningModule):
-    """Base of every litbert task. Subclasses build `self.encoder` and heads, and implement the steps."""
+    """Base of every litbert task. Subclasses build `self.encoder` and `self.head`, and implement the steps."""
+
+    #: The validation metric that picks the best checkpoint, and whether lower ("min") or higher ("max") is better.
+    monitor: tuple[str, Literal["min", "max"]] = ("val/loss", "min")
 
     def __init__(self, optimization: Optimization | None = None) -> None:
         super().__init__()
@@ -148,6 +153,18 @@ class EncoderTask(L.LightningModule):
             self.log(f"train/{name}", value)
         if self.trainer is not None and self.trainer.optimizers:
             self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"])
+
+    def export_labels(self) -> Sequence[str] | None:
+        """The head's label names in id order, stored with an exported classifier."""
+        return None
+
+    def export(self, directory: str | Path, tokenizer=None) -> Path:
+        """Save the trained encoder and head with `save_pretrained` (transformers format whenever it can express
+        the configuration) and the tokenizer beside them, so the folder is a `--model.pretrained` of its own."""
+        path = self.encoder.save_pretrained(directory, head=self.head, label_names=self.export_labels())
+        if tokenizer is not None:
+            tokenizer.save_pretrained(str(path))
+        return path
 
     def on_train_epoch_start(self) -> None:
         self._step_started = None  # do not count the validation loop as training time

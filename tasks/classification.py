@@ -12,6 +12,7 @@ from torch import nn
 from encoders import SequenceClassificationHead, TokenClassificationHead
 from encoders.checkpoints import Checkpoint
 from tasks.base import EncoderSpec, EncoderTask, Optimization, build_encoder, read_pretrained
+from tasks.distillation import ClassifierTeacher, soft_target_loss
 from tasks.metrics import EntityF1, classification_metrics
 
 
@@ -31,11 +32,15 @@ class SequenceClassification(EncoderTask):
         num_labels: int = 2,
         metrics: Sequence[str] = ("accuracy",),
         validation_names: Sequence[str] = ("val",),
+        label_names: Sequence[str] | None = None,
         encoder: EncoderSpec | None = None,
         pretrained: str | None = None,
         vocab_size: int | None = None,
         pooling: Literal["cls", "mean"] = "cls",
         classifier_dropout: float = 0.1,
+        teacher: str | None = None,
+        distillation_alpha: float = 0.5,
+        distillation_temperature: float = 2.0,
         optimization: Optimization | None = None,
     ) -> None:
         """
@@ -43,15 +48,27 @@ class SequenceClassification(EncoderTask):
             num_labels: classes, or 1 for regression (STS-B); linked from the datamodule.
             metrics: names from `tasks.metrics.METRICS`, the task's official ones; linked from the datamodule.
             validation_names: the log prefix of each validation set, e.g. ("val", "val_mismatched") for MNLI.
+            label_names: the labels in id order, stored with the exported model; linked from the datamodule.
             encoder: preset and overrides for a new encoder (ignored when `pretrained` is given).
             pretrained: a litbert or transformers-format checkpoint directory to fine-tune.
             vocab_size: the tokenizer's vocabulary size; linked from the datamodule.
             pooling: "cls" (BERT's pooler on the first token) or "mean" over real tokens.
             classifier_dropout: dropout before the classifier.
+            teacher: a fine-tuned classifier checkpoint directory to distil from (logit KD): the loss becomes
+                alpha * T^2 * KL(teacher || student at temperature T) + (1 - alpha) * cross-entropy with the
+                labels; for regression alpha * MSE(student, teacher) + (1 - alpha) * MSE(student, labels).
+            distillation_alpha: weight alpha of the teacher's term.
+            distillation_temperature: temperature T of the soft targets.
             optimization: AdamW and learning-rate schedule.
         """
         super().__init__(optimization)
         self.save_hyperparameters()
+        if not 0 <= distillation_alpha <= 1 or distillation_temperature <= 0:
+            raise ValueError(f"distillation_alpha={distillation_alpha} must be in [0, 1] and distillation_temperature="
+                             f"{distillation_temperature} positive.")
+        if label_names is not None and len(label_names) != (num_labels if num_labels > 1 else 1):
+            raise ValueError(f"{len(label_names)} label_names {list(label_names)} for num_labels={num_labels}.")
+        self.label_names = list(label_names) if label_names is not None else None
         self.regression = num_labels == 1
         checkpoint = read_pretrained(pretrained)
         self.encoder = build_encoder(encoder, checkpoint, vocab_size)
@@ -63,6 +80,15 @@ class SequenceClassification(EncoderTask):
             classification_metrics(metrics, num_labels).clone(prefix=f"{name}/") for name in self.validation_names
         )
         self.test_metrics = classification_metrics(metrics, num_labels).clone(prefix="test/")
+        self.monitor = (f"{self.validation_names[0]}/{metrics[0]}", "max")
+        self.teacher = ClassifierTeacher(teacher) if teacher is not None else None
+        if self.teacher is not None and self.teacher.head.num_labels != num_labels:
+            raise ValueError(f"The teacher {teacher} has {self.teacher.head.num_labels} outputs but this task has "
+                             f"num_labels={num_labels}; distil from a teacher fine-tuned on the same task.")
+        self.distillation_alpha, self.distillation_temperature = distillation_alpha, distillation_temperature
+
+    def export_labels(self) -> Sequence[str] | None:
+        return self.label_names
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         mask = batch.get("attention_mask")
@@ -78,10 +104,27 @@ class SequenceClassification(EncoderTask):
     def predictions(self, logits: torch.Tensor) -> torch.Tensor:
         return logits.float() if self.regression else logits.argmax(-1)
 
+    def distillation_loss(self, logits: torch.Tensor, teacher_logits: torch.Tensor,
+                          labels: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The logit-KD objective's terms and their weighted sum ("loss")."""
+        if self.regression:
+            soft = F.mse_loss(logits.float(), teacher_logits.squeeze(-1).float())
+        else:
+            soft = soft_target_loss(logits, teacher_logits, self.distillation_temperature)
+        hard = self.loss(logits, labels)
+        alpha = self.distillation_alpha
+        return {"loss": alpha * soft + (1 - alpha) * hard, "loss_teacher": soft, "loss_labels": hard}
+
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        loss = self.loss(self(batch), batch["labels"])
-        self.log_training(loss, batch)
-        return loss
+        logits = self(batch)
+        if self.teacher is None:
+            loss = self.loss(logits, batch["labels"])
+            self.log_training(loss, batch)
+            return loss
+        teacher_logits = self.teacher(batch["input_ids"], batch.get("attention_mask"), batch.get("token_type_ids"))
+        losses = self.distillation_loss(logits, teacher_logits, batch["labels"])
+        self.log_training(losses["loss"], batch, **{k: v for k, v in losses.items() if k != "loss"})
+        return losses["loss"]
 
     def _evaluate(self, batch: dict[str, torch.Tensor], metrics, prefix: str) -> None:
         logits = self(batch)
@@ -127,6 +170,10 @@ class TokenClassification(EncoderTask):
                                self.encoder.config.hidden_size, len(self.label_names), dropout=classifier_dropout)
         self.val_entities = EntityF1(self.label_names)
         self.test_entities = EntityF1(self.label_names)
+        self.monitor = ("val/f1", "max")
+
+    def export_labels(self) -> Sequence[str] | None:
+        return self.label_names
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         hidden = self.encoder(batch["input_ids"], batch.get("attention_mask"), batch.get("token_type_ids"))

@@ -17,9 +17,10 @@ import dataclasses
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 from torchmetrics import MeanMetric
 
-from encoders import Encoder, MaskedLMHead
+from encoders import Encoder, MaskedLMHead, SequenceClassificationHead
 from encoders.checkpoints import load_checkpoint
 from tasks.base import EncoderSpec, EncoderTask, Optimization
 from tasks.mlm import masked_lm_loss
@@ -42,15 +43,52 @@ def student_from_teacher(teacher: Encoder, teacher_head: MaskedLMHead) -> tuple[
     return student, head
 
 
+def soft_target_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """T^2 * KL(softmax(teacher / T) || softmax(student / T)), averaged over rows (Hinton et al., 2015)."""
+    soft_teacher = F.softmax(teacher_logits.float() / temperature, dim=-1)
+    log_student = F.log_softmax(student_logits.float() / temperature, dim=-1)
+    return F.kl_div(log_student, soft_teacher, reduction="batchmean") * temperature**2
+
+
+def freeze(*modules: nn.Module) -> None:
+    """No gradients and eval mode (no dropout) for a teacher."""
+    for module in modules:
+        module.requires_grad_(False)
+        module.eval()
+
+
+class ClassifierTeacher(nn.Module):
+    """A fine-tuned sequence classifier (encoder and head from one checkpoint) whose logits a student learns from.
+
+    It is always in eval mode and never has gradients: `train()` leaves it in eval mode.
+    """
+
+    def __init__(self, directory: str) -> None:
+        super().__init__()
+        checkpoint = load_checkpoint(directory)
+        if "sequence_classification" not in checkpoint.head_states:
+            raise ValueError(f"The teacher {directory} holds no sequence-classification head; logit distillation "
+                             f"needs a fine-tuned classifier (e.g. the `model` folder a GLUE run exports).")
+        self.encoder = Encoder.from_pretrained(checkpoint)
+        self.head = SequenceClassificationHead.from_pretrained(checkpoint)
+        freeze(self)
+
+    def train(self, mode: bool = True) -> ClassifierTeacher:
+        return super().train(False)
+
+    @torch.no_grad()
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                token_type_ids: torch.Tensor | None) -> torch.Tensor:
+        return self.head(self.encoder(input_ids, attention_mask, token_type_ids), attention_mask)
+
+
 def distillation_losses(
     student_logits: torch.Tensor, teacher_logits: torch.Tensor, targets: torch.Tensor,
     student_hidden: torch.Tensor, teacher_hidden: torch.Tensor, attention_mask: torch.Tensor | None,
     temperature: float,
 ) -> dict[str, torch.Tensor]:
     """The three terms, unweighted. Logits are (N, V) at the N masked positions; hidden states (B, T, C)."""
-    soft_teacher = F.softmax(teacher_logits.float() / temperature, dim=-1)
-    log_student = F.log_softmax(student_logits.float() / temperature, dim=-1)
-    kl = F.kl_div(log_student, soft_teacher, reduction="batchmean") * temperature**2
+    kl = soft_target_loss(student_logits, teacher_logits, temperature)
     mlm = F.cross_entropy(student_logits.float(), targets)
     if attention_mask is None:
         attention_mask = torch.ones(student_hidden.shape[:2], device=student_hidden.device)
@@ -88,10 +126,7 @@ class Distillation(EncoderTask):
         checkpoint = load_checkpoint(teacher)  # read once for the encoder and its head
         self.teacher = Encoder.from_pretrained(checkpoint)
         self.teacher_head = MaskedLMHead.from_pretrained(checkpoint, self.teacher)
-        for param in [*self.teacher.parameters(), *self.teacher_head.parameters()]:
-            param.requires_grad_(False)
-        self.teacher.eval()
-        self.teacher_head.eval()
+        freeze(self.teacher, self.teacher_head)
         if student is None:
             self.encoder, self.head = student_from_teacher(self.teacher, self.teacher_head)
         else:

