@@ -132,12 +132,13 @@ def run(cli: LitbertCLI) -> dict[str, float]:
         metrics_path = root / "metrics.json"
         metrics_path.write_text(json.dumps(metrics, indent=2) + "\n")
         print(f"litbert: resolved config  {Path(config_dir or root) / 'config.yaml'}")
-        print(f"litbert: best checkpoint  {best or '(checkpointing off)'}")
+        print(f"litbert: best checkpoint  {best or '(none saved: no validation during fit; final weights used)'}")
         if config.export:
             print(f"litbert: exported model   {export_dir}")
         for logger in trainer.loggers:
             if isinstance(logger, WandbLogger):
                 print(f"litbert: W&B run          {logger.describe()}")
+                logger.finish()
         print(f"litbert: metrics          {metrics_path}")
     return metrics
 

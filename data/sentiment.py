@@ -131,7 +131,7 @@ class SentimentDataModule(TokenizedDataModule):
     ) -> None:
         super().__init__(tokenizer, max_length, batch_size, eval_batch_size, num_workers, data_root, cache_dir,
                          group_by_length, seed)
-        self.save_hyperparameters()
+        self.save_hyperparameters(ignore=["label_names"])  # the task logs the final label names (linked from here)
         if truncation not in ("head", "tail", "head+tail", "error"):
             raise DataError(f"truncation={truncation!r}; choose 'head', 'tail', 'head+tail' or 'error'.")
         if not 0.0 <= head_fraction <= 1.0:

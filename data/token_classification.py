@@ -115,7 +115,7 @@ class TokenClassificationDataModule(TokenizedDataModule):
     ) -> None:
         super().__init__(tokenizer, max_length, batch_size, eval_batch_size, num_workers, data_root, cache_dir,
                          group_by_length, seed)
-        self.save_hyperparameters()
+        self.save_hyperparameters(ignore=["label_names"])  # the task logs the final label names (linked from here)
         if tag_scheme not in ("auto", "iob1", "iob2", "none"):
             raise DataError(f"tag_scheme={tag_scheme!r}; choose 'auto', 'iob1', 'iob2' or 'none'.")
         if train_file is None and dataset is None:

@@ -81,6 +81,13 @@ class WandbLogger(LightningWandbLogger):
         return str(getattr(run, "url", None) or Path(run.dir).parent)
 
 
+    def finish(self) -> None:
+        """End the W&B run, so that a later run in the same process starts its own instead of reusing it."""
+        if self._experiment is not None:
+            self._experiment.finish()
+            self._experiment = None
+
+
 class LogConfigCallback(SaveConfigCallback):
     """Saves the resolved config beside the run (Lightning's `config.yaml`) and logs it to the tracker."""
 
