@@ -73,6 +73,30 @@ class FeedForward(nn.Module):
         return self.down(self.activation(h))
 
 
+@dataclass(frozen=True)
+class Unpadded:
+    """Where the N real tokens of a right-padded (B, T) batch sit among its B * T rows. On the unpadded path the
+    blocks carry (N, C) tokens: projections, norms and feed-forwards skip padding, and only attention pads
+    its queries, keys and values back to (B, T) for `scaled_dot_product_attention`."""
+
+    index: torch.Tensor  # (N,) rows of the flattened (B * T) batch that hold real tokens, ascending
+    batch_size: int
+    seq_len: int
+
+    @classmethod
+    def of(cls, attention_mask: torch.Tensor) -> Unpadded:
+        return cls(attention_mask.flatten().nonzero().squeeze(1), *attention_mask.shape)
+
+    def pad(self, tokens: torch.Tensor) -> torch.Tensor:
+        """(N, F) -> (B, T, F), zeros at padding."""
+        rows = tokens.new_zeros(self.batch_size * self.seq_len, tokens.shape[-1])
+        return rows.index_copy(0, self.index, tokens).view(self.batch_size, self.seq_len, -1)
+
+    def unpad(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, F) -> (N, F)."""
+        return x.reshape(-1, x.shape[-1]).index_select(0, self.index)
+
+
 class Attention(nn.Module):
     """Multi-head self-attention with one fused QKV projection and `scaled_dot_product_attention`."""
 
@@ -91,14 +115,16 @@ class Attention(nn.Module):
         positions: torch.Tensor,
         mask: torch.Tensor | None,
         return_attention: bool = False,
+        unpadded: Unpadded | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """`mask` is boolean (B, 1, 1, T) (True = attend) or an additive float (B or 1, H or 1, T, T)."""
-        B, T, C = x.shape
-        qkv = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim)
+        """`mask` is boolean (B, 1, 1, T) (True = attend) or an additive float (B or 1, H or 1, T, T) already in
+        the dtype of the queries (`Encoder.forward` casts it once for all layers). With `unpadded`, `x` holds the
+        real tokens only, (N, C), and so does the result."""
+        qkv = self.qkv(x) if unpadded is None else unpadded.pad(self.qkv(x))  # (B, T, 3C)
+        B, T, C = qkv.shape[0], qkv.shape[1], qkv.shape[2] // 3
+        qkv = qkv.view(B, T, 3, self.num_heads, self.head_dim)
         q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (B, H, T, D)
         q, k = position.rotate(q, k, positions)
-        if mask is not None and mask.is_floating_point():
-            mask = mask.to(q.dtype)
         dropout = self.dropout if self.training else 0.0
         probs = None
         if return_attention:
@@ -111,6 +137,8 @@ class Attention(nn.Module):
         else:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
         y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, H * D)
+        if unpadded is not None:
+            y = unpadded.unpad(y)  # (N, C)
         return self.out(y), probs
 
 
@@ -133,11 +161,14 @@ class Block(nn.Module):
         positions: torch.Tensor,
         mask: torch.Tensor | None,
         return_attention: bool = False,
+        unpadded: Unpadded | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`x` is (B, T, C), or (N, C) real tokens with `unpadded`: everything but attention is per token."""
         if self.pre_norm:
-            attended, probs = self.attention(self.attention_norm(x), position, positions, mask, return_attention)
+            attended, probs = self.attention(self.attention_norm(x), position, positions, mask, return_attention,
+                                             unpadded)
             x = x + self.dropout(attended)
             return x + self.dropout(self.feed_forward(self.feed_forward_norm(x))), probs
-        attended, probs = self.attention(x, position, positions, mask, return_attention)
+        attended, probs = self.attention(x, position, positions, mask, return_attention, unpadded)
         x = self.attention_norm(x + self.dropout(attended))
         return self.feed_forward_norm(x + self.dropout(self.feed_forward(x))), probs

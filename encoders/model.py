@@ -15,11 +15,17 @@ import torch
 from torch import nn
 
 from encoders.config import EncoderConfig
-from encoders.layers import Block, build_norm
+from encoders.layers import Block, Unpadded, build_norm
 from encoders.positions import build_position
 
 if TYPE_CHECKING:
     from encoders.checkpoints import Checkpoint
+
+
+def compute_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype the blocks' matmuls run in: autocast's when it is on for `x`'s device, else `x`'s own."""
+    device = x.device.type
+    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
 
 
 class EncoderOutput(NamedTuple):
@@ -59,6 +65,10 @@ class Encoder(nn.Module):
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.num_layers))
         # Pre-norm leaves the residual stream unnormalised; one final norm closes it.
         self.final_norm = build_norm(config) if config.norm_placement == "pre" else nn.Identity()
+        # The blocks skip padding (`Unpadded`) when real tokens are fewer than this fraction of the batch.
+        # Measured on CPU (MiniLM-sized, batch 32): 40% real tokens runs 2.3x (fp32) / 1.5x (bf16) faster
+        # unpadded; 97% real runs 3% / 12% slower, the gathers costing more than the padding they save.
+        self.unpad_below = 0.8
         self.apply(self._init_weights)
 
     def _init_weights(self, module: nn.Module) -> None:
@@ -77,16 +87,31 @@ class Encoder(nn.Module):
             if getattr(module, "bias", None) is not None:
                 nn.init.zeros_(module.bias)
 
-    def attention_mask(self, attention_mask: torch.Tensor | None, seq_len: int) -> torch.Tensor | None:
+    def attention_mask(
+        self, attention_mask: torch.Tensor | None, seq_len: int, dtype: torch.dtype | None = None
+    ) -> torch.Tensor | None:
         """The mask `Attention` receives: None (attend everywhere), boolean (B, 1, 1, T) padding, or, when the
-        position scheme adds a bias, a float (B or 1, H, T, T) bias with padded keys at the dtype's minimum."""
+        position scheme adds a bias, a float (B or 1, H, T, T) bias in `dtype` (default: the bias's own) with
+        padded keys at that dtype's minimum."""
         bias = self.position.bias(seq_len, seq_len)
+        if bias is not None and dtype is not None:
+            bias = bias.to(dtype)
         if attention_mask is None:
             return None if bias is None else bias[None]
         keep = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, T)
         if bias is None:
             return keep
         return bias[None].masked_fill(~keep, torch.finfo(bias.dtype).min)  # (B, H, T, T)
+
+    def unpadded(self, attention_mask: torch.Tensor | None) -> Unpadded | None:
+        """The real tokens' layout when enough of the batch is padding to make skipping it pay (`unpad_below`).
+        Not under torch.compile: the token count would change the graph's shapes on every batch."""
+        if attention_mask is None or torch.compiler.is_compiling():
+            return None
+        keep = attention_mask.bool()
+        if int(keep.sum()) >= self.unpad_below * keep.numel():
+            return None
+        return Unpadded.of(keep)
 
     def forward(
         self,
@@ -97,6 +122,8 @@ class Encoder(nn.Module):
         return_attentions: bool = False,
     ) -> torch.Tensor | EncoderOutput:
         """Hidden states (B, T, C) for `input_ids` (B, T); `attention_mask` is 1 for real tokens, 0 for padding.
+        Hidden states at padding are not meaningful: zeros when the blocks ran unpadded, else whatever the
+        padding tokens computed.
 
         With `return_hidden_states` or `return_attentions`, an `EncoderOutput` carrying them instead.
         """
@@ -104,13 +131,22 @@ class Encoder(nn.Module):
         positions = torch.arange(seq_len, device=input_ids.device)
         x = self.position.embed(self.embeddings(input_ids, token_type_ids), positions)
         x = self.embeddings.dropout(self.embeddings.norm(x))
-        mask = self.attention_mask(attention_mask, seq_len)
+        # A float bias is cast to the blocks' compute dtype once here; left in float32, every layer would cast it
+        # again (autocast casts each call's float arguments to bfloat16).
+        mask = self.attention_mask(attention_mask, seq_len, compute_dtype(x))
+        unpadded = None
+        if not (return_hidden_states or return_attentions):
+            unpadded = self.unpadded(attention_mask)
+        if unpadded is not None:
+            x = unpadded.unpad(x)  # (N, C)
         hidden_states, attentions = [x], []
         for block in self.blocks:
-            x, probs = block(x, self.position, positions, mask, return_attentions)
+            x, probs = block(x, self.position, positions, mask, return_attentions, unpadded)
             hidden_states.append(x)
             attentions.append(probs)
         x = self.final_norm(x)
+        if unpadded is not None:
+            return unpadded.pad(x)
         if not (return_hidden_states or return_attentions):
             return x
         hidden_states[-1] = x

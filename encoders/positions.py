@@ -95,7 +95,11 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 class RotaryPositions(PositionScheme):
-    """Rotates channel i with channel i + D/2 by angle pos * base^(-2i/D) (transformers' rotate-half layout)."""
+    """Rotates channel i with channel i + D/2 by angle pos * base^(-2i/D) (transformers' rotate-half layout).
+
+    `Encoder.forward` makes one `positions` tensor per call and hands it to every layer, so the cos/sin tables
+    are computed for the first layer and reused by the others (kept until a different `positions` or dtype comes).
+    """
 
     def __init__(self, config: EncoderConfig) -> None:
         super().__init__()
@@ -104,11 +108,24 @@ class RotaryPositions(PositionScheme):
             "inv_freq", 1.0 / config.rope_base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim),
             persistent=False,
         )
+        self._tables: tuple[torch.Tensor, torch.dtype, torch.Tensor, torch.Tensor] | None = None
+
+    def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin of the angles, each (T, D) in `dtype`."""
+        cached = self._tables
+        if cached is not None and cached[0] is positions and cached[1] == dtype:
+            return cached[2], cached[3]
+        angles = positions.float()[:, None] * self.inv_freq[None, :].float()  # (T, D/2)
+        angles = torch.cat((angles, angles), dim=-1)  # (T, D)
+        cos, sin = angles.cos().to(dtype), angles.sin().to(dtype)
+        # Under torch.compile the graph computes them once anyway, and a module attribute set while tracing
+        # would become a guard; outside it, an identity check against the last call's positions suffices.
+        if not torch.compiler.is_compiling():
+            self._tables = (positions, dtype, cos, sin)
+        return cos, sin
 
     def rotate(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        angles = positions.float()[:, None] * self.inv_freq[None, :]  # (T, D/2)
-        angles = torch.cat((angles, angles), dim=-1)  # (T, D)
-        cos, sin = angles.cos().to(q.dtype), angles.sin().to(q.dtype)
+        cos, sin = self.cos_sin(positions, q.dtype)
         return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
 
 

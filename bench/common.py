@@ -1,0 +1,145 @@
+"""What the litbert-versus-transformers benchmarks share: the machine, its measured matmul peak, peak memory,
+alternating timed repeats and the printed table.
+
+Peak memory is what a measured region adds on top of what was live when it started. On a GPU that is
+`torch.cuda.max_memory_allocated` (tensors only). On a CPU it is the process's peak resident set size (VmHWM):
+free heap pages are handed back (`malloc_trim`) and the peak is reset (`/proc/self/clear_refs`) before the
+region, so the figure is the growth of resident memory the region caused, allocator overhead included.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import platform
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from encoders import Encoder
+
+PRECISIONS = ("fp32", "bf16-mixed")
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    model = platform.processor() or "CPU"
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as cpuinfo:
+        model = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), model)
+    return f"{torch.get_num_threads()} threads on {model}"
+
+
+def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
+    """bf16-mixed: parameters stay float32, matmuls run in bfloat16 (AMX on recent Xeons, tensor cores on GPUs)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision={precision!r}; choose one of {PRECISIONS}.")
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=torch.bfloat16)
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def matmul_peak(precision: str, device: torch.device, size: int = 4096, repeats: int = 5) -> float:
+    """FLOP/s of the fastest of `repeats` square matmuls in the precision's matmul dtype: the MFU denominator."""
+    dtype = torch.float32 if precision == "fp32" else torch.bfloat16
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
+    a @ b  # warm-up: kernel selection, page faults
+    best = float("inf")
+    for _ in range(repeats):
+        synchronize(device)
+        start = time.perf_counter()
+        a @ b
+        synchronize(device)
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best
+
+
+def mlm_head_flops(hidden_size: int, vocab_size: int) -> int:
+    """Forward matmul FLOPs of BERT's MLM head per predicted token: the transform and the vocabulary decoder."""
+    return 2 * (hidden_size * hidden_size + hidden_size * vocab_size)
+
+
+def encoder_flops(encoder: Encoder, lengths: Sequence[int], training: bool) -> int:
+    """Model FLOPs of encoding sequences of these real lengths (padding does no useful work)."""
+    return sum(encoder.flops_per_token(length, training) * length for length in lengths)
+
+
+def _rss_mib(field_name: str) -> float:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field_name + ":"):
+                return int(line.split()[1]) / 1024
+    raise OSError(f"/proc/self/status has no {field_name}")
+
+
+@contextlib.contextmanager
+def peak_memory(device: torch.device) -> Iterator[dict[str, float]]:
+    """Yields a dict whose "MiB" is set, on exit, to the peak memory the region added (see the module doc)."""
+    result = {"MiB": float("nan")}
+    if device.type == "cuda":
+        synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        start = torch.cuda.memory_allocated(device)
+        yield result
+        synchronize(device)
+        result["MiB"] = (torch.cuda.max_memory_allocated(device) - start) / 2**20
+        return
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        with open("/proc/self/clear_refs", "w") as clear:
+            clear.write("5")  # resets VmHWM to the current resident size
+        start = _rss_mib("VmRSS")
+    except OSError:  # not Linux/glibc: no figure
+        yield result
+        return
+    yield result
+    result["MiB"] = _rss_mib("VmHWM") - start
+
+
+@dataclass
+class Timings:
+    seconds: dict[str, list[float]] = field(default_factory=dict)
+
+    def median(self, name: str) -> float:
+        return statistics.median(self.seconds[name])
+
+
+def alternate(runs: dict[str, Callable[[], float]], repeats: int) -> Timings:
+    """Each run returns its own measured seconds; repeats alternate the order (A B, B A, ...), so load from other
+    processes on the machine falls on both sides alike, and the median of each side is kept."""
+    timings = Timings({name: [] for name in runs})
+    names = list(runs)
+    for repeat in range(repeats):
+        for name in names if repeat % 2 == 0 else names[::-1]:
+            timings.seconds[name].append(runs[name]())
+    return timings
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    """A Markdown table, numbers right-aligned, ready to paste into BENCHMARKS.md."""
+    cells = [[str(value) for value in row] for row in rows]
+    widths = [max(len(h), *(len(row[i]) for row in cells)) for i, h in enumerate(headers)]
+    numeric = [all(_is_number(row[i]) for row in cells) for i in range(len(headers))]
+    print("| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)) + " |")
+    print("|" + "|".join(("-" * (w + 1) + ":") if n else ("-" * (w + 2))
+                         for w, n in zip(widths, numeric, strict=True)) + "|")
+    for row in cells:
+        print("| " + " | ".join(value.rjust(w) if n else value.ljust(w)
+                                for value, w, n in zip(row, widths, numeric, strict=True)) + " |")
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text.replace(",", "").rstrip("x%"))
+    except ValueError:
+        return False
+    return True

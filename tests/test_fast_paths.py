@@ -1,0 +1,216 @@
+"""The fast paths compute what the plain paths compute.
+
+- The sparse MLM head (logits at the masked positions only) gives the loss and gradients of full logits.
+- Packed blocks batched without padding give the loss and gradients of the same blocks padded into one batch.
+- The float attention bias is cast to the compute dtype once per forward, and RoPE's cos/sin are computed once
+  per forward, without changing the result.
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from encoders import Encoder, EncoderConfig, MaskedLMHead
+from encoders.positions import RotaryPositions
+from tasks.mlm import masked_lm_loss
+
+VOCAB = 211
+
+
+def small(**overrides) -> EncoderConfig:
+    values = dict(vocab_size=VOCAB, hidden_size=32, num_layers=3, num_heads=4, intermediate_size=64,
+                  max_position_embeddings=64, hidden_dropout=0.0, attention_dropout=0.0)
+    return EncoderConfig(**{**values, **overrides})
+
+
+def mlm_model(dtype: torch.dtype = torch.float32, **overrides) -> tuple[Encoder, MaskedLMHead]:
+    encoder = Encoder(small(**overrides)).to(dtype)
+    head = MaskedLMHead(encoder.config, encoder.embeddings.word).to(dtype)
+    return encoder, head
+
+
+def parameters(encoder: Encoder, head: MaskedLMHead) -> list[torch.nn.Parameter]:
+    unique = {id(p): p for module in (encoder, head) for p in module.parameters()}  # the tied decoder once
+    return list(unique.values())
+
+
+def mask_labels(ids: torch.Tensor, attention_mask: torch.Tensor, probability: float = 0.15) -> torch.Tensor:
+    chosen = (torch.rand(ids.shape) < probability) & attention_mask.bool()
+    chosen[0, 1] = True  # never an empty selection
+    return torch.where(chosen, ids, -100)
+
+
+def dense_mlm_loss(head: MaskedLMHead, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The plain path: logits for every token, padding included, and cross-entropy ignoring -100."""
+    logits = head(hidden)  # (B, T, V)
+    return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_sparse_mlm_loss_equals_dense_on_a_padded_batch(dtype):
+    encoder, head = mlm_model(dtype)
+    ids = torch.randint(5, VOCAB, (4, 24))
+    attention_mask = torch.ones_like(ids)
+    attention_mask[1, 15:] = 0
+    attention_mask[3, 6:] = 0
+    ids[attention_mask == 0] = 0
+    labels = mask_labels(ids, attention_mask)
+    params = parameters(encoder, head)
+
+    hidden = encoder(ids, attention_mask)
+    dense = dense_mlm_loss(head, hidden, labels)
+    dense_grads = torch.autograd.grad(dense, params)
+    sparse, logits, targets = masked_lm_loss(head, encoder(ids, attention_mask), labels)
+    sparse_grads = torch.autograd.grad(sparse, params)
+
+    assert logits.shape == (int((labels != -100).sum()), VOCAB) and torch.equal(targets, labels[labels != -100])
+    # Both losses are taken in float32 (as in training), summed in another order: float32 rounding apart.
+    torch.testing.assert_close(sparse, dense, atol=1e-6, rtol=1e-5)
+    for sparse_grad, dense_grad in zip(sparse_grads, dense_grads, strict=True):
+        torch.testing.assert_close(sparse_grad, dense_grad, atol=1e-6, rtol=1e-5)
+
+
+def test_sparse_mlm_loss_equals_dense_under_bf16_autocast():
+    encoder, head = mlm_model()
+    ids = torch.randint(5, VOCAB, (4, 24))
+    labels = mask_labels(ids, torch.ones_like(ids))
+    params = parameters(encoder, head)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        dense = dense_mlm_loss(head, encoder(ids), labels)
+        dense_grads = torch.autograd.grad(dense, params)
+        sparse = masked_lm_loss(head, encoder(ids), labels)[0]
+        sparse_grads = torch.autograd.grad(sparse, params)
+    # The same bf16 products in another order: equal up to bf16 rounding.
+    torch.testing.assert_close(sparse, dense, atol=1e-2, rtol=1e-2)
+    for sparse_grad, dense_grad in zip(sparse_grads, dense_grads, strict=True):
+        torch.testing.assert_close(sparse_grad, dense_grad, atol=2e-3, rtol=5e-2)
+
+
+@pytest.mark.parametrize("position", ["learned", "rope", "alibi", "t5"])
+def test_packed_blocks_equal_padded_batch(position):
+    """`SameLengthBatchSampler` batches full blocks without any mask and the short last block on its own; a
+    plain loader would pad them all into one batch. Both give the same summed loss and the same gradients."""
+    encoder, head = mlm_model(torch.float64, position=position)
+    blocks = [torch.randint(5, VOCAB, (16,)) for _ in range(3)] + [torch.randint(5, VOCAB, (7,))]
+    labels = [mask_labels(block[None], torch.ones(1, len(block)))[0] for block in blocks]
+    params = parameters(encoder, head)
+
+    def summed_loss(ids: torch.Tensor, targets: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        loss, _, picked = masked_lm_loss(head, encoder(ids, attention_mask), targets)
+        return loss * picked.numel()  # a sum over masked tokens, so batches of any size add up
+
+    packed = (summed_loss(torch.stack(blocks[:3]), torch.stack(labels[:3]), None)
+              + summed_loss(blocks[3][None], labels[3][None], None))
+    packed_grads = torch.autograd.grad(packed, params)
+
+    ids = torch.zeros(4, 16, dtype=torch.long)
+    padded_labels = torch.full((4, 16), -100)
+    attention_mask = torch.zeros(4, 16, dtype=torch.long)
+    for row, (block, label) in enumerate(zip(blocks, labels, strict=True)):
+        ids[row, : len(block)], padded_labels[row, : len(block)], attention_mask[row, : len(block)] = block, label, 1
+    padded = summed_loss(ids, padded_labels, attention_mask)
+    padded_grads = torch.autograd.grad(padded, params)
+
+    torch.testing.assert_close(packed, padded)
+    for packed_grad, padded_grad in zip(packed_grads, padded_grads, strict=True):
+        torch.testing.assert_close(packed_grad, padded_grad)
+
+
+@pytest.mark.parametrize("position", ["alibi", "t5"])
+def test_attention_bias_reaches_every_layer_in_the_compute_dtype(position):
+    encoder = Encoder(small(position=position))
+    ids = torch.randint(5, VOCAB, (2, 10))
+    attention_mask = torch.ones_like(ids)
+    attention_mask[1, 6:] = 0
+    seen: list[torch.dtype] = []
+    hooks = [block.attention.register_forward_pre_hook(lambda module, args: seen.append(args[3].dtype))
+             for block in encoder.blocks]
+    reference = encoder(ids, attention_mask)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        mixed = encoder(ids, attention_mask)
+    for hook in hooks:
+        hook.remove()
+    assert seen == [torch.float32] * 3 + [torch.bfloat16] * 3
+    real = attention_mask.bool()
+    torch.testing.assert_close(mixed[real].float(), reference[real], atol=0.1, rtol=0.05)
+    bf16_mask = encoder.attention_mask(attention_mask, 10, torch.bfloat16)
+    assert bf16_mask.dtype == torch.bfloat16
+    assert (bf16_mask[1, :, :, 6:] == torch.finfo(torch.bfloat16).min).all()
+
+
+def test_rope_tables_are_computed_once_per_forward():
+    encoder = Encoder(small(position="rope"))
+    ids = torch.randint(5, VOCAB, (2, 10))
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        encoder(ids)
+    cos_calls = sum(event.count for event in profile.key_averages() if event.key == "aten::cos")
+    assert cos_calls == 1  # three layers, one table
+
+
+def test_rope_tables_follow_a_new_length_and_dtype():
+    encoder = Encoder(small(position="rope")).eval()
+    fresh = Encoder(small(position="rope")).eval()
+    fresh.load_state_dict(encoder.state_dict())
+    long_ids, short_ids = torch.randint(5, VOCAB, (2, 12)), torch.randint(5, VOCAB, (2, 5))
+    encoder(long_ids)  # leaves tables for 12 positions behind
+    torch.testing.assert_close(encoder(short_ids), fresh(short_ids), atol=0.0, rtol=0.0)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        encoder(short_ids)  # bf16 tables for 5 positions
+    torch.testing.assert_close(encoder(short_ids), fresh(short_ids), atol=0.0, rtol=0.0)
+
+    rope = RotaryPositions(small(position="rope"))
+    q = torch.randn(1, 4, 6, 8)
+    positions = torch.arange(6)
+    first, _ = rope.rotate(q, q, positions)
+    again, _ = rope.rotate(q.double(), q.double(), positions)  # same positions, another dtype: recomputed
+    assert again.dtype == torch.float64
+    torch.testing.assert_close(again.float(), first)
+
+
+def padded_batch(seq_len: int = 20) -> tuple[torch.Tensor, torch.Tensor]:
+    ids = torch.randint(5, VOCAB, (4, seq_len))
+    attention_mask = torch.ones_like(ids)
+    for row, length in enumerate((seq_len, 3, 11, 7)):  # 41 of 80 tokens are real
+        attention_mask[row, length:] = 0
+    return ids * attention_mask, attention_mask
+
+
+@pytest.mark.parametrize("position", ["learned", "rope", "alibi", "t5"])
+@pytest.mark.parametrize("norm_placement", ["post", "pre"])
+def test_unpadded_path_equals_padded_path(position, norm_placement):
+    """The same model run padded (`unpad_below=0`) and unpadded (`unpad_below=1.01`): equal hidden states on
+    real tokens, equal MLM loss and equal gradients."""
+    encoder, head = mlm_model(position=position, norm_placement=norm_placement)
+    ids, attention_mask = padded_batch()
+    labels = mask_labels(ids, attention_mask, probability=0.3)
+    params = parameters(encoder, head)
+    results = {}
+    for path, threshold in (("padded", 0.0), ("unpadded", 1.01)):
+        encoder.unpad_below = threshold
+        assert (encoder.unpadded(attention_mask) is None) == (path == "padded")
+        hidden = encoder(ids, attention_mask)
+        loss = masked_lm_loss(head, hidden, labels)[0] + hidden[attention_mask.bool()].pow(2).mean()
+        results[path] = (hidden.detach(), loss.detach(), torch.autograd.grad(loss, params))
+    real = attention_mask.bool()
+    torch.testing.assert_close(results["unpadded"][0][real], results["padded"][0][real], atol=1e-5, rtol=1e-4)
+    assert (results["unpadded"][0][~real] == 0).all()
+    torch.testing.assert_close(results["unpadded"][1], results["padded"][1], atol=1e-6, rtol=1e-5)
+    for unpadded_grad, padded_grad in zip(results["unpadded"][2], results["padded"][2], strict=True):
+        torch.testing.assert_close(unpadded_grad, padded_grad, atol=1e-6, rtol=1e-4)
+
+
+def test_unpadded_path_is_taken_only_when_padding_is_large():
+    encoder = Encoder(small())
+    ids, attention_mask = padded_batch()  # 51% real tokens
+    assert encoder.unpadded(attention_mask) is not None
+    assert encoder.unpadded(torch.ones_like(attention_mask)) is None
+    assert encoder.unpadded(None) is None
+    nearly_full = torch.ones_like(attention_mask)
+    nearly_full[0, -1] = 0  # 99% real: gathers would cost more than the padding saved
+    assert encoder.unpadded(nearly_full) is None
+    layout = encoder.unpadded(attention_mask)
+    assert layout.index.numel() == int(attention_mask.sum())
+    x = torch.randn(4, 20, 8)
+    torch.testing.assert_close(layout.pad(layout.unpad(x)), x * attention_mask[..., None])
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # the mixed-precision path also runs unpadded
+        assert encoder(ids, attention_mask).shape == (4, 20, 32)
