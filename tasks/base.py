@@ -132,8 +132,10 @@ class EncoderTask(L.LightningModule):
         opt = self.optimization
         # The fused kernel: one pass over all parameters instead of a chain of per-tensor ops. On this 2-core CPU
         # an SST-2 step of MiniLM took 0.61 s with it against 0.96 s without (bench/finetune.py, BENCHMARKS.md).
+        # Lightning refuses gradient clipping with a fused optimizer under mixed precision, so clipping runs unfused.
+        clipping = bool(self.trainer.gradient_clip_val) if self._trainer is not None else False
         optimizer = torch.optim.AdamW(parameter_groups(self, opt.weight_decay), lr=opt.learning_rate,
-                                      betas=opt.betas, eps=opt.eps, fused=True)
+                                      betas=opt.betas, eps=opt.eps, fused=not clipping)
         total = max(1, int(self.trainer.estimated_stepping_batches))
         warmup = int(opt.warmup * total) if opt.warmup < 1 else int(opt.warmup)
         warmup = max(1, min(warmup, total))
