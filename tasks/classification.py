@@ -66,7 +66,7 @@ class SequenceClassification(EncoderTask):
         if not 0 <= distillation_alpha <= 1 or distillation_temperature <= 0:
             raise ValueError(f"distillation_alpha={distillation_alpha} must be in [0, 1] and distillation_temperature="
                              f"{distillation_temperature} positive.")
-        if label_names is not None and len(label_names) != (num_labels if num_labels > 1 else 1):
+        if label_names is not None and len(label_names) != num_labels:
             raise ValueError(f"{len(label_names)} label_names {list(label_names)} for num_labels={num_labels}.")
         self.label_names = list(label_names) if label_names is not None else None
         self.regression = num_labels == 1

@@ -118,14 +118,19 @@ def test_validation_prefixes():
     assert train.validation_prefixes(["validation_matched", "validation_mismatched"]) == ["val", "val_mismatched"]
 
 
+def quickstart_overrides(root: Path) -> list[str]:
+    """The quickstart scaled down to seconds: a 4k WordPiece in `root`, 1,500 reviews, small batches."""
+    return ["--data.tokenizer", str(root / "tokenizer"), "--data.train_tokenizer.vocab_size", "4000",
+            "--data.max_documents", "1500", "--data.max_val_documents", "60", "--data.batch_size", "16",
+            "--trainer.val_check_interval", "30"]
+
+
 @pytest.fixture(scope="module")
 def quickstart(env, tmp_path_factory):
     """The README's quickstart, scaled down: tokenizer training, bert-mini MLM on real IMDB reviews."""
     root = tmp_path_factory.mktemp("quickstart")
-    cli = run("configs/quickstart.yaml", root, "--data.tokenizer", str(root / "tokenizer"),
-              "--data.train_tokenizer.vocab_size", "4000", "--data.max_documents", "1500",
-              "--data.max_val_documents", "60", "--data.batch_size", "16", "--trainer.max_steps", "60",
-              "--trainer.val_check_interval", "30", "--trainer.log_every_n_steps", "5")
+    cli = run("configs/quickstart.yaml", root, *quickstart_overrides(root), "--trainer.max_steps", "60",
+              "--trainer.log_every_n_steps", "5")
     return root, cli
 
 
@@ -160,11 +165,8 @@ def test_resume_continues_at_the_same_step(quickstart, tmp_path):
     (last,) = root.rglob("last.ckpt")
     saved = torch.load(last, map_location="cpu", weights_only=False)
     assert saved["global_step"] == 60
-    cli = run("configs/quickstart.yaml", tmp_path, "--data.tokenizer", str(root / "tokenizer"),
-              "--data.train_tokenizer.vocab_size", "4000", "--data.max_documents", "1500",
-              "--data.max_val_documents", "60", "--data.batch_size", "16", "--trainer.max_steps", "70",
-              "--trainer.val_check_interval", "30", "--ckpt_path", str(last), "--export", "false",
-              "--trainer.logger", "false")
+    cli = run("configs/quickstart.yaml", tmp_path, *quickstart_overrides(root), "--trainer.max_steps", "70",
+              "--ckpt_path", str(last), "--export", "false", "--trainer.logger", "false")
     assert cli.trainer.global_step == 70
     # The optimizer went on from the saved state: AdamW's step count is 60 + 10.
     state = cli.trainer.optimizers[0].state
