@@ -14,6 +14,49 @@ from encoders import MaskedLMHead
 from tasks.base import EncoderSpec, EncoderTask, Optimization, build_encoder, read_pretrained
 
 
+class _VocabCrossEntropy(torch.autograd.Function):
+    """Mean cross-entropy of (N, V) logits in any float dtype, computed in float32 a few rows at a time.
+
+    `F.cross_entropy(logits.float(), targets)` makes several passes over an (N, V) float32 copy: the cast, the
+    log-softmax, a zero-filled gradient, the log-softmax backward, the cast back. With V = 30,522 each pass leaves
+    the cache. Here each block of rows is cast, reduced to its log-sum-exp and, in the backward pass, turned into
+    softmax - one-hot while it is still in cache; only the logits themselves (in their own dtype) and N
+    log-sum-exps are kept. bert-mini, 602 x 30,522 bf16 logits, forward + backward on one core: 105 ms against
+    251 ms."""
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        rows = max(1, 2**17 // logits.shape[1])  # about 512 KiB of float32 per block
+        dtype = torch.promote_types(logits.dtype, torch.float32)  # float32, or float64 for float64 logits
+        lse = torch.empty(logits.shape[0], dtype=dtype, device=logits.device)
+        for start in range(0, logits.shape[0], rows):
+            torch.logsumexp(logits[start:start + rows].to(dtype), dim=-1, out=lse[start:start + rows])
+        picked = logits.gather(1, targets[:, None]).squeeze(1).to(dtype)
+        ctx.save_for_backward(logits, targets, lse)
+        ctx.rows = rows
+        return (lse - picked).mean()
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        logits, targets, lse = ctx.saved_tensors
+        rows, scale = ctx.rows, grad / logits.shape[0]
+        out = torch.empty_like(logits)
+        for start in range(0, logits.shape[0], rows):
+            block = logits[start:start + rows].to(lse.dtype).sub_(lse[start:start + rows, None]).exp_()  # softmax
+            block[torch.arange(block.shape[0], device=block.device), targets[start:start + rows]] -= 1.0
+            out[start:start + rows] = block.mul_(scale)
+        return out, None
+
+
+def vocab_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over a large vocabulary, equal to `F.cross_entropy(logits.float(), targets)`; every
+    target must be a valid class (no ignore index). Blocked on CPU (`_VocabCrossEntropy`); on GPUs and under
+    torch.compile the fused library kernel is the fast one."""
+    if logits.device.type != "cpu" or torch.compiler.is_compiling() or not torch.is_grad_enabled():
+        return F.cross_entropy(logits.to(torch.promote_types(logits.dtype, torch.float32)), targets)
+    return _VocabCrossEntropy.apply(logits, targets)
+
+
 def masked_lm_loss(
     head: MaskedLMHead, hidden: torch.Tensor, labels: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -21,7 +64,7 @@ def masked_lm_loss(
     masked = labels != -100
     logits = head(hidden, masked)
     targets = labels[masked]
-    return F.cross_entropy(logits.float(), targets), logits, targets
+    return vocab_cross_entropy(logits, targets), logits, targets
 
 
 class MaskedLM(EncoderTask):
@@ -53,6 +96,11 @@ class MaskedLM(EncoderTask):
     def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         hidden = self.encoder(batch["input_ids"], batch.get("attention_mask"), batch.get("token_type_ids"))
         return masked_lm_loss(self.head, hidden, batch["labels"])
+
+    def training_flops(self, batch: dict[str, torch.Tensor]) -> int:
+        """The encoder, plus the MLM head on the masked tokens only (the unmasked ones are never projected)."""
+        masked = int((batch["labels"] != -100).sum())
+        return super().training_flops(batch) + masked * self.head.flops_per_token(training=True)
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         loss, logits, targets = self(batch)

@@ -43,7 +43,8 @@ def mask_labels(ids: torch.Tensor, attention_mask: torch.Tensor, probability: fl
 def dense_mlm_loss(head: MaskedLMHead, hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """The plain path: logits for every token, padding included, and cross-entropy ignoring -100."""
     logits = head(hidden)  # (B, T, V)
-    return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # float32, float64 kept
+    return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -214,3 +215,135 @@ def test_unpadded_path_is_taken_only_when_padding_is_large():
     torch.testing.assert_close(layout.pad(layout.unpad(x)), x * attention_mask[..., None])
     with torch.autocast("cpu", dtype=torch.bfloat16):  # the mixed-precision path also runs unpadded
         assert encoder(ids, attention_mask).shape == (4, 20, 32)
+
+
+# --- dropout drawn 16 bits at a time, the explicit attention path, the blocked vocabulary cross-entropy ---
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("p", [0.1, 0.5])
+def test_dropout_drops_the_requested_fraction_and_keeps_the_expectation(dtype, p):
+    from encoders.layers import dropout
+
+    torch.manual_seed(0)
+    x = torch.full((1000, 1000), 3.0, dtype=dtype, requires_grad=True)
+    y = dropout(x, p)
+    dropped = (y == 0).double().mean().item()
+    # 1M Bernoulli draws: the standard error of the fraction is at most 5e-4.
+    assert abs(dropped - p) < 3e-3
+    scale = 65536 / (65536 - round(p * 65536))
+    kept = y[y != 0].float()
+    assert torch.all(kept == torch.tensor(3.0 * scale, dtype=dtype).float())  # one exact factor, rounded once
+    y.backward(torch.ones_like(y))
+    # The gradient uses the forward's mask and scale: zero where dropped, the same factor where kept.
+    assert torch.equal(x.grad == 0, y == 0)
+    assert torch.all(x.grad[y != 0].float() == torch.tensor(scale, dtype=dtype).float())
+
+
+def test_dropout_is_reproducible_and_identity_when_off():
+    from encoders.layers import Dropout, dropout
+
+    x = torch.randn(37, 11)  # an element count that is not a multiple of four
+    torch.manual_seed(1)
+    first = dropout(x, 0.3)
+    torch.manual_seed(1)
+    assert torch.equal(first, dropout(x, 0.3))
+    assert dropout(x, 0.3, training=False) is x and dropout(x, 0.0) is x
+    assert torch.equal(dropout(x, 1.0), torch.zeros_like(x))
+    module = Dropout(0.3).eval()
+    assert module(x) is x
+    with pytest.raises(ValueError, match="must be in"):
+        Dropout(1.5)
+
+
+@pytest.mark.parametrize("position", ["learned", "rope", "alibi", "t5"])
+def test_explicit_attention_path_equals_sdpa(position):
+    """Training on CPU with attention dropout runs attention as explicit matmuls (to use litbert's dropout);
+    with a dropout that rounds to no drop at all, it must give SDPA's output and gradients."""
+    torch.manual_seed(0)
+    encoder = Encoder(small(position=position, attention_dropout=1e-9)).double()  # float64: exact comparison
+    ids = torch.randint(5, VOCAB, (3, 20))
+    attention_mask = torch.ones_like(ids)
+    attention_mask[1, 12:] = 0
+    encoder.train()
+    explicit = encoder(ids, attention_mask)
+    grads_explicit = torch.autograd.grad(explicit[attention_mask.bool()].square().sum(), list(encoder.parameters()))
+    for block in encoder.blocks:
+        block.attention.dropout = 0.0  # SDPA path
+    sdpa = encoder(ids, attention_mask)
+    grads_sdpa = torch.autograd.grad(sdpa[attention_mask.bool()].square().sum(), list(encoder.parameters()))
+    real = attention_mask.bool()
+    torch.testing.assert_close(explicit[real], sdpa[real], atol=1e-12, rtol=1e-10)
+    for a, b in zip(grads_explicit, grads_sdpa, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-9)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_vocab_cross_entropy_equals_library_cross_entropy(dtype):
+    from tasks.mlm import vocab_cross_entropy
+
+    torch.manual_seed(0)
+    base = (torch.randn(67, 5003) * 4).to(dtype)  # 67 rows: blocks of 26 rows and a short last one
+    targets = torch.randint(0, 5003, (67,))
+    ours_in, ref_in = base.clone().requires_grad_(), base.clone().requires_grad_()
+    ours = vocab_cross_entropy(ours_in, targets)
+    ref = F.cross_entropy(ref_in.to(torch.promote_types(dtype, torch.float32)), targets)
+    (ours * 3).backward()
+    (ref * 3).backward()
+    assert ours.dtype == ref.dtype
+    torch.testing.assert_close(ours, ref, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(ours_in.grad, ref_in.grad, atol=1e-6 if dtype != torch.bfloat16 else 1e-4, rtol=1e-2)
+    with torch.no_grad():
+        torch.testing.assert_close(vocab_cross_entropy(base, targets), ref.detach(), atol=1e-6, rtol=1e-6)
+
+
+def flex_and_dense(position: str, device: str, grad: bool):
+    """Outputs on real tokens (and parameter gradients when `grad`) with FlexAttention forced, then without."""
+    torch.manual_seed(0)
+    encoder = Encoder(small(position=position)).to(device)
+    if position == "t5":
+        torch.nn.init.normal_(encoder.position.relative_bias.weight, std=0.5)
+    ids = torch.randint(5, VOCAB, (3, 24), device=device)
+    attention_mask = torch.ones_like(ids)
+    attention_mask[1, 13:] = 0
+    real = attention_mask.bool()
+    results = {}
+    for flex in (True, False):
+        encoder.flex_attention = flex
+        with torch.set_grad_enabled(grad):
+            hidden = encoder(ids, attention_mask)
+            grads = torch.autograd.grad(hidden[real].square().sum(), list(encoder.parameters())) if grad else ()
+        results[flex] = (hidden[real], grads)
+    return results[True], results[False]
+
+
+@pytest.mark.parametrize("position", ["alibi", "t5"])
+def test_flex_attention_equals_the_dense_bias(position):
+    """FlexAttention evaluates the ALiBi / T5 bias and the key padding inside the kernel (the GPU default for
+    bias schemes). Forced on CPU, where torch has its forward only, it must give the dense-bias SDPA output."""
+    (flex, _), (dense, _) = flex_and_dense(position, "cpu", grad=False)
+    torch.testing.assert_close(flex, dense, atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="FlexAttention's backward exists on GPUs only")
+@pytest.mark.parametrize("position", ["alibi", "t5"])
+def test_flex_attention_gradients_equal_the_dense_bias_on_gpu(position):
+    (flex, flex_grads), (dense, dense_grads) = flex_and_dense(position, "cuda", grad=True)
+    torch.testing.assert_close(flex, dense, atol=2e-5, rtol=1e-4)
+    for a, b in zip(flex_grads, dense_grads, strict=True):
+        torch.testing.assert_close(a, b, atol=2e-4, rtol=1e-3)
+
+
+def test_flex_attention_is_chosen_only_where_it_applies():
+    encoder = Encoder(small(position="alibi", attention_dropout=0.1))
+    mask = torch.ones(2, 8, dtype=torch.long)
+    cpu, gpu = torch.device("cpu"), torch.device("cuda")
+    assert encoder.score_mod(mask, 8, cpu, False) is None  # auto: not on CPU
+    encoder.eval()
+    assert callable(encoder.score_mod(mask, 8, gpu, False))  # auto: on GPU, dropout off
+    assert encoder.score_mod(mask, 8, gpu, True) is None  # attention probabilities requested: explicit path
+    encoder.train()
+    assert encoder.score_mod(mask, 8, gpu, False) is None  # attention dropout on: SDPA with the dense bias
+    encoder.flex_attention = True
+    with pytest.raises(ValueError, match="attention_dropout"):
+        encoder.score_mod(mask, 8, cpu, False)
+    assert Encoder(small(position="rope")).score_mod(mask, 8, gpu, False) is None  # no bias to move
