@@ -24,6 +24,7 @@ from lightning.pytorch.strategies import FSDPStrategy
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
 from tasks.base import EncoderTask
+from tasks.throughput import Throughput
 from tasks.tracking import LogConfigCallback, WandbLogger
 
 
@@ -81,6 +82,9 @@ class LitbertCLI(LightningCLI):
             kwargs.setdefault("callbacks", [])
             kwargs["callbacks"] = [*kwargs["callbacks"], ModelCheckpoint(
                 monitor=metric, mode=mode, save_last="link", filename="best-{step}", auto_insert_metric_name=False)]
+        # Tokens/s and MFU in the progress bar and the logger unless the config sets up its own Throughput.
+        if not any(isinstance(callback, Throughput) for callback in configured):
+            kwargs["callbacks"] = [*kwargs.get("callbacks", []), Throughput()]
         return super().instantiate_trainer(**kwargs)
 
 

@@ -22,8 +22,6 @@ import datasets
 import torch
 import transformers
 
-from encoders import Encoder
-
 PRECISIONS = ("fp32", "bf16-mixed")
 
 
@@ -86,16 +84,6 @@ def matmul_peak(precision: str, device: torch.device, size: int = 4096, repeats:
         synchronize(device)
         best = min(best, time.perf_counter() - start)
     return 2 * size**3 / best
-
-
-def mlm_head_flops(hidden_size: int, vocab_size: int) -> int:
-    """Forward matmul FLOPs of BERT's MLM head per predicted token: the transform and the vocabulary decoder."""
-    return 2 * (hidden_size * hidden_size + hidden_size * vocab_size)
-
-
-def encoder_flops(encoder: Encoder, lengths: Sequence[int], training: bool) -> int:
-    """Model FLOPs of encoding sequences of these real lengths (padding does no useful work)."""
-    return sum(encoder.flops_per_token(length, training) * length for length in lengths)
 
 
 def _rss_mib(field_name: str) -> float:

@@ -30,7 +30,6 @@ from common import (
     Timings,
     alternate,
     autocast,
-    encoder_flops,
     peak_memory,
     print_table,
     report_machine,
@@ -142,7 +141,7 @@ def main() -> None:
                   "transformers": lambda b, theirs=theirs: theirs(**b).last_hidden_state}
         for corpus_name, corpus in data.items():
             lengths = [int(n) for b in corpus for n in b["attention_mask"].sum(1)]
-            flops = encoder_flops(ours, lengths, training=False)
+            flops = ours.flops(lengths, training=False)
             for precision in args.precision:
                 key = f"{model_name},{corpus_name},{precision}"
                 difference, memory, timings = measure(encode, corpus, precision, device, args.repeats)

@@ -35,8 +35,6 @@ from common import (
     PRECISIONS,
     alternate,
     autocast,
-    encoder_flops,
-    mlm_head_flops,
     peak_memory,
     print_table,
     report_machine,
@@ -89,7 +87,6 @@ def run_case(case: Case, args: argparse.Namespace, tokenizer, peaks: dict[str, f
     blocks = wikitext_blocks(tokenizer, Path(args.data_root), case.seq, batch_size)
     collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15, return_tensors="pt")
     batch = {k: v.to(device) for k, v in collator([{"input_ids": block} for block in blocks]).items()}
-    masked = int((batch["labels"] != -100).sum())
     ours, theirs = build_pair(case.size, len(tokenizer), device)
 
     # Same weights, same batch, dropout off: the same loss.
@@ -135,8 +132,7 @@ def run_case(case: Case, args: argparse.Namespace, tokenizer, peaks: dict[str, f
     timings = alternate({side: (lambda side=side: timed(side)) for side in losses}, args.repeats)
 
     tokens = batch_size * case.seq * args.steps
-    flops = (encoder_flops(ours.encoder, [case.seq] * batch_size, training=True)
-             + 3 * masked * mlm_head_flops(ours.encoder.config.hidden_size, len(tokenizer))) * args.steps
+    flops = ours.training_flops(batch) * args.steps  # encoder + MLM head on the masked tokens
     result = {}
     for side in losses:
         seconds = timings.median(side)

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from encoders.config import EncoderConfig
-from encoders.layers import Block, Unpadded, build_norm
+from encoders.layers import Block, Dropout, Unpadded, build_norm
 from encoders.positions import build_position
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ class Embeddings(nn.Module):
         self.word = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
         self.token_type = nn.Embedding(config.type_vocab_size, config.hidden_size) if config.type_vocab_size else None
         self.norm = build_norm(config)
-        self.dropout = nn.Dropout(config.hidden_dropout)
+        self.dropout = Dropout(config.hidden_dropout)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None) -> torch.Tensor:
         x = self.word(input_ids)
@@ -69,6 +69,10 @@ class Encoder(nn.Module):
         # Measured on CPU (MiniLM-sized, batch 32): 40% real tokens runs 2.3x (fp32) / 1.5x (bf16) faster
         # unpadded; 97% real runs 3% / 12% slower, the gathers costing more than the padding they save.
         self.unpad_below = 0.8
+        # FlexAttention for position schemes with a bias (ALiBi, T5): None uses it on GPUs whenever attention
+        # dropout is off (eval, or attention_dropout=0; FlexAttention has no dropout); True forces it on any device,
+        # False never uses it. Otherwise the bias goes to SDPA as a dense (B, H, T, T) float mask.
+        self.flex_attention: bool | None = None
         self.apply(self._init_weights)
 
     def _init_weights(self, module: nn.Module) -> None:
@@ -103,6 +107,32 @@ class Encoder(nn.Module):
             return keep
         return bias[None].masked_fill(~keep, torch.finfo(bias.dtype).min)  # (B, H, T, T)
 
+    def score_mod(self, attention_mask: torch.Tensor | None, seq_len: int, device: torch.device,
+                  return_attentions: bool):
+        """The FlexAttention score_mod (position bias and key padding) when this forward uses FlexAttention (see
+        `flex_attention`), else None."""
+        position_mod = self.position.score_mod(seq_len, seq_len)
+        dropout_on = self.training and self.config.attention_dropout > 0
+        use = self.flex_attention if self.flex_attention is not None else device.type == "cuda"
+        if position_mod is None or not use or return_attentions:
+            return None
+        if dropout_on:
+            if self.flex_attention:
+                raise ValueError(
+                    f"Encoder.flex_attention=True, but FlexAttention has no dropout and this encoder trains with "
+                    f"attention_dropout={self.config.attention_dropout}; set attention_dropout=0 or leave "
+                    f"flex_attention=None (SDPA with a dense bias while dropout is on)."
+                )
+            return None
+        if attention_mask is None:
+            return position_mod
+        keep = attention_mask.bool()
+
+        def biased_and_padded(score, batch, head, query, key):
+            return torch.where(keep[batch, key], position_mod(score, batch, head, query, key), -float("inf"))
+
+        return biased_and_padded
+
     def unpadded(self, attention_mask: torch.Tensor | None) -> Unpadded | None:
         """The real tokens' layout when enough of the batch is padding to make skipping it pay (`unpad_below`).
         Not under torch.compile: the token count would change the graph's shapes on every batch."""
@@ -133,7 +163,9 @@ class Encoder(nn.Module):
         x = self.embeddings.dropout(self.embeddings.norm(x))
         # A float bias is cast to the blocks' compute dtype once here; left in float32, every layer would cast it
         # again (autocast casts each call's float arguments to bfloat16).
-        mask = self.attention_mask(attention_mask, seq_len, compute_dtype(x))
+        mask = self.score_mod(attention_mask, seq_len, x.device, return_attentions)
+        if mask is None:
+            mask = self.attention_mask(attention_mask, seq_len, compute_dtype(x))
         unpadded = None
         if not (return_hidden_states or return_attentions):
             unpadded = self.unpadded(attention_mask)
@@ -165,6 +197,11 @@ class Encoder(nn.Module):
         per_layer = 2 * (3 * c * c + c * c + c * up + inner * c) + 2 * 2 * seq_len * c
         forward = self.config.num_layers * per_layer
         return 3 * forward if training else forward
+
+    def flops(self, lengths: Sequence[int], training: bool = False) -> int:
+        """Model FLOPs of encoding sequences of these real lengths: `flops_per_token` at each length, per token.
+        Padding does no useful work and is not counted."""
+        return sum(self.flops_per_token(length, training) * length for length in lengths)
 
     def num_parameters(self, exclude_embeddings: bool = False) -> int:
         params = {id(p): p for p in self.parameters()}

@@ -20,6 +20,7 @@ instead counts only non-padding tokens, which agrees for right padding).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -40,6 +41,15 @@ class PositionScheme(nn.Module):
 
     def bias(self, q_len: int, k_len: int) -> torch.Tensor | None:
         return None
+
+    def score_mod(self, q_len: int, k_len: int) -> ScoreMod | None:
+        """The bias as a FlexAttention `score_mod` (score, batch, head, query, key) -> score, computed inside the
+        attention kernel instead of read from a (H, q, k) tensor; None for schemes without a bias."""
+        return None
+
+
+# FlexAttention's score modification: (score, batch index, head index, query index, key index) -> new score.
+ScoreMod = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 class NoPositions(PositionScheme):
@@ -154,6 +164,14 @@ class ALiBiPositions(PositionScheme):
         distance = (torch.arange(k_len, device=device)[None, :] - torch.arange(q_len, device=device)[:, None]).abs()
         return -self.slopes[:, None, None] * distance[None].float()  # (H, q, k)
 
+    def score_mod(self, q_len: int, k_len: int) -> ScoreMod:
+        slopes = self.slopes
+
+        def alibi(score, batch, head, query, key):
+            return score - slopes[head] * (query - key).abs()
+
+        return alibi
+
 
 def t5_relative_bucket(relative_position: torch.Tensor, num_buckets: int = 32, max_distance: int = 128) -> torch.Tensor:
     """Bidirectional T5 buckets for `relative_position = key - query`: half the buckets per direction; within a
@@ -183,6 +201,19 @@ class T5RelativeBias(PositionScheme):
         relative = torch.arange(k_len, device=device)[None, :] - torch.arange(q_len, device=device)[:, None]
         buckets = t5_relative_bucket(relative, self.num_buckets, self.max_distance)  # (q, k)
         return self.relative_bias(buckets).permute(2, 0, 1)  # (H, q, k)
+
+    def score_mod(self, q_len: int, k_len: int) -> ScoreMod:
+        # The bias depends on key - query only: one (H, q_len + k_len - 1) row per head instead of (H, q, k).
+        # (Indexing an (H, q, k) table by query also trips inductor's CPU FlexAttention template in torch 2.13.)
+        device = self.relative_bias.weight.device
+        relative = torch.arange(-(q_len - 1), k_len, device=device)
+        table = self.relative_bias(t5_relative_bucket(relative, self.num_buckets, self.max_distance)).T
+        offset = q_len - 1
+
+        def t5(score, batch, head, query, key):
+            return score + table[head, key - query + offset]
+
+        return t5
 
 
 POSITIONS: dict[str, type[PositionScheme]] = {

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 import typing
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -94,6 +93,14 @@ def build_encoder(
     return Encoder(config)
 
 
+def sequence_lengths(batch: dict[str, torch.Tensor]) -> list[int]:
+    """Real (non-padding) tokens of each sequence of a batch."""
+    mask = batch.get("attention_mask")
+    if mask is None:
+        return [batch["input_ids"].shape[1]] * batch["input_ids"].shape[0]
+    return mask.sum(dim=1).tolist()
+
+
 def lr_lambda(step: int, warmup_steps: int, total_steps: int, schedule: str) -> float:
     """Multiplier of the peak learning rate: linear warmup, then linear or cosine decay to zero at the end."""
     if step < warmup_steps:
@@ -126,7 +133,6 @@ class EncoderTask(L.LightningModule):
     def __init__(self, optimization: Optimization | None = None) -> None:
         super().__init__()
         self.optimization = optimization if optimization is not None else Optimization()
-        self._step_started: float | None = None
 
     def configure_optimizers(self):
         opt = self.optimization
@@ -144,14 +150,14 @@ class EncoderTask(L.LightningModule):
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
+    def training_flops(self, batch: dict[str, torch.Tensor]) -> int:
+        """Model FLOPs of one training step on `batch` (forward and backward), for MFU (`tasks.throughput`): the
+        encoder over each sequence's real tokens. Tasks add their large heads and teachers; small classifier heads
+        (a few C x C and C x labels products per sequence) are left out."""
+        return self.encoder.flops(sequence_lengths(batch), training=True)
+
     def log_training(self, loss: torch.Tensor, batch: dict[str, torch.Tensor], **metrics: torch.Tensor) -> None:
-        """Loss, learning rate and non-padding tokens per second (measured between training steps)."""
-        now = time.perf_counter()
-        mask = batch.get("attention_mask")
-        tokens = int(mask.sum()) if mask is not None else batch["input_ids"].numel()
-        if self._step_started is not None:
-            self.log("train/tokens_per_sec", tokens / max(now - self._step_started, 1e-9), prog_bar=True)
-        self._step_started = now
+        """Loss, learning rate and the task's own metrics. Tokens/s and MFU come from `tasks.throughput`."""
         self.log("train/loss", loss, prog_bar=True)
         for name, value in metrics.items():
             self.log(f"train/{name}", value)
@@ -170,5 +176,3 @@ class EncoderTask(L.LightningModule):
             tokenizer.save_pretrained(str(path))
         return path
 
-    def on_train_epoch_start(self) -> None:
-        self._step_started = None  # do not count the validation loop as training time

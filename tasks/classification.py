@@ -11,7 +11,7 @@ from torch import nn
 
 from encoders import SequenceClassificationHead, TokenClassificationHead
 from encoders.checkpoints import Checkpoint
-from tasks.base import EncoderSpec, EncoderTask, Optimization, build_encoder, read_pretrained
+from tasks.base import EncoderSpec, EncoderTask, Optimization, build_encoder, read_pretrained, sequence_lengths
 from tasks.distillation import ClassifierTeacher, soft_target_loss
 from tasks.metrics import EntityF1, classification_metrics
 
@@ -114,6 +114,13 @@ class SequenceClassification(EncoderTask):
         hard = self.loss(logits, labels)
         alpha = self.distillation_alpha
         return {"loss": alpha * soft + (1 - alpha) * hard, "loss_teacher": soft, "loss_labels": hard}
+
+    def training_flops(self, batch: dict[str, torch.Tensor]) -> int:
+        """The encoder (forward and backward), plus the teacher's forward pass when distilling."""
+        flops = super().training_flops(batch)
+        if self.teacher is not None:
+            flops += self.teacher.encoder.flops(sequence_lengths(batch))
+        return flops
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         logits = self(batch)

@@ -22,8 +22,8 @@ from torchmetrics import MeanMetric
 
 from encoders import Encoder, MaskedLMHead, SequenceClassificationHead
 from encoders.checkpoints import load_checkpoint
-from tasks.base import EncoderSpec, EncoderTask, Optimization
-from tasks.mlm import masked_lm_loss
+from tasks.base import EncoderSpec, EncoderTask, Optimization, sequence_lengths
+from tasks.mlm import masked_lm_loss, vocab_cross_entropy
 
 
 def student_from_teacher(teacher: Encoder, teacher_head: MaskedLMHead) -> tuple[Encoder, MaskedLMHead]:
@@ -89,7 +89,7 @@ def distillation_losses(
 ) -> dict[str, torch.Tensor]:
     """The three terms, unweighted. Logits are (N, V) at the N masked positions; hidden states (B, T, C)."""
     kl = soft_target_loss(student_logits, teacher_logits, temperature)
-    mlm = F.cross_entropy(student_logits.float(), targets)
+    mlm = vocab_cross_entropy(student_logits, targets)
     if attention_mask is None:
         attention_mask = torch.ones(student_hidden.shape[:2], device=student_hidden.device)
     real = attention_mask.bool()
@@ -155,6 +155,13 @@ class Distillation(EncoderTask):
                                      self.temperature)
         losses["loss"] = sum(self.alphas[name] * losses[name] for name in self.alphas)
         return losses
+
+    def training_flops(self, batch: dict[str, torch.Tensor]) -> int:
+        """The student's encoder and MLM head (forward and backward), plus the teacher's forward pass."""
+        masked = int((batch["labels"] != -100).sum())
+        student = super().training_flops(batch) + masked * self.head.flops_per_token(training=True)
+        teacher = self.teacher.flops(sequence_lengths(batch)) + masked * self.teacher_head.flops_per_token()
+        return student + teacher
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         losses = self(batch)

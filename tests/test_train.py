@@ -139,6 +139,9 @@ def test_quickstart_trains_exports_and_tracks(quickstart):
     history = wandb_history(root)
     assert_falls(series(history, "train/loss"), by=0.5)
     assert all(v > 0 for v in series(history, "train/tokens_per_sec"))
+    # MFU against the peak measured at the start of the run (tasks/throughput.py), logged beside tokens/s.
+    assert len(series(history, "train/mfu")) == len(series(history, "train/tokens_per_sec")) > 0
+    assert all(0 < v < 1 for v in series(history, "train/mfu"))
     # metrics.json holds the final validation of the best checkpoint, the same numbers W&B logged last.
     metrics = json.loads((root / "metrics.json").read_text())
     assert set(metrics) == {"val/loss", "val/accuracy", "val/perplexity"}

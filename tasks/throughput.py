@@ -1,0 +1,125 @@
+"""Training throughput in the progress bar and the logger: real (non-padding) tokens per second and model FLOPs
+utilisation (MFU).
+
+MFU = achieved model FLOP/s / peak FLOP/s of one device. Model FLOPs come from the task (`EncoderTask.training_flops`:
+the encoder's matmuls for its own configuration, x3 for forward + backward, over real tokens only, plus the heads
+and, when distilling, the teacher's forward pass). Work on padding is not counted, so padding lowers MFU.
+
+The peak is `peak_flops` when given (e.g. a datasheet figure), else measured on the spot: the fastest of a few
+square matmuls on the training device, in the dtype the training precision runs its matmuls in (bfloat16 for
+`bf16-mixed`, float16 for `16-mixed`, float32 otherwise). A measured peak is what the device really reaches on a
+large matmul, so the MFU it gives is higher than against a datasheet peak, and it moves with the machine's load.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import lightning as L
+import torch
+
+
+def matmul_dtype(precision: str) -> torch.dtype:
+    """The dtype of the matmuls under a Lightning precision setting."""
+    precision = str(precision)
+    if precision.startswith("bf16"):
+        return torch.bfloat16
+    if precision.startswith("16"):
+        return torch.float16
+    if precision.startswith("64"):
+        return torch.float64
+    return torch.float32
+
+
+def measure_matmul_peak(device: torch.device, dtype: torch.dtype, size: int | None = None, repeats: int = 3) -> float:
+    """FLOP/s of the fastest of `repeats` (size x size) @ (size x size) matmuls after one warm-up; `size` defaults
+    to 8192 on GPUs and 2048 on CPUs (about 0.2 s per float32 matmul on one core of this project's CPU)."""
+    size = size or (8192 if device.type == "cuda" else 2048)
+    a = torch.randn(size, size, device=device).to(dtype)
+    b = torch.randn(size, size, device=device).to(dtype)
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    a @ b
+    sync()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ b
+        sync()
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best
+
+
+class Throughput(L.Callback):
+    """Logs `train/tokens_per_sec` and `train/mfu` (progress bar and logger) every `log_every_n_steps` optimizer
+    steps, and `train/tflops` (achieved) to the logger, averaged over the batches since the last log and timed
+    wall-clock (data loading and the optimizer included; validation excluded).
+
+    Figures are per device: under DDP each rank times its own batches and rank 0's are logged; the job's rate is
+    the world size times that. `peak_flops` is one device's peak in FLOP/s; None measures it at the start of fit.
+    """
+
+    def __init__(self, peak_flops: float | None = None, log_every_n_steps: int | None = None) -> None:
+        super().__init__()
+        if peak_flops is not None and peak_flops <= 0:
+            raise ValueError(f"Throughput(peak_flops={peak_flops}): give the device's peak in FLOP/s (> 0) or None "
+                             f"to measure it.")
+        self.peak_flops = peak_flops
+        self.log_every_n_steps = log_every_n_steps
+        self._reset()
+
+        self._logged_step = -1
+
+    def _reset(self) -> None:
+        self._started: float | None = None
+        self._tokens = 0
+        self._flops = 0
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not hasattr(pl_module, "training_flops"):
+            raise TypeError(f"Throughput needs a task with `training_flops(batch)`; "
+                            f"{type(pl_module).__name__} has none.")
+        if self.peak_flops is None:
+            dtype = matmul_dtype(trainer.precision)
+            self.peak_flops = measure_matmul_peak(pl_module.device, dtype)
+            pl_module.print(f"Throughput: measured matmul peak {self.peak_flops / 1e12:.3f} TFLOP/s "
+                            f"({str(dtype).removeprefix('torch.')}, {pl_module.device}); MFU is against it.")
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._reset()
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._reset()  # the next window starts at the next training batch: validation time is not training time
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        if self._started is None:
+            self._synchronize(pl_module)
+            self._started = time.perf_counter()
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        mask = batch.get("attention_mask")
+        self._tokens += int(mask.sum()) if mask is not None else batch["input_ids"].numel()
+        self._flops += pl_module.training_flops(batch)
+        every = self.log_every_n_steps or trainer.log_every_n_steps
+        step = trainer.global_step  # already advanced when this batch ended an optimizer step
+        if step != self._logged_step and step % max(1, every) == 0:
+            self._logged_step = step
+            self._synchronize(pl_module)
+            elapsed = max(time.perf_counter() - self._started, 1e-9)
+            achieved = self._flops / elapsed
+            pl_module.log("train/tokens_per_sec", self._tokens / elapsed, prog_bar=True)
+            pl_module.log("train/mfu", achieved / self.peak_flops, prog_bar=True)
+            pl_module.log("train/tflops", achieved / 1e12)
+            self._reset()
+            self._started = time.perf_counter()
+
+    @staticmethod
+    def _synchronize(pl_module: L.LightningModule) -> None:
+        if pl_module.device.type == "cuda":
+            torch.cuda.synchronize(pl_module.device)

@@ -1,0 +1,131 @@
+"""Tokens/s and MFU during training: the FLOP counts tasks report, and the callback that turns them into rates."""
+
+import lightning as L
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from encoders import Encoder, EncoderConfig
+from tasks.classification import SequenceClassification
+from tasks.distillation import Distillation
+from tasks.mlm import MaskedLM
+from tasks.throughput import Throughput, matmul_dtype, measure_matmul_peak
+from tests.test_tasks import TINY, mlm_batches, teacher_dir  # noqa: F401 (fixture)
+
+
+def hand_flops_per_token(config: EncoderConfig, seq: int) -> int:
+    """One forward pass per token, written out: Q, K, V and output projections, the feed-forward's two matmuls,
+    and attention's QK^T and PV over `seq` keys; two FLOPs per multiply-add."""
+    c, inner, layers = config.hidden_size, config.intermediate_size, config.num_layers
+    projections = 4 * c * c + 2 * c * inner
+    attention = 2 * seq * c
+    return layers * 2 * (projections + attention)
+
+
+def test_encoder_flops_count_real_tokens_at_their_own_length():
+    config = EncoderConfig.from_name("bert-mini", vocab_size=100)
+    encoder = Encoder(config)
+    assert encoder.flops_per_token(128) == hand_flops_per_token(config, 128)
+    assert encoder.flops_per_token(128, training=True) == 3 * hand_flops_per_token(config, 128)
+    assert encoder.flops([10, 3]) == 10 * hand_flops_per_token(config, 10) + 3 * hand_flops_per_token(config, 3)
+
+
+def test_masked_lm_flops_add_the_head_on_masked_tokens_only():
+    model = MaskedLM(encoder=TINY, vocab_size=64)
+    batch = mlm_batches(1)[0]
+    batch["attention_mask"][1, 20:] = 0  # padding is not counted
+    config = model.encoder.config
+    lengths = batch["attention_mask"].sum(1).tolist()
+    masked = int((batch["labels"] != -100).sum())
+    c, v = config.hidden_size, config.vocab_size
+    expected = sum(3 * hand_flops_per_token(config, n) * n for n in lengths) + masked * 3 * 2 * (c * c + c * v)
+    assert model.training_flops(batch) == expected
+
+
+def test_distillation_flops_add_the_teachers_forward(teacher_dir):  # noqa: F811 (fixture)
+    model = Distillation(teacher=str(teacher_dir))
+    batch = mlm_batches(1)[0]
+    lengths = batch["attention_mask"].sum(1).tolist()
+    masked = int((batch["labels"] != -100).sum())
+    student = model.encoder.flops(lengths, training=True) + masked * model.head.flops_per_token(training=True)
+    teacher = model.teacher.flops(lengths) + masked * model.teacher_head.flops_per_token()
+    assert model.teacher.config.num_layers == 2 * model.encoder.config.num_layers
+    assert model.training_flops(batch) == student + teacher
+    assert teacher > student / 3  # the frozen teacher's forward is a real share of the step
+
+
+def test_sequence_classification_flops_are_the_encoders():
+    model = SequenceClassification(encoder=TINY, vocab_size=64, num_labels=2)
+    ids = torch.randint(5, 64, (4, 12))
+    mask = torch.ones_like(ids)
+    mask[0, 5:] = 0
+    assert model.training_flops({"input_ids": ids, "attention_mask": mask}) == model.encoder.flops(
+        [5, 12, 12, 12], training=True)
+
+
+def test_matmul_dtype_follows_the_precision_setting():
+    assert matmul_dtype("bf16-mixed") == torch.bfloat16
+    assert matmul_dtype("16-mixed") == torch.float16
+    assert matmul_dtype("32-true") == torch.float32
+    assert measure_matmul_peak(torch.device("cpu"), torch.float32, size=256) > 0
+    with pytest.raises(ValueError, match="peak_flops"):
+        Throughput(peak_flops=0)
+
+
+class Recorder(L.Callback):
+    """Every value the callback logged, step by step (callback_metrics keeps only the last)."""
+
+    def __init__(self) -> None:
+        self.logged: list[dict[str, float]] = []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("train/")}
+        if "train/mfu" in metrics and (not self.logged or metrics["train/mfu"] != self.logged[-1]["train/mfu"]):
+            self.logged.append(metrics)
+
+
+@pytest.mark.parametrize("peak", [2e11, None])
+def test_callback_logs_tokens_per_second_and_mfu(peak):
+    torch.manual_seed(0)
+    model = MaskedLM(encoder=TINY, vocab_size=64)
+    batches = mlm_batches(12)
+    for batch in batches[::2]:
+        batch["attention_mask"][:, 18:] = 0  # some padded batches: their padding must not count
+        batch["labels"][:, 18:] = -100
+    throughput, recorder = Throughput(peak_flops=peak, log_every_n_steps=3), Recorder()
+    trainer = L.Trainer(max_steps=12, accelerator="cpu", logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, callbacks=[throughput, recorder])
+    trainer.fit(model, DataLoader(batches, batch_size=None))
+
+    assert throughput.peak_flops > 0 if peak is None else throughput.peak_flops == peak
+    assert len(recorder.logged) == 4  # steps 3, 6, 9, 12
+    # Each window holds three batches; the rates share one elapsed time, so their ratio is exactly the
+    # window's FLOPs per real token, which the batches fix.
+    for window, metrics in enumerate(recorder.logged):
+        chunk = batches[3 * window: 3 * window + 3]
+        flops = sum(model.training_flops(b) for b in chunk)
+        tokens = sum(int(b["attention_mask"].sum()) for b in chunk)
+        assert metrics["train/tokens_per_sec"] > 0
+        assert metrics["train/tflops"] * 1e12 / metrics["train/tokens_per_sec"] == pytest.approx(flops / tokens,
+                                                                                              rel=1e-5)
+        assert metrics["train/mfu"] == pytest.approx(metrics["train/tflops"] * 1e12 / throughput.peak_flops,
+                                                     rel=1e-5)
+
+
+def test_callback_refuses_a_module_without_a_flop_count():
+    class Plain(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(2, 2)
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch).sum()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    trainer = L.Trainer(max_steps=1, accelerator="cpu", logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, callbacks=[Throughput(1e12)])
+    with pytest.raises(TypeError, match="training_flops"):
+        trainer.fit(Plain(), DataLoader([torch.randn(2)], batch_size=None))
+
