@@ -87,7 +87,9 @@ class TokenizedDataModule(L.LightningDataModule):
         dataset = self._model_view(self.datasets[split])
         batch_size = self.batch_size if train else self.eval_batch_size
         if self.group_by_length:
-            lengths = pc.list_value_length(dataset.data.column("input_ids")).to_numpy()
+            # Through the dataset's own view: after `select`, `shuffle` or `filter`, `dataset.data` is still the
+            # whole underlying table, and its lengths would not belong to the rows the sampler indexes.
+            lengths = pc.list_value_length(dataset.with_format("arrow")["input_ids"]).to_numpy()
             sampler = RandomSampler(dataset) if train else SequentialSampler(dataset)
             batches = LengthGroupedBatchSampler(sampler, batch_size, drop_last=False, lengths=lengths)
             return DataLoader(dataset, batch_sampler=batches, collate_fn=self.collate, num_workers=self.num_workers)

@@ -160,3 +160,18 @@ def test_hub_names_go_through_load_dataset(monkeypatch, tmp_path):
     dm.setup("fit")
     assert calls == [("nyu-mll/glue", "rte", "train"), ("nyu-mll/glue", "rte", "validation")]
     assert dm.datasets["train"]["labels"] == [0, 1]
+
+
+def test_length_grouping_follows_a_selected_subset(shared_data, cache):
+    """Grouping reads the lengths of the rows the loader serves. After `select` (or `shuffle`, `filter`) the
+    dataset's underlying Arrow table still holds every row, and grouping by its lengths used to mix lengths:
+    on 4,000 SST-2 sentences, 34% real tokens instead of above 90%."""
+    dm = GLUEDataModule("sst2", MINILM, data_root=str(shared_data), cache_dir=cache, batch_size=32,
+                        group_by_length=True)
+    dm.setup("fit")
+    subset = dm.datasets["train"].shuffle(seed=0).select(range(4000))
+    dm.datasets["train"] = subset
+    batches = list(dm.train_dataloader())
+    real = sum(int(b["attention_mask"].sum()) for b in batches)
+    assert real == sum(len(ids) for ids in subset["input_ids"])  # every row of the subset, once
+    assert real / sum(b["input_ids"].numel() for b in batches) > 0.9
