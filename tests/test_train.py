@@ -244,13 +244,15 @@ def test_distillation_learns_and_leaves_the_teacher_unchanged(quickstart, tmp_pa
 
 @pytest.mark.slow  # minutes on 2 cores: run by .ci/run with -m slow
 def test_logit_distillation_from_a_fine_tuned_classifier(sst2, tmp_path):
-    """A bert-mini student learns SST-2 from the fine-tuned MiniLM's logits (and the labels)."""
+    """A fresh bert-mini student learns SST-2 from the fine-tuned MiniLM's logits (and the labels). 40 steps left
+    it at the majority class (dev accuracy 0.509) and its loss within noise of the start; 150 steps reached 0.675."""
     teacher_root, _ = sst2
     cli = run("configs/glue/sst2.yaml", tmp_path, "--model.teacher", str(teacher_root / "model"),
               "--model.encoder.preset", "bert-mini", "--model.optimization.learning_rate", "5e-4",
-              "--trainer.max_steps", "40", "--trainer.log_every_n_steps", "2")
+              "--trainer.max_steps", "150", "--trainer.log_every_n_steps", "2")
     history = wandb_history(tmp_path)
-    assert_falls(series(history, "train/loss"), by=0.02)
+    assert_falls(series(history, "train/loss"), by=0.03)
+    assert json.loads((tmp_path / "metrics.json").read_text())["val/accuracy"] > 0.6  # majority class: 0.509
     assert series(history, "train/loss_teacher") and series(history, "train/loss_labels")
     teacher = cli.model.teacher
     reference = Encoder.from_pretrained(teacher_root / "model").state_dict()
