@@ -5,6 +5,7 @@ logged metrics are read back, resuming continues at the same step, and 2-process
 from __future__ import annotations
 
 import json
+import math
 import os
 import struct
 import subprocess
@@ -137,7 +138,13 @@ def quickstart(env, tmp_path_factory):
 def test_quickstart_trains_exports_and_tracks(quickstart):
     root, cli = quickstart
     history = wandb_history(root)
-    assert_falls(series(history, "train/loss"), by=0.5)
+    losses = series(history, "train/loss")
+    # A fresh model predicts the 4,000-token vocabulary about uniformly: ln(4000) = 8.29. Within some 15 steps it
+    # falls to the unigram plateau (6.5-6.9 on these reviews) and stays there with batch noise, so the first
+    # logged window (steps 5-15) already holds most of the drop: check against the uniform start, and that the
+    # first window is still above the last.
+    assert sum(losses[-3:]) / 3 < math.log(4000) - 1.2
+    assert_falls(losses, by=0.3)
     assert all(v > 0 for v in series(history, "train/tokens_per_sec"))
     # MFU against the peak measured at the start of the run (tasks/throughput.py), logged beside tokens/s.
     assert len(series(history, "train/mfu")) == len(series(history, "train/tokens_per_sec")) > 0
