@@ -111,12 +111,14 @@ class Encoder(nn.Module):
                   return_attentions: bool):
         """The FlexAttention score_mod (position bias and key padding) when this forward uses FlexAttention (see
         `flex_attention`), else None."""
-        position_mod = self.position.score_mod(seq_len, seq_len)
-        dropout_on = self.training and self.config.attention_dropout > 0
         use = self.flex_attention if self.flex_attention is not None else device.type == "cuda"
-        if position_mod is None or not use or return_attentions:
+        if not use or return_attentions:
             return None
-        if dropout_on:
+        # Asked only now: T5 builds its bias table here, work the dense-mask path would then do again.
+        position_mod = self.position.score_mod(seq_len, seq_len)
+        if position_mod is None:
+            return None
+        if self.training and self.config.attention_dropout > 0:
             if self.flex_attention:
                 raise ValueError(
                     f"Encoder.flex_attention=True, but FlexAttention has no dropout and this encoder trains with "
