@@ -14,13 +14,14 @@ import ctypes
 import os
 import platform
 import statistics
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import datasets
 import torch
 import transformers
+
+from tasks.throughput import measure_matmul_peak
 
 PRECISIONS = ("fp32", "bf16-mixed")
 
@@ -71,19 +72,9 @@ def synchronize(device: torch.device) -> None:
 
 
 def matmul_peak(precision: str, device: torch.device, size: int = 4096, repeats: int = 5) -> float:
-    """FLOP/s of the fastest of `repeats` square matmuls in the precision's matmul dtype: the MFU denominator."""
-    dtype = torch.float32 if precision == "fp32" else torch.bfloat16
-    a = torch.randn(size, size, device=device, dtype=dtype)
-    b = torch.randn(size, size, device=device, dtype=dtype)
-    a @ b  # warm-up: kernel selection, page faults
-    best = float("inf")
-    for _ in range(repeats):
-        synchronize(device)
-        start = time.perf_counter()
-        a @ b
-        synchronize(device)
-        best = min(best, time.perf_counter() - start)
-    return 2 * size**3 / best
+    """FLOP/s of the fastest of `repeats` square matmuls in the precision's matmul dtype: the MFU denominator
+    (the same measurement `tasks.throughput` makes at the start of a training run, on a larger matrix)."""
+    return measure_matmul_peak(device, torch.float32 if precision == "fp32" else torch.bfloat16, size, repeats)
 
 
 def _rss_mib(field_name: str) -> float:
