@@ -19,6 +19,8 @@ from typing import Any
 import lightning as L
 import torch
 
+from tasks.base import sequence_lengths
+
 
 def matmul_dtype(precision: str) -> torch.dtype:
     """The dtype of the matmuls under a Lightning precision setting."""
@@ -70,14 +72,14 @@ class Throughput(L.Callback):
                              f"to measure it.")
         self.peak_flops = peak_flops
         self.log_every_n_steps = log_every_n_steps
-        self._reset()
-
         self._logged_step = -1
+        self._reset()
 
     def _reset(self) -> None:
         self._started: float | None = None
-        self._tokens = 0
-        self._flops = 0
+        # The window's batches, counted when it is logged: counting tokens reads tensor values, which on a GPU
+        # would wait for the step in flight after every batch instead of once per window.
+        self._batches: list[dict[str, torch.Tensor]] = []
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not hasattr(pl_module, "training_flops"):
@@ -103,17 +105,16 @@ class Throughput(L.Callback):
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
-        mask = batch.get("attention_mask")
-        self._tokens += int(mask.sum()) if mask is not None else batch["input_ids"].numel()
-        self._flops += pl_module.training_flops(batch)
+        self._batches.append(batch)
         every = self.log_every_n_steps or trainer.log_every_n_steps
         step = trainer.global_step  # already advanced when this batch ended an optimizer step
         if step != self._logged_step and step % max(1, every) == 0:
             self._logged_step = step
             self._synchronize(pl_module)
             elapsed = max(time.perf_counter() - self._started, 1e-9)
-            achieved = self._flops / elapsed
-            pl_module.log("train/tokens_per_sec", self._tokens / elapsed, prog_bar=True)
+            tokens = sum(sum(sequence_lengths(b)) for b in self._batches)
+            achieved = sum(pl_module.training_flops(b) for b in self._batches) / elapsed
+            pl_module.log("train/tokens_per_sec", tokens / elapsed, prog_bar=True)
             pl_module.log("train/mfu", achieved / self.peak_flops, prog_bar=True)
             pl_module.log("train/tflops", achieved / 1e12)
             self._reset()
