@@ -1,8 +1,16 @@
 """litbert's data layer: tokenizers, readers and Lightning datamodules for MLM, GLUE, sentiment and NER."""
 
 from data.checks import check_max_length, check_vocab_fits
-from data.collate import LengthGroupedBatchSampler, PaddingCollator, SameLengthBatchSampler
+from data.collate import PaddingCollator
 from data.glue import GLUE_TASKS, GLUEDataModule, GlueTask, glue_task, write_submission
+from data.loading import (
+    Batches,
+    EpochRandomSampler,
+    LengthGroupedBatchSampler,
+    ResumableLoader,
+    SameLengthBatchSampler,
+    ShardSampler,
+)
 from data.masking import MLMCollator, mask_tokens
 from data.mlm import MLMDataModule, pack_blocks
 from data.sentiment import SentimentDataModule
@@ -12,6 +20,10 @@ from data.tokenizers import SpecialTokenTemplate, load_tokenizer, save_tokenizer
 
 __all__ = [
     "GLUE_TASKS",
+    "Batches",
+    "EpochRandomSampler",
+    "ResumableLoader",
+    "ShardSampler",
     "DataError",
     "GLUEDataModule",
     "GlueTask",

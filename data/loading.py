@@ -1,0 +1,219 @@
+"""Loading batches so that a run can stop anywhere and resume at exactly the next batch.
+
+A run killed mid-epoch and resumed from a checkpoint must see the batches the uninterrupted run would have seen,
+in the same order, with the same masks. So every random choice of the input pipeline is a function of
+(seed, epoch, position), never of a generator's hidden state:
+
+- `EpochRandomSampler` draws the epoch's permutation from (seed, epoch), as `DistributedSampler` does per rank;
+  under distributed training the datamodules use `DistributedSampler` itself, seeded the same way.
+- The batch samplers (`Batches`, `LengthGroupedBatchSampler`, `SameLengthBatchSampler`) can start at the k-th
+  batch of an epoch: they recompute the epoch's batches (indices only, no data) and skip k.
+- `ResumableLoader` counts the batches it has handed out in the current epoch. Its `state_dict()` is that count;
+  Lightning stores it in every checkpoint (a loader with `state_dict` is resumable to Lightning) and hands it back
+  on resume, and the next epoch iteration skips that many batches without loading them.
+- Dynamic MLM masks are keyed by (seed, epoch, example index) (`data.masking`), so skipping batches skips their
+  masks too.
+
+`ShardSampler` splits evaluation sets across ranks without the padding `DistributedSampler` adds (it repeats
+examples to even out the shards), so distributed metrics equal single-process ones.
+
+Lightning wraps a loader's sampler in a `DistributedSampler` unless `loader.sampler` already is one; with a batch
+sampler, `DataLoader.sampler` is an unused default, so `ResumableLoader.sampler` reports the batch sampler's own.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, RandomSampler, Sampler, SequentialSampler
+
+
+class EpochRandomSampler(RandomSampler):
+    """A random permutation per epoch, drawn from (seed, epoch) alone: epoch e's order is the same whether or not
+    the run stopped and resumed in between. `set_epoch` is called by Lightning before each epoch."""
+
+    def __init__(self, data_source: Sequence[Any], seed: int = 0) -> None:
+        super().__init__(data_source)
+        self.seed = seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[int]:
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        yield from torch.randperm(len(self.data_source), generator=generator).tolist()
+
+
+class ShardSampler(DistributedSampler):
+    """Evaluation shards: rank r takes examples r, r + world, r + 2 * world, ... in order, with no example
+    repeated, so shards may differ in size by one. Metrics reduced across ranks then equal one process's."""
+
+    def __init__(self, dataset: Sequence[Any], num_replicas: int, rank: int) -> None:
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=False, drop_last=False)
+        self.num_samples = len(range(rank, len(dataset), num_replicas))
+        self.total_size = len(dataset)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(self.rank, len(self.dataset), self.num_replicas))
+
+
+class ResumableBatches(BatchSampler):
+    """A batch sampler that can start at batch `skip` of the epoch (set by `ResumableLoader`). Subclasses write
+    `batches()`, the whole epoch's batches in order. The epoch is the sampler's (Lightning calls `set_epoch` on the
+    sampler, not on the batch sampler); an unshuffled sampler has none, and is at epoch 0."""
+
+    def __init__(self, sampler: Sampler[int] | Sequence[int], batch_size: int, drop_last: bool) -> None:
+        super().__init__(sampler, batch_size, drop_last)
+        self.skip = 0
+
+    @property
+    def epoch(self) -> int:
+        return getattr(self.sampler, "epoch", 0)
+
+    def batches(self) -> Iterator[list[int]]:
+        raise NotImplementedError
+
+    def __iter__(self) -> Iterator[list[int]]:
+        skip, self.skip = self.skip, 0
+        return itertools.islice(self.batches(), skip, None)
+
+
+class Batches(ResumableBatches):
+    """Consecutive batches of `sampler`'s order, as `BatchSampler`."""
+
+    def batches(self) -> Iterator[list[int]]:
+        return BatchSampler.__iter__(self)
+
+
+class LengthGroupedBatchSampler(ResumableBatches):
+    """Batches of similar length: take `megabatch` batches' worth of indices from `sampler`, sort them by
+    length (longest first) and cut them into batches. Randomness comes from `sampler` alone.
+
+    `drop_last` drops only the last, short batch of the epoch, as `BatchSampler` does.
+    """
+
+    def __init__(self, sampler: Sampler[int] | Sequence[int], batch_size: int, drop_last: bool,
+                 lengths: Sequence[int], megabatch: int = 50) -> None:
+        super().__init__(sampler, batch_size, drop_last)
+        self.lengths = lengths
+        self.megabatch = megabatch
+
+    def _sorted_chunks(self, pool: list[int]) -> Iterator[list[int]]:
+        pool.sort(key=lambda index: -self.lengths[index])
+        for start in range(0, len(pool), self.batch_size):
+            yield pool[start:start + self.batch_size]
+
+    def batches(self) -> Iterator[list[int]]:
+        pool: list[int] = []
+        size = self.batch_size * self.megabatch
+        for index in self.sampler:
+            pool.append(index)
+            if len(pool) == size:
+                yield from self._sorted_chunks(pool)
+                pool = []
+        for batch in self._sorted_chunks(pool):
+            if len(batch) == self.batch_size or not self.drop_last:
+                yield batch
+
+    def __len__(self) -> int:
+        total = len(self.sampler)  # type: ignore[arg-type]
+        return total // self.batch_size if self.drop_last else math.ceil(total / self.batch_size)
+
+
+class SameLengthBatchSampler(ResumableBatches):
+    """Full batches whose examples all have exactly the same length, so they need no padding.
+
+    Made for packed MLM blocks, which all have the block length except the last one. Each full batch comes out as
+    soon as `sampler` has filled it; what is left at the end of the epoch (fewer than `batch_size` examples of
+    each length) is batched together and padded, so an epoch has ceil(n / batch_size) batches whatever the lengths,
+    the same number on every rank of a distributed run. `drop_last` drops the final short batch.
+    """
+
+    def __init__(self, sampler: Sampler[int] | Sequence[int], batch_size: int, drop_last: bool,
+                 lengths: Sequence[int]) -> None:
+        super().__init__(sampler, batch_size, drop_last)
+        self.lengths = lengths
+
+    def batches(self) -> Iterator[list[int]]:
+        open_batches: dict[int, list[int]] = {}
+        for index in self.sampler:
+            batch = open_batches.setdefault(self.lengths[index], [])
+            batch.append(index)
+            if len(batch) == self.batch_size:
+                yield batch
+                open_batches[self.lengths[index]] = []
+        rest = [index for batch in open_batches.values() for index in batch]
+        for start in range(0, len(rest), self.batch_size):
+            batch = rest[start:start + self.batch_size]
+            if len(batch) == self.batch_size or not self.drop_last:
+                yield batch
+
+    def __len__(self) -> int:
+        total = len(self.sampler)  # type: ignore[arg-type]
+        return total // self.batch_size if self.drop_last else math.ceil(total / self.batch_size)
+
+
+class ResumableLoader(DataLoader):
+    """A `DataLoader` over a `ResumableBatches` batch sampler whose position in the epoch is saved in checkpoints.
+
+    `state_dict()` holds the epoch and the number of batches handed out in it; `load_state_dict()` makes the next
+    iteration of that same epoch skip them (at the index level: skipped batches are never loaded). A saved position
+    from another epoch is dropped: Lightning moves on to the next epoch when a checkpoint was taken at an epoch's
+    end. Before each iteration the collate function learns the epoch (`set_epoch`), for keyed random masks.
+
+    Iteration starts lazily, at the first batch, so that the epoch Lightning sets after creating the iterator is
+    the one used, also with worker processes (which would otherwise pre-fetch from the previous epoch's order).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if not isinstance(self.batch_sampler, ResumableBatches):
+            raise TypeError(f"ResumableLoader needs a ResumableBatches batch sampler, got "
+                            f"{type(self.batch_sampler).__name__}.")
+        # The sampler the batches are drawn from, so that Lightning sees a DistributedSampler when there is one.
+        object.__setattr__(self, "sampler", self.batch_sampler.sampler)
+        self._position = {"epoch": 0, "batches": 0}
+        self._resume: dict[str, int] | None = None
+
+    def state_dict(self) -> dict[str, int]:
+        return dict(self._position)
+
+    def load_state_dict(self, state_dict: dict[str, int]) -> None:
+        self._resume = {"epoch": int(state_dict["epoch"]), "batches": int(state_dict["batches"])}
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._batches()
+
+    def _batches(self) -> Iterator[Any]:
+        epoch = self.batch_sampler.epoch
+        skip = 0
+        if self._resume is not None:
+            if self._resume["epoch"] == epoch:
+                skip = min(self._resume["batches"], len(self.batch_sampler))
+            self._resume = None
+        self.batch_sampler.skip = skip
+        set_epoch = getattr(self.collate_fn, "set_epoch", None)
+        if callable(set_epoch):
+            set_epoch(epoch)
+        self._position = {"epoch": epoch, "batches": skip}
+        for batch in super().__iter__():
+            self._position["batches"] += 1  # counted when handed out: the consumer now has it
+            yield batch
+
+
+def epoch_sampler(dataset: Sequence[Any], *, shuffle: bool, seed: int,
+                  distributed: dict[str, int] | None) -> Sampler[int]:
+    """The index sampler of a loader: a seeded per-epoch permutation when shuffling, in order otherwise; under
+    distributed training (`distributed` = {num_replicas, rank}) a seeded `DistributedSampler` for training and an
+    unpadded `ShardSampler` for evaluation."""
+    if distributed is not None and distributed["num_replicas"] > 1:
+        if shuffle:
+            return DistributedSampler(dataset, num_replicas=distributed["num_replicas"], rank=distributed["rank"],
+                                      shuffle=True, seed=seed, drop_last=False)
+        return ShardSampler(dataset, distributed["num_replicas"], distributed["rank"])
+    return EpochRandomSampler(dataset, seed=seed) if shuffle else SequentialSampler(dataset)
