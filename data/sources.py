@@ -298,11 +298,15 @@ class ConllSentence:
 
 
 def read_conll(path: str | os.PathLike[str], word_column: int = 0, label_column: int = -1) -> list[ConllSentence]:
-    """Sentences of a CoNLL column file: whitespace-separated columns, blank lines and `-DOCSTART-` between them."""
+    """Sentences of a CoNLL column file: whitespace-separated columns, blank lines and `-DOCSTART-` between them.
+
+    Every token line must have as many columns as the file's first one, and the word and label columns must be
+    two different columns of it: a line that lost its tag (a lone word) is an error, not a word taken as its label.
+    """
     path = Path(path)
     sentences: list[ConllSentence] = []
     current = ConllSentence([], [], [])
-    needed = max(word_column, label_column) + 1 if label_column >= 0 else max(word_column + 1, -label_column)
+    width: int | None = None  # columns per token line, set by the first one
     for number, line in enumerate(read_text(path).splitlines(), start=1):
         fields = line.split()
         if not fields or fields[0] == "-DOCSTART-":
@@ -310,10 +314,20 @@ def read_conll(path: str | os.PathLike[str], word_column: int = 0, label_column:
                 sentences.append(current)
                 current = ConllSentence([], [], [])
             continue
-        if len(fields) < needed:
+        if width is None:
+            width = len(fields)
+            word, label = word_column % width, label_column % width
+            if not (-width <= word_column < width and -width <= label_column < width) or word == label:
+                raise DataError(
+                    f"{path}, line {number}: the file has {width} column(s) {fields}, so word_column={word_column} "
+                    f"and label_column={label_column} do not name two different columns of it. Fix the column "
+                    f"settings (CoNLL-2003 NER: word_column 0, label_column -1) or the file."
+                )
+        if len(fields) != width:
             raise DataError(
-                f"{path}, line {number}: {len(fields)} column(s) {fields} but word_column={word_column} and "
-                f"label_column={label_column} need {needed}. Fix the line or the column settings."
+                f"{path}, line {number}: {len(fields)} column(s) {fields} where the file's first token line has "
+                f"{width}; a token line needs the word and its tag (word_column={word_column}, label_column="
+                f"{label_column}). Fix the line (a missing tag, or stray spaces in a token?)."
             )
         current.words.append(fields[word_column])
         current.tags.append(fields[label_column])

@@ -267,13 +267,18 @@ class TokenClassificationDataModule(TokenizedDataModule):
             log.warning("%s: %d words had no sub-tokens and were given the unknown token", path, erased)
         return dataset
 
+    @property
+    def has_test_split(self) -> bool:
+        """Whether there is a labelled test set: the dataset's own, or `test_file` beside local train files."""
+        return self.files["train"] is None or self.files["test"] is not None
+
     def setup(self, stage: str | None = None) -> None:
         wanted = {"fit": ["train", "validation"], "validate": ["validation"], "test": ["test"]}
         for st, splits in wanted.items():
             if stage not in (None, st):
                 continue
             for split in splits:
-                if split == "test" and self.files["train"] is not None and self.files["test"] is None:
+                if split == "test" and not self.has_test_split:
                     continue
                 if split not in self.datasets:
                     self.datasets[split] = self._build(split)

@@ -103,8 +103,28 @@ def test_invalid_jsonl_line(tmp_path):
 def test_conll_line_with_too_few_columns(tmp_path):
     path = tmp_path / "bad.txt"
     path.write_text("EU NNP B-NP B-ORG\nrejects\n", encoding="utf-8")
-    with pytest.raises(DataError, match=r"bad.txt, line 2: 1 column\(s\) \['rejects'\]"):
+    with pytest.raises(DataError, match=r"bad.txt, line 2: 1 column\(s\) \['rejects'\] where the file's first token "
+                                        r"line has 4"):
         read_conll(path, label_column=3)
+
+
+@pytest.mark.parametrize("label_column", [-1, 1])
+def test_conll_line_without_its_tag_is_refused(tmp_path, label_column):
+    """A token line that lost its tag column must not turn its word into a label (with label_column=-1 the last
+    column of a one-column line is the word itself)."""
+    path = tmp_path / "ner.txt"
+    path.write_text("-DOCSTART- O\n\nEU B-ORG\nrejects O\nGerman\ncall O\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"ner.txt, line 5: 1 column\(s\) \['German'\] where the file's first token "
+                                        r"line has 2; a token line needs the word and its tag"):
+        read_conll(path, label_column=label_column)
+
+
+def test_conll_file_of_words_only_is_refused(tmp_path):
+    path = tmp_path / "words.txt"
+    path.write_text("EU\nrejects\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"words.txt, line 1: the file has 1 column\(s\) \['EU'\], so word_column=0 "
+                                        r"and label_column=-1 do not name two different columns"):
+        read_conll(path)
 
 
 def test_max_length_beyond_the_position_scheme(shared_data, tmp_path):
