@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import json
 import logging
+import pickle
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
@@ -28,6 +30,11 @@ log = logging.getLogger(__name__)
 
 LITBERT_CONFIG = "litbert.json"
 WEIGHTS = "model.safetensors"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be read: missing, truncated, corrupt, or holding objects that are not data. The
+    message names the file and says what to do."""
 
 
 @dataclass(frozen=True)
@@ -106,28 +113,70 @@ class Checkpoint:
 # ----------------------------------------------------------------------------------------------------- reading
 
 
-def read_weights(directory: Path) -> dict[str, torch.Tensor]:
-    """All tensors of a transformers-style weights file (or shards) in `directory`."""
-    for index_name, loader in (("model.safetensors.index.json", load_file),
-                               ("pytorch_model.bin.index.json", _load_bin)):
-        index = directory / index_name
-        if index.exists():
-            state: dict[str, torch.Tensor] = {}
-            for shard in sorted(set(json.loads(index.read_text())["weight_map"].values())):
-                state.update(loader(str(directory / shard)))
-            return state
-    if (directory / WEIGHTS).exists():
-        return load_file(str(directory / WEIGHTS))
-    if (directory / "pytorch_model.bin").exists():
-        return _load_bin(str(directory / "pytorch_model.bin"))
-    raise FileNotFoundError(
-        f"No weights in {directory}: expected model.safetensors, pytorch_model.bin or a sharded index of either."
-    )
+def read_json(path: Path) -> dict[str, Any]:
+    """A checkpoint's JSON file, with an error naming the file when it is missing or not valid JSON."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CheckpointError(f"{path} is missing; the checkpoint folder is incomplete.") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise CheckpointError(f"{path} is not valid JSON ({error}); the file is truncated or corrupt. Re-download "
+                              f"or re-export the checkpoint.") from None
+    if not isinstance(value, dict):
+        raise CheckpointError(f"{path} holds a JSON {type(value).__name__}, not an object; is it the right file?")
+    return value
+
+
+def _load_safetensors(path: str) -> dict[str, torch.Tensor]:
+    try:
+        return load_file(path)
+    except FileNotFoundError:
+        raise CheckpointError(f"{path} is missing; the checkpoint folder is incomplete.") from None
+    except (SafetensorError, OSError) as error:
+        raise CheckpointError(f"{path} is truncated or corrupt (safetensors: {error}). Re-download or re-export the "
+                              f"checkpoint.") from None
 
 
 def _load_bin(path: str) -> dict[str, torch.Tensor]:
     # weights_only=True refuses pickled code: a .bin from an untrusted source cannot execute anything.
-    return torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise CheckpointError(f"{path} is missing; the checkpoint folder is incomplete.") from None
+    except pickle.UnpicklingError as error:
+        raise CheckpointError(
+            f"{path} holds objects other than tensors ({str(error).splitlines()[0]}); litbert loads .bin weights "
+            f"with torch.load(weights_only=True), which refuses to run code from a file. Use a checkpoint from a "
+            f"source you trust, preferably in safetensors format."
+        ) from None
+    except (RuntimeError, EOFError, OSError) as error:
+        raise CheckpointError(f"{path} is truncated or corrupt ({str(error).splitlines()[0]}). Re-download or "
+                              f"re-export the checkpoint.") from None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise CheckpointError(f"{path} does not hold a state dict of tensors; is it a weights file?")
+    return state
+
+
+def read_weights(directory: Path) -> dict[str, torch.Tensor]:
+    """All tensors of a transformers-style weights file (or shards) in `directory`."""
+    for index_name, loader in (("model.safetensors.index.json", _load_safetensors),
+                               ("pytorch_model.bin.index.json", _load_bin)):
+        index = directory / index_name
+        if index.exists():
+            weight_map = read_json(index).get("weight_map")
+            if not isinstance(weight_map, dict):
+                raise CheckpointError(f"{index} has no `weight_map`; the shard index is corrupt.")
+            state: dict[str, torch.Tensor] = {}
+            for shard in sorted(set(weight_map.values())):
+                state.update(loader(str(directory / shard)))
+            return state
+    if (directory / WEIGHTS).exists():
+        return _load_safetensors(str(directory / WEIGHTS))
+    if (directory / "pytorch_model.bin").exists():
+        return _load_bin(str(directory / "pytorch_model.bin"))
+    raise CheckpointError(
+        f"No weights in {directory}: expected model.safetensors, pytorch_model.bin or a sharded index of either."
+    )
 
 
 def config_from_transformers(hf: dict[str, Any], source: str) -> EncoderConfig:
@@ -193,8 +242,12 @@ def _split_prefix(state: dict[str, torch.Tensor], layout: Layout) -> tuple[dict,
 
 
 def _from_transformers(directory: Path) -> Checkpoint:
-    hf_config = json.loads((directory / "config.json").read_text())
-    config = config_from_transformers(hf_config, str(directory / "config.json"))
+    hf_config = read_json(directory / "config.json")
+    try:
+        config = config_from_transformers(hf_config, str(directory / "config.json"))
+    except KeyError as error:
+        raise CheckpointError(f"{directory / 'config.json'} lacks the field {error}; it is not a complete "
+                              f"BERT/RoBERTa/DistilBERT config.") from None
     layout = LAYOUTS[hf_config["model_type"]]
     base, top = _split_prefix(read_weights(directory), layout)
 
@@ -251,11 +304,11 @@ def _from_transformers(directory: Path) -> Checkpoint:
 
 
 def _from_litbert(directory: Path) -> Checkpoint:
-    meta = json.loads((directory / LITBERT_CONFIG).read_text())
-    if meta.get("format") != "litbert":
-        raise ValueError(f"{directory / LITBERT_CONFIG} is not a litbert checkpoint description.")
+    meta = read_json(directory / LITBERT_CONFIG)
+    if meta.get("format") != "litbert" or not isinstance(meta.get("encoder"), dict):
+        raise CheckpointError(f"{directory / LITBERT_CONFIG} is not a litbert checkpoint description.")
     config = EncoderConfig.from_dict(meta["encoder"])
-    state = load_file(str(directory / WEIGHTS))
+    state = _load_safetensors(str(directory / WEIGHTS))
     encoder = {k[len("encoder."):]: v for k, v in state.items() if k.startswith("encoder.")}
     heads: dict[str, dict[str, torch.Tensor]] = {}
     head_meta = meta.get("head") or {}
@@ -271,7 +324,7 @@ def load_checkpoint(directory: str | Path | Checkpoint) -> Checkpoint:
         return directory
     directory = Path(directory)
     if not directory.is_dir():
-        raise FileNotFoundError(
+        raise CheckpointError(
             f"Checkpoint directory {directory} does not exist. litbert loads local directories only; download a "
             f"hub model first (e.g. `huggingface-cli download NAME --local-dir DIR`)."
         )
@@ -280,7 +333,7 @@ def load_checkpoint(directory: str | Path | Checkpoint) -> Checkpoint:
     elif (directory / "config.json").exists():
         checkpoint = _from_transformers(directory)
     else:
-        raise FileNotFoundError(f"{directory} holds neither {LITBERT_CONFIG} (litbert) nor config.json (transformers).")
+        raise CheckpointError(f"{directory} holds neither {LITBERT_CONFIG} (litbert) nor config.json (transformers).")
     checkpoint.source = str(directory)
     return checkpoint
 

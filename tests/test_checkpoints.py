@@ -1,5 +1,6 @@
 """Numbers against transformers: models built from small random configs (no download), saved, loaded."""
 
+import io
 import json
 
 import pytest
@@ -7,6 +8,7 @@ import torch
 import transformers
 
 from encoders import Encoder, EncoderConfig, MaskedLMHead, SequenceClassificationHead, TokenClassificationHead
+from encoders.checkpoints import CheckpointError
 
 SIZES = dict(vocab_size=101, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=40,
              max_position_embeddings=40)
@@ -241,9 +243,9 @@ def test_litbert_format_round_trip(tmp_path, preset):
 
 
 def test_load_errors_are_clear(tmp_path):
-    with pytest.raises(FileNotFoundError, match="does not exist. litbert loads local directories only"):
+    with pytest.raises(CheckpointError, match="does not exist. litbert loads local directories only"):
         Encoder.from_pretrained(tmp_path / "bert-base-uncased")
-    with pytest.raises(FileNotFoundError, match="neither litbert.json"):
+    with pytest.raises(CheckpointError, match="neither litbert.json"):
         Encoder.from_pretrained(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
     with pytest.raises(ValueError, match="model_type='gpt2' is not supported"):
@@ -252,9 +254,53 @@ def test_load_errors_are_clear(tmp_path):
     with pytest.raises(ValueError, match="position_embedding_type='relative_key' has no litbert equivalent"):
         Encoder.from_pretrained(tmp_path)
     transformers.BertConfig(**SIZES).save_pretrained(tmp_path)
-    with pytest.raises(FileNotFoundError, match="No weights in"):
+    with pytest.raises(CheckpointError, match="No weights in"):
         Encoder.from_pretrained(tmp_path)
     random_weights(transformers.BertModel(transformers.BertConfig(**SIZES))).save_pretrained(tmp_path)
     encoder = Encoder.from_pretrained(tmp_path)
     with pytest.raises(ValueError, match="holds no mlm head"):
         MaskedLMHead.from_pretrained(tmp_path, encoder)
+
+
+def test_corrupt_or_unsafe_files_name_the_file(tmp_path):
+    """Truncated safetensors and .bin files, a broken config.json and a .bin that would run code on unpickling
+    each give one CheckpointError naming the file, never a library's bare message or an executed payload."""
+    model = random_weights(transformers.BertModel(transformers.BertConfig(**SIZES)))
+    model.save_pretrained(tmp_path / "good")
+    weights = (tmp_path / "good" / "model.safetensors").read_bytes()
+    config = (tmp_path / "good" / "config.json").read_text()
+
+    def folder(name: str, files: dict[str, bytes | str]):
+        path = tmp_path / name
+        path.mkdir()
+        for file, content in files.items():
+            (path / file).write_bytes(content) if isinstance(content, bytes) else (path / file).write_text(content)
+        return path
+
+    truncated = folder("truncated", {"config.json": config, "model.safetensors": weights[: len(weights) // 2]})
+    with pytest.raises(CheckpointError, match=r"truncated/model.safetensors is truncated or corrupt"):
+        Encoder.from_pretrained(truncated)
+    broken_json = folder("json", {"config.json": config[:40], "model.safetensors": weights})
+    with pytest.raises(CheckpointError, match=r"json/config.json is not valid JSON"):
+        Encoder.from_pretrained(broken_json)
+    buffer = io.BytesIO()
+    torch.save(model.state_dict(), buffer)
+    short_bin = folder("bin", {"config.json": config, "pytorch_model.bin": buffer.getvalue()[:5000]})
+    with pytest.raises(CheckpointError, match=r"bin/pytorch_model.bin is truncated or corrupt"):
+        Encoder.from_pretrained(short_bin)
+    marker = tmp_path / "payload-ran"
+    evil = folder("evil", {"config.json": config})
+    torch.save({"weight": _Payload(str(marker))}, evil / "pytorch_model.bin")
+    with pytest.raises(CheckpointError, match=r"evil/pytorch_model.bin holds objects other than tensors"):
+        Encoder.from_pretrained(evil)
+    assert not marker.exists()
+
+
+class _Payload:
+    """Unpickling this runs `open(path, "w")`: what a crafted checkpoint would do with a worse command."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
