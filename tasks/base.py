@@ -1,9 +1,11 @@
 """What every task shares: building the encoder from a preset or a checkpoint, AdamW with no decay on biases and
-norms, linear warmup then linear or cosine decay, and logging of loss, learning rate and throughput."""
+norms, linear warmup then linear or cosine decay, logging of loss, learning rate and gradient norm, and a stop with
+a clear error when training diverges (a non-finite loss or gradient norm) before the optimizer applies it."""
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import typing
 from collections.abc import Sequence
@@ -13,10 +15,18 @@ from typing import Literal, Optional
 
 import lightning as L
 import torch
+import torch.distributed as dist
+from lightning.pytorch.strategies import FSDPStrategy
 from torch import nn
 
 from encoders import Encoder, EncoderConfig
 from encoders.checkpoints import Checkpoint, load_checkpoint
+
+log = logging.getLogger(__name__)
+
+
+class DivergenceError(RuntimeError):
+    """Training produced a non-finite loss or gradient norm; the optimizer step that would apply it was not taken."""
 
 
 def read_pretrained(pretrained: str | None) -> Checkpoint | None:
@@ -30,17 +40,22 @@ def _encoder_spec_fields() -> list[tuple[str, typing.Any, dataclasses.Field]]:
             for f in dataclasses.fields(EncoderConfig) if f.name != "name"]
 
 
-# The CLI schema of the encoder: a preset plus any EncoderConfig field, each None meaning "as in the preset".
-# Generated from EncoderConfig so a new field is a new command-line option without being written twice.
+def _overrides(spec) -> dict[str, typing.Any]:
+    return {k: v for k, v in dataclasses.asdict(spec).items() if k != "preset" and v is not None}
+
+
+# The CLI schema of the encoder: a preset plus any EncoderConfig field, each None meaning "as in the preset" (or, over
+# a pretrained checkpoint, "as in the checkpoint"). Generated from EncoderConfig so a new field is a new command-line
+# option without being written twice. The preset defaults to bert-base for a new encoder.
 EncoderSpec = dataclasses.make_dataclass(
     "EncoderSpec",
-    [("preset", str, dataclasses.field(default="bert-base"))] + _encoder_spec_fields(),
+    [("preset", Optional[str], dataclasses.field(default=None))] + _encoder_spec_fields(),  # noqa: UP045
     namespace={
         "__module__": __name__,  # importable by name, so checkpoints can pickle it with the hyperparameters
-        "__doc__": "A preset (`bert-mini`, `roberta-base`, ...) and overrides of any EncoderConfig field.",
-        "build": lambda self: EncoderConfig.from_name(
-            self.preset, **{k: v for k, v in dataclasses.asdict(self).items() if k != "preset" and v is not None}
-        ),
+        "__doc__": "A preset (`bert-mini`, `roberta-base`, ...; bert-base when unset) and overrides of any "
+                   "EncoderConfig field.",
+        "overrides": _overrides,
+        "build": lambda self: EncoderConfig.from_name(self.preset or "bert-base", **_overrides(self)),
     },
 )
 
@@ -68,12 +83,52 @@ class Optimization:
 torch.serialization.add_safe_globals([EncoderSpec, Optimization])
 
 
+def parameter_shapes(config: EncoderConfig) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of every weight of an encoder with this configuration (built on the meta device: no memory)."""
+    with torch.device("meta"):
+        return {name: tuple(value.shape) for name, value in Encoder(config).state_dict().items()}
+
+
+def over_checkpoint(encoder: EncoderSpec | None, pretrained: Checkpoint, setting: str = "model.encoder") -> Checkpoint:
+    """`pretrained` with the spec's overrides applied to its configuration. Overrides that leave every weight's
+    name and shape unchanged (dropouts, `rope_base`, `norm_eps`, ...) apply; the others, and a preset, are refused:
+    the weights define those."""
+    if encoder is None:
+        return pretrained
+    base = pretrained.config
+    if encoder.preset is not None:
+        raise ValueError(
+            f"{setting}.preset={encoder.preset!r} cannot apply together with a pretrained checkpoint "
+            f"({pretrained.source}): its weights define the architecture ({base.num_layers} layers, hidden size "
+            f"{base.hidden_size}). Remove {setting}.preset, or drop the checkpoint to train a new {encoder.preset}."
+        )
+    overrides = encoder.overrides()
+    if not overrides:
+        return pretrained
+    shapes = parameter_shapes(base)
+    refused = [name for name, value in overrides.items()
+               if parameter_shapes(dataclasses.replace(base, **{name: value})) != shapes]
+    if refused:
+        changes = ", ".join(f"{name}={overrides[name]!r} (checkpoint: {getattr(base, name)!r})" for name in refused)
+        raise ValueError(
+            f"{setting}: {changes} would change the shapes of the pretrained weights in {pretrained.source}. Only "
+            f"settings that keep every weight (dropouts, rope_base, norm_eps, ...) apply over a checkpoint; remove "
+            f"these overrides, or drop the checkpoint to train a new encoder with them."
+        )
+    config = dataclasses.replace(base, **overrides)
+    log.info("Settings applied over the checkpoint %s: %s", pretrained.source,
+             ", ".join(f"{k}={v!r} (was {getattr(base, k)!r})" for k, v in overrides.items()))
+    return dataclasses.replace(pretrained, config=config)
+
+
 def build_encoder(
     encoder: EncoderSpec | None, pretrained: Checkpoint | None, vocab_size: int | None
 ) -> Encoder:
-    """An encoder from a checkpoint read with `load_checkpoint` (`pretrained`) or a preset spec; `vocab_size`
-    (from the tokenizer) sizes a new encoder's embeddings and must fit in a pretrained one's."""
+    """An encoder from a checkpoint read with `load_checkpoint` (`pretrained`, with the spec's shape-preserving
+    overrides applied) or a preset spec; `vocab_size` (from the tokenizer) sizes a new encoder's embeddings and must
+    fit in a pretrained one's."""
     if pretrained is not None:
+        pretrained = over_checkpoint(encoder, pretrained)
         model = Encoder.from_pretrained(pretrained)
         if vocab_size is not None and vocab_size > model.config.vocab_size:
             raise ValueError(
@@ -149,6 +204,41 @@ class EncoderTask(L.LightningModule):
             optimizer, lambda step: lr_lambda(step, warmup, total, opt.schedule)
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def on_before_backward(self, loss: torch.Tensor) -> None:
+        self._step_loss = loss.detach()
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Log the gradient norm, and stop with `DivergenceError` before the step when the loss or the norm is not
+        finite, so that no NaN reaches the weights. Under fp16 with a loss scaler, infinite gradients are the
+        scaler's business (it skips the step and lowers the scale); only the loss is checked then."""
+        grads = [p.grad for p in self.parameters() if p.grad is not None]
+        if not grads:
+            return
+        norm = torch.nn.utils.get_total_norm(grads)
+        if isinstance(self.trainer.strategy, FSDPStrategy) and dist.is_initialized():  # each rank holds a shard
+            squared = norm.pow(2)
+            dist.all_reduce(squared)
+            norm = squared.sqrt()
+        self.log("train/grad_norm", norm)
+        loss = getattr(self, "_step_loss", torch.zeros((), device=norm.device))
+        scaled = getattr(self.trainer.precision_plugin, "scaler", None) is not None
+        finite = torch.isfinite(loss.float()) & (scaled | torch.isfinite(norm))
+        if self.trainer.world_size > 1 and dist.is_initialized():
+            finite = finite.to(torch.int32)
+            dist.all_reduce(finite, op=dist.ReduceOp.MIN)  # one rank's NaN stops every rank at the same step
+        if not bool(finite):
+            trainer = self.trainer
+            lr = optimizer.param_groups[0]["lr"]
+            full_precision = str(trainer.precision).startswith(("32", "64"))
+            fp32 = "" if full_precision else ", or train in fp32 (--trainer.precision 32)"
+            raise DivergenceError(
+                f"Training diverged at step {trainer.global_step + 1} (epoch {trainer.current_epoch}, batch "
+                f"{trainer.fit_loop.epoch_loop.batch_idx} of the epoch): loss {float(loss):.4g}, gradient norm "
+                f"{float(norm):.4g}. The optimizer step was not taken, so the weights are still finite. Lower the "
+                f"learning rate (now {lr:.3g}), lengthen the warmup, or clip gradients (--trainer.gradient_clip_val "
+                f"1.0){fp32}."
+            )
 
     def training_flops(self, batch: dict[str, torch.Tensor]) -> int:
         """Model FLOPs of one training step on `batch` (forward and backward), for MFU (`tasks.throughput`): the

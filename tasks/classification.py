@@ -8,6 +8,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torchmetrics import MeanMetric
 
 from encoders import SequenceClassificationHead, TokenClassificationHead
 from encoders.checkpoints import Checkpoint
@@ -80,6 +81,9 @@ class SequenceClassification(EncoderTask):
             classification_metrics(metrics, num_labels).clone(prefix=f"{name}/") for name in self.validation_names
         )
         self.test_metrics = classification_metrics(metrics, num_labels).clone(prefix="test/")
+        # Example-weighted means, summed across ranks by torchmetrics: the exact dev-set loss under DDP too.
+        self.val_losses = nn.ModuleList(MeanMetric() for _ in self.validation_names)
+        self.test_loss = MeanMetric()
         self.monitor = (f"{self.validation_names[0]}/{metrics[0]}", "max")
         self.teacher = ClassifierTeacher(teacher) if teacher is not None else None
         if self.teacher is not None and self.teacher.head.num_labels != num_labels:
@@ -133,17 +137,19 @@ class SequenceClassification(EncoderTask):
         self.log_training(losses["loss"], batch, **{k: v for k, v in losses.items() if k != "loss"})
         return losses["loss"]
 
-    def _evaluate(self, batch: dict[str, torch.Tensor], metrics, prefix: str) -> None:
+    def _evaluate(self, batch: dict[str, torch.Tensor], metrics, loss: MeanMetric, prefix: str) -> None:
         logits = self(batch)
-        self.log(f"{prefix}/loss", self.loss(logits, batch["labels"]), add_dataloader_idx=False, sync_dist=True)
+        loss.update(self.loss(logits, batch["labels"]), weight=len(batch["labels"]))
         metrics.update(self.predictions(logits), batch["labels"])
+        self.log(f"{prefix}/loss", loss, add_dataloader_idx=False)
         self.log_dict(metrics, add_dataloader_idx=False)
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
-        self._evaluate(batch, self.val_metrics[dataloader_idx], self.validation_names[dataloader_idx])
+        self._evaluate(batch, self.val_metrics[dataloader_idx], self.val_losses[dataloader_idx],
+                       self.validation_names[dataloader_idx])
 
     def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        self._evaluate(batch, self.test_metrics, "test")
+        self._evaluate(batch, self.test_metrics, self.test_loss, "test")
 
     def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         return self.predictions(self(batch))
@@ -177,6 +183,7 @@ class TokenClassification(EncoderTask):
                                self.encoder.config.hidden_size, len(self.label_names), dropout=classifier_dropout)
         self.val_entities = EntityF1(self.label_names)
         self.test_entities = EntityF1(self.label_names)
+        self.val_loss, self.test_loss = MeanMetric(), MeanMetric()  # per labelled token, exact across ranks
         self.monitor = ("val/f1", "max")
 
     def export_labels(self) -> Sequence[str] | None:
@@ -192,17 +199,20 @@ class TokenClassification(EncoderTask):
         self.log_training(loss, batch)
         return loss
 
-    def _evaluate(self, batch: dict[str, torch.Tensor], metric: EntityF1, prefix: str) -> None:
+    def _evaluate(self, batch: dict[str, torch.Tensor], metric: EntityF1, loss: MeanMetric, prefix: str) -> None:
         logits = self(batch)
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), batch["labels"].flatten(), ignore_index=-100)
-        self.log(f"{prefix}/loss", loss, sync_dist=True)
+        labelled = int((batch["labels"] != -100).sum())
+        if labelled:
+            loss.update(F.cross_entropy(logits.flatten(0, 1).float(), batch["labels"].flatten(), ignore_index=-100),
+                        weight=labelled)
+        self.log(f"{prefix}/loss", loss)
         metric.update(logits.argmax(-1), batch["labels"])
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        self._evaluate(batch, self.val_entities, "val")
+        self._evaluate(batch, self.val_entities, self.val_loss, "val")
 
     def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        self._evaluate(batch, self.test_entities, "test")
+        self._evaluate(batch, self.test_entities, self.test_loss, "test")
 
     def on_validation_epoch_end(self) -> None:
         self._log_entities(self.val_entities, "val")

@@ -111,7 +111,8 @@ class Distillation(EncoderTask):
         """
         Args:
             teacher: a litbert or transformers-format MLM checkpoint directory (it must hold the MLM head).
-            student: preset and overrides for a fresh student; None initialises it from every other teacher layer.
+            student: a fresh student: a preset and overrides, or overrides of the teacher's configuration when no preset
+                is named (e.g. `num_layers: 3`); None initialises it from every other teacher layer.
             temperature: softmax temperature T of the soft targets.
             alpha_ce: weight of the soft-target KL term (multiplied by T^2).
             alpha_mlm: weight of the student's own MLM loss.
@@ -130,7 +131,10 @@ class Distillation(EncoderTask):
         if student is None:
             self.encoder, self.head = student_from_teacher(self.teacher, self.teacher_head)
         else:
-            config = dataclasses.replace(student.build(), vocab_size=self.teacher.config.vocab_size)
+            teacher_config = self.teacher.config
+            base = student.build() if student.preset else dataclasses.replace(teacher_config, **student.overrides())
+            config = dataclasses.replace(base, vocab_size=self.teacher.config.vocab_size,
+                                         name=base.name if student.preset else f"{base.name}-student")
             if config.hidden_size != self.teacher.config.hidden_size and alpha_cos:
                 raise ValueError(
                     f"The cosine loss compares hidden states, but the student's hidden_size={config.hidden_size} "

@@ -42,7 +42,8 @@ class WandbLogger(LightningWandbLogger):
         entity: W&B team or user.
         group: Group of runs (e.g. a sweep).
         tags: Tags of the run.
-        id: Id of a run to resume.
+        id: Id of a run to continue; train.py sets it, when resuming from a checkpoint, to the run the checkpoint
+            was saved by.
     """
 
     def __init__(
@@ -68,8 +69,9 @@ class WandbLogger(LightningWandbLogger):
             log_model = False
         save_dir = save_dir or "."
         Path(save_dir).mkdir(parents=True, exist_ok=True)
+        resume = {"resume": "allow"} if id is not None else {}  # continue that run's history, or start it
         super().__init__(name=name, project=project, save_dir=save_dir, offline=offline, log_model=log_model,
-                         entity=entity, group=group, tags=tags, id=id)
+                         entity=entity, group=group, tags=tags, id=id, **resume)
         self.mode = "offline" if offline else "online"
 
     def describe(self) -> str:

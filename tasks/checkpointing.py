@@ -1,0 +1,416 @@
+"""Checkpoints a long run can rely on: the newest training state, the best model, and safe, atomic files.
+
+- `LastCheckpoint` keeps `<dirpath>/last.ckpt` the newest training state: every `every_n_steps` optimizer steps or
+  `every_n_minutes`, after each validation and epoch, at the end of training, and at the first step boundary after
+  SIGTERM, SIGINT or (under SLURM with auto-requeue) the requeue signal, after which the run stops with a non-zero
+  exit. Each checkpoint also holds every random generator's state (torch, CUDA, numpy, Python; per rank), restored
+  just before the next training batch, and the W&B run id, so that a resumed run continues that run. With the data
+  position that `data.loading.ResumableLoader` adds, a resumed run on CPU logs exactly the losses the uninterrupted
+  run logs.
+- `BestCheckpoint` is Lightning's `ModelCheckpoint` on the task's own metric that never takes a non-finite value
+  (a NaN loss, an undefined correlation) as the best.
+- `SafeCheckpointIO` writes a checkpoint to a temporary file beside the target, syncs it and renames it over the
+  target (POSIX rename is atomic), so a kill during a save leaves the previous checkpoint whole. It reads every
+  checkpoint, local or remote (http, https and fsspec URLs), with `torch.load(weights_only=True)`, which refuses to
+  unpickle code: a crafted checkpoint cannot execute anything.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import random
+import signal
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+import torch.distributed as dist
+from lightning.fabric.plugins.environments import SLURMEnvironment
+from lightning.fabric.utilities.cloud_io import get_filesystem
+from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+
+from encoders.checkpoints import CheckpointError
+
+LAST = "last.ckpt"
+
+
+class RunInterrupted(Exception):
+    """The run stopped at a step boundary because of a signal; `checkpoint` holds its state (None if checkpointing
+    is off). `train.py` turns it into a message and the exit status 128 + signal number."""
+
+    def __init__(self, signum: int, step: int, checkpoint: str | None, requeued: bool = False) -> None:
+        self.signum, self.step, self.checkpoint, self.requeued = signum, step, checkpoint, requeued
+        name = signal.Signals(signum).name
+        where = f"saved to {checkpoint}" if checkpoint else "not saved (checkpointing is off)"
+        super().__init__(f"stopped by {name} at step {step}; the training state was {where}"
+                         + ("; the SLURM job was requeued" if requeued else ""))
+
+
+# ----------------------------------------------------------------------------------------------------- files
+
+
+def _is_remote(path: str | os.PathLike[str]) -> bool:
+    return "://" in str(path) and not str(path).startswith("file://")
+
+
+def load_checkpoint_file(path: str | os.PathLike[str], map_location: Any = "cpu") -> dict[str, Any]:
+    """A Lightning checkpoint read with `torch.load(weights_only=True)`, from a local path, an http(s) URL
+    (downloaded to a temporary file, never cached under its name) or another fsspec URL."""
+    path = str(path)
+    try:
+        if path.startswith(("http://", "https://")):
+            with tempfile.TemporaryDirectory() as folder:
+                local = Path(folder) / "download.ckpt"
+                with urllib.request.urlopen(path, timeout=60) as response, local.open("wb") as out:  # noqa: S310
+                    while chunk := response.read(1 << 20):
+                        out.write(chunk)
+                return torch.load(local, map_location=map_location, weights_only=True)
+        if _is_remote(path):
+            with get_filesystem(path).open(path, "rb") as handle:
+                return torch.load(handle, map_location=map_location, weights_only=True)
+        if not Path(path).is_file():
+            raise CheckpointError(f"Checkpoint {path} does not exist; check --ckpt_path (runs keep theirs in "
+                                  f"<default_root_dir>/checkpoints/, the newest as {LAST}).")
+        return torch.load(path, map_location=map_location, weights_only=True, mmap=True)
+    except pickle.UnpicklingError as error:
+        reason = str(error).splitlines()[0]
+        raise CheckpointError(
+            f"Checkpoint {path} holds objects other than tensors and plain data ({reason}). litbert reads "
+            f"checkpoints with torch.load(weights_only=True), which refuses to run code from a file; this one was "
+            f"not written by litbert, or was tampered with. Use a checkpoint from a run you trust."
+        ) from None
+    except (RuntimeError, EOFError, OSError) as error:
+        if isinstance(error, CheckpointError):
+            raise
+        raise CheckpointError(f"Checkpoint {path} cannot be read ({str(error).splitlines()[0]}); it is truncated or "
+                              f"corrupt. Resume from an earlier checkpoint of the run.") from None
+
+
+class SafeCheckpointIO(TorchCheckpointIO):
+    """Atomic local saves; `weights_only` loads of every checkpoint (see the module docstring)."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: str | os.PathLike[str],
+                        storage_options: Any | None = None) -> None:
+        if _is_remote(path):
+            return super().save_checkpoint(checkpoint, path, storage_options)
+        if storage_options is not None:
+            raise TypeError("SafeCheckpointIO.save_checkpoint takes no storage_options for local files.")
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        try:
+            with temporary.open("wb") as handle:
+                torch.save(checkpoint, handle)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temporary, path)  # atomic: readers see the old file or the new one, never a part
+        finally:
+            temporary.unlink(missing_ok=True)
+        directory = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)  # the rename itself survives a power loss
+        finally:
+            os.close(directory)
+
+    def load_checkpoint(self, path: str | os.PathLike[str], map_location: Callable | None = None,
+                        weights_only: bool | None = None) -> dict[str, Any]:
+        if weights_only is False:
+            raise CheckpointError(f"Refusing to load {path} with weights_only=False: litbert never unpickles code "
+                                  f"from checkpoints.")
+        return load_checkpoint_file(path, map_location if map_location is not None else "cpu")
+
+
+# ----------------------------------------------------------------------------------------------------- best
+
+
+class BestCheckpoint(ModelCheckpoint):
+    """The best checkpoint by the task's metric (`best-<step>.ckpt`). A non-finite value is never a candidate: a
+    run whose metric is NaN at every validation has no best checkpoint rather than a NaN one."""
+
+    def __init__(self, monitor: str, mode: str, dirpath: str | None = None) -> None:
+        super().__init__(dirpath=dirpath, monitor=monitor, mode=mode, filename="best-{step}",
+                         auto_insert_metric_name=False, save_top_k=1, save_last=False)
+
+    def check_monitor_top_k(self, trainer: L.Trainer, current: torch.Tensor | None = None) -> bool:
+        if current is not None and not torch.isfinite(current).all():
+            rank_zero_warn(f"{self.monitor} = {float(current)} at step {trainer.global_step}: not a candidate for "
+                           f"the best checkpoint.")
+            return False
+        return super().check_monitor_top_k(trainer, current)
+
+
+# ----------------------------------------------------------------------------------------------------- random state
+
+
+def random_state() -> dict[str, Any]:
+    """Every generator a training step may draw from, as tensors and plain data (loadable with weights_only)."""
+    kind, keys, position, has_gauss, gauss = np.random.get_state()
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(),
+             "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "position": int(position),
+                       "has_gauss": int(has_gauss), "gauss": float(gauss)}}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_random_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(_tuples(state["python"]))
+    numpy = state["numpy"]
+    np.random.set_state((numpy["kind"], numpy["keys"].numpy().astype(np.uint32), numpy["position"],
+                         numpy["has_gauss"], numpy["gauss"]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _tuples(value: Any) -> Any:
+    # Python's generator state is a tuple of tuples; a checkpoint round trip may hand back lists.
+    return tuple(_tuples(v) for v in value) if isinstance(value, (list, tuple)) else value
+
+
+# ----------------------------------------------------------------------------------------------------- last
+
+
+class LastCheckpoint(Checkpoint):
+    """The newest training state in `<dirpath>/last.ckpt` (see the module docstring).
+
+    A `Checkpoint`, so that Lightning runs it after the other callbacks (a save at the end of a validation then
+    holds the best checkpoint that validation chose). `saving = False` (train.py sets it for
+    `trainer.enable_checkpointing: false`) writes nothing; signals still stop the run at a step boundary.
+
+    Args:
+        every_n_steps: Save every N optimizer steps (None: not by steps).
+        every_n_minutes: Save when this many minutes have passed since the last save (None: not by time).
+        dirpath: Folder of the checkpoints; by default `<trainer.default_root_dir>/checkpoints`.
+    """
+
+    def __init__(self, every_n_steps: int | None = None, every_n_minutes: float | None = 10.0,
+                 dirpath: str | None = None) -> None:
+        super().__init__()
+        if every_n_steps is not None and every_n_steps < 1:
+            raise ValueError(f"checkpoint.every_n_steps={every_n_steps}: give a number of steps >= 1, or null to "
+                             f"save by time only.")
+        if every_n_minutes is not None and every_n_minutes <= 0:
+            raise ValueError(f"checkpoint.every_n_minutes={every_n_minutes}: give minutes > 0, or null to save by "
+                             f"steps only.")
+        self.every_n_steps = every_n_steps
+        self.every_n_minutes = every_n_minutes
+        self.dirpath = dirpath
+        self.last_path: str | None = None
+        self.saving = True
+        self._trainer: L.Trainer | None = None
+        self.saved_step = -1
+        self._saved_time = time.monotonic()
+        self._pending_random_state: list[dict[str, Any]] | None = None
+        self._pending_loaders: list[dict[str, Any]] | None = None
+        self._signal: int | None = None
+        self._previous_handlers: dict[int, Any] = {}
+
+    STATE_KEY = "LastCheckpoint"
+
+    @property
+    def state_key(self) -> str:
+        return self.STATE_KEY  # one key whatever the cadence, so a resumed run always finds its random state
+
+    @property
+    def path(self) -> str:
+        return os.path.join(self.dirpath, LAST)
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._trainer = trainer
+        if self.dirpath is None:
+            self.dirpath = os.path.join(trainer.default_root_dir, "checkpoints")
+
+    # ---- saving -------------------------------------------------------------------------------------------------
+
+    def save(self, trainer: L.Trainer) -> str | None:
+        """Write last.ckpt now (every rank takes part; rank 0 writes). None when `saving` is off."""
+        if not self.saving:
+            return None
+        trainer.save_checkpoint(self.path)
+        self.saved_step, self._saved_time = trainer.global_step, time.monotonic()
+        self.last_path = self.path
+        return self.path
+
+    def _save_if_new(self, trainer: L.Trainer) -> None:
+        if trainer.global_step != self.saved_step and not trainer.sanity_checking:
+            self.save(trainer)
+
+    def _due(self, trainer: L.Trainer) -> bool:
+        by_steps = self.every_n_steps is not None and trainer.global_step % self.every_n_steps == 0
+        by_time = False
+        if self.every_n_minutes is not None:
+            by_time = time.monotonic() - self._saved_time >= 60 * self.every_n_minutes
+            by_time = trainer.strategy.broadcast(by_time)  # rank 0 decides: clocks differ across ranks
+        return by_steps or by_time
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        received, due = self._agreed_signal(trainer), self._due(trainer)
+        if _validation_follows(trainer):
+            return  # save (and stop) after it: a checkpoint taken now would resume past a validation never run
+        if received or due:
+            self._save_if_new(trainer)
+        if received:
+            self._stop(trainer, received)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.state.fn != "fit" or trainer.sanity_checking:
+            return
+        self._save_if_new(trainer)
+        received = self._agreed_signal(trainer)
+        if received:
+            self._stop(trainer, received)
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._save_if_new(trainer)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._save_if_new(trainer)
+        self._restore_handlers()
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        self._restore_handlers()
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._restore_handlers()
+
+    # ---- random state and run identity in the checkpoint --------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        state = random_state()
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            states: list[Any] = [None] * dist.get_world_size()
+            dist.all_gather_object(states, state)
+        else:
+            states = [state]
+        wandb_id = None
+        if self._trainer is not None:
+            for logger in self._trainer.loggers:
+                if type(logger).__name__ == "WandbLogger":
+                    wandb_id = logger.version
+        loaders = [loader.state_dict() for loader in _train_loaders(self._trainer)]
+        return {"random_state": states, "wandb_id": wandb_id, "train_loaders": loaders}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._pending_random_state = state_dict.get("random_state")
+        self._pending_loaders = state_dict.get("train_loaders")
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # The data position, given back here rather than by Lightning: Lightning restores loader states only when it
+        # builds the train loader after loading the checkpoint, and a task that asks for
+        # `trainer.estimated_stepping_batches` in configure_optimizers has it built before. The iteration that
+        # Lightning has already created starts lazily, at the first batch, so the position still applies.
+        pending, self._pending_loaders = self._pending_loaders, None
+        loaders = _train_loaders(trainer)
+        if pending:
+            if len(pending) != len(loaders):
+                rank_zero_warn(f"The checkpoint holds the position of {len(pending)} train loader(s), this run has "
+                               f"{len(loaders)}: the epoch restarts from its first batch.")
+            else:
+                for loader, state in zip(loaders, pending, strict=True):
+                    loader.load_state_dict(state)
+        self._install_handlers(trainer)
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        if self._pending_random_state is None:
+            return
+        states, self._pending_random_state = self._pending_random_state, None
+        if len(states) != trainer.world_size:
+            rank_zero_warn(f"The checkpoint holds random states for {len(states)} process(es), this run has "
+                           f"{trainer.world_size}: dropout continues from new random streams, so the resumed run "
+                           f"will not repeat the losses of an uninterrupted one exactly.")
+            return
+        set_random_state(states[trainer.global_rank])
+
+    # ---- signals ------------------------------------------------------------------------------------------------
+
+    def _install_handlers(self, trainer: L.Trainer) -> None:
+        self._saved_time = time.monotonic()
+        self._signal = None
+        if threading.current_thread() is not threading.main_thread():
+            return
+        signals = [signal.SIGTERM, signal.SIGINT]
+        environment = trainer._accelerator_connector.cluster_environment
+        if isinstance(environment, SLURMEnvironment) and environment.auto_requeue:
+            signals.append(environment.requeue_signal or signal.SIGUSR1)
+        for signum in signals:
+            # Replaces Lightning's handlers for the length of training: they act mid-step (or exit with status 0).
+            self._previous_handlers[signum] = signal.getsignal(signum)
+            signal.signal(signum, self._on_signal)
+
+    def _restore_handlers(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum, handler in self._previous_handlers.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        self._previous_handlers = {}
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        if signum == signal.SIGINT and self._signal == signal.SIGINT:
+            raise KeyboardInterrupt  # a second Ctrl+C: stop now, without waiting for the step to end
+        self._signal = signum
+        print(f"litbert: received {signal.Signals(signum).name}; stopping at the end of this step "
+              f"(press Ctrl+C again to stop at once, without a checkpoint).", flush=True)
+
+    def _agreed_signal(self, trainer: L.Trainer) -> int:
+        """The signal received by any rank (0 for none), the same on every rank."""
+        received = self._signal or 0
+        if trainer.world_size > 1 and dist.is_available() and dist.is_initialized():
+            flag = torch.tensor([received], device=trainer.strategy.root_device)
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            received = int(flag.item())
+        return received
+
+    def _stop(self, trainer: L.Trainer, signum: int) -> None:
+        path = self.last_path if self.saved_step == trainer.global_step else None
+        requeued = False
+        environment = trainer._accelerator_connector.cluster_environment
+        if isinstance(environment, SLURMEnvironment) and signum == environment.requeue_signal:
+            requeued = _requeue_slurm_job() if trainer.is_global_zero else True
+        raise RunInterrupted(signum, trainer.global_step, path, requeued)
+
+
+def _train_loaders(trainer: L.Trainer | None) -> list[Any]:
+    """The training loaders whose position can be saved (`state_dict` / `load_state_dict`, as `ResumableLoader`)."""
+    combined = getattr(getattr(trainer, "fit_loop", None), "_combined_loader", None)
+    loaders = combined.flattened if combined is not None else []
+    return [loader for loader in loaders if callable(getattr(loader, "state_dict", None))
+            and callable(getattr(loader, "load_state_dict", None))]
+
+
+def _validation_follows(trainer: L.Trainer) -> bool:
+    """Whether the training loop runs validation right after the batch that just ended (Lightning's own test)."""
+    loop = trainer.fit_loop.epoch_loop
+    try:
+        return bool(loop._should_check_val_fx(trainer.fit_loop._data_fetcher))
+    except (AttributeError, TypeError):  # another Lightning version: save at the step, before validation
+        return False
+
+
+def _requeue_slurm_job() -> bool:
+    """`scontrol requeue <job>`, as Lightning's own SLURM requeue does. True when it succeeded."""
+    import subprocess
+
+    array_job = os.environ.get("SLURM_ARRAY_JOB_ID")
+    job = f"{array_job}_{os.environ['SLURM_ARRAY_TASK_ID']}" if array_job else os.environ.get("SLURM_JOB_ID", "")
+    if not job.replace("_", "").isdigit():
+        rank_zero_warn(f"SLURM job id {job!r} is not a number; the job was not requeued.")
+        return False
+    result = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        rank_zero_warn(f"`scontrol requeue {job}` failed ({result.returncode}): {result.stderr.strip()}")
+        return False
+    rank_zero_info(f"litbert: requeued SLURM job {job}")
+    return True
