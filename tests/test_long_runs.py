@@ -1,0 +1,334 @@
+"""Long runs a user can rely on, each promise checked through `python train.py`, the shipped configs and real data:
+exact resume after `kill -9` (MLM pretraining and length-grouped GLUE fine-tuning), SIGTERM / SIGINT / SLURM
+requeue, divergence, readable errors, safe checkpoint loading and run folders that are never silently reused."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+from runs import (
+    REPO,
+    by_step,
+    checkpoint_step,
+    environment,
+    last_lines,
+    launch,
+    minilm_path,
+    series,
+    train,
+    wait_for_checkpoint,
+    wandb_history,
+    wandb_runs,
+)
+
+from tasks.checkpointing import LAST, SafeCheckpointIO
+
+MINILM = minilm_path()
+GLUE = "configs/glue/wnli.yaml"  # 635 training pairs: 20 length-grouped batches of 32 an epoch
+QUICKSTART = "configs/quickstart.yaml"
+
+
+@pytest.fixture(scope="module")
+def env(shared_data, tmp_path_factory) -> dict[str, str]:
+    return environment(LITBERT_DATA=str(shared_data), LITBERT_CACHE=str(tmp_path_factory.mktemp("cache")))
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory) -> str:
+    """Where the MLM runs train their WordPiece (the first run trains it, the others reuse it)."""
+    return str(tmp_path_factory.mktemp("tokenizer") / "wordpiece")
+
+
+def glue_args(*extra: str) -> list[str]:
+    return ["--model.pretrained", MINILM, "--trainer.log_every_n_steps", "1", "--checkpoint.every_n_steps", "4",
+            "--trainer.max_steps", "30", *extra]
+
+
+def mlm_args(tokenizer: str, *extra: str) -> list[str]:
+    """The quickstart scaled down: about 17 batches of 8 blocks an epoch, validation every 7 steps."""
+    return ["--data.tokenizer", tokenizer, "--data.train_tokenizer.vocab_size", "2000", "--data.max_documents", "60",
+            "--data.max_val_documents", "10", "--data.batch_size", "8", "--trainer.val_check_interval", "7",
+            "--trainer.log_every_n_steps", "1", "--checkpoint.every_n_steps", "3", "--trainer.max_steps", "40", *extra]
+
+
+def assert_ok(done: subprocess.CompletedProcess) -> None:
+    assert done.returncode == 0, f"status {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+
+
+def best_checkpoints(root: Path) -> list[str]:
+    return sorted(p.name for p in (root / "checkpoints").glob("best-*.ckpt"))
+
+
+# ---------------------------------------------------------------------------------------------------- exact resume
+
+
+@pytest.mark.parametrize("task", ["glue", "mlm"])
+def test_kill_9_and_resume_repeats_the_uninterrupted_run_exactly(task, env, tokenizer, tmp_path):
+    """An uninterrupted run, and the same run killed with SIGKILL once it has saved a checkpoint and resumed from
+    it with --ckpt_path: every loss the resumed run logs (training and validation) equals the uninterrupted run's
+    at the same step, bit for bit, across validations and an epoch boundary (same next batch, masks, dropout). It
+    continues the same W&B run and ends with the same best checkpoint and metrics. Resuming the finished run then
+    trains no step at all."""
+    config, args = (GLUE, glue_args()) if task == "glue" else (QUICKSTART, mlm_args(tokenizer))
+    steps = 30 if task == "glue" else 40
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    assert_ok(train(config, whole, *args, env=env))
+    reference = wandb_history(whole)
+    assert sorted(by_step(reference, "train/loss")) == list(range(steps))
+
+    process = launch(config, killed, *args, env=env)
+    last = killed / "checkpoints" / LAST
+    wait_for_checkpoint(process, last, min_step=6)
+    process.kill()  # kill -9: no handler runs, nothing is flushed
+    process.communicate()
+    resumed_at = checkpoint_step(last)
+    assert 6 <= resumed_at < steps and not (killed / "metrics.json").exists()
+
+    assert_ok(train(config, killed, *args, "--ckpt_path", str(last), env=env))
+    first, second = wandb_runs(killed)[0], wandb_runs(killed)[-1]
+    assert second != first and second.name.split("-")[-1] == first.name.split("-")[-1]  # the same W&B run id
+    resumed = wandb_history(killed, second)
+    for key in ("train/loss", "val/loss"):
+        expected = {step: value for step, value in by_step(reference, key).items() if step >= resumed_at}
+        assert expected and by_step(resumed, key) == expected, key
+    assert best_checkpoints(killed) == best_checkpoints(whole) != []
+    assert json.loads((killed / "metrics.json").read_text()) == json.loads((whole / "metrics.json").read_text())
+
+    finished = whole / "checkpoints" / LAST
+    assert checkpoint_step(finished) == steps
+    again = train(config, whole, *args, "--ckpt_path", str(finished), "--export", "false", env=env)
+    assert_ok(again)
+    assert series(wandb_history(whole, wandb_runs(whole)[-1]), "train/loss") == []
+    assert checkpoint_step(finished) == steps
+
+
+# ---------------------------------------------------------------------------------------------------- signals
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_saves_at_the_step_boundary_and_exits_non_zero(signum, env, tmp_path):
+    process = launch(GLUE, tmp_path, *glue_args("--trainer.max_steps", "500", "--checkpoint.every_n_steps", "2"),
+                     env=env)
+    last = tmp_path / "checkpoints" / LAST
+    wait_for_checkpoint(process, last, min_step=2)
+    process.send_signal(signum)
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 128 + signum, err[-3000:]
+    step = checkpoint_step(last)
+    name = signal.Signals(signum).name
+    assert f"litbert: stopped by {name} at step {step}; the training state was saved to {last}" in err
+    assert f"--ckpt_path {last}" in last_lines(err, 1) and "resume with: python train.py" in err
+    assert not (tmp_path / "metrics.json").exists() and not (tmp_path / "model").exists()
+
+    done = train(GLUE, tmp_path, *glue_args("--trainer.max_steps", str(step + 2)), "--ckpt_path", str(last),
+                 env=env)
+    assert_ok(done)
+    assert checkpoint_step(last) == step + 2
+    assert sorted(by_step(wandb_history(tmp_path, wandb_runs(tmp_path)[-1]), "train/loss")) == [step, step + 1]
+
+
+def test_slurm_requeue_signal_saves_requeues_and_the_job_resumes(env, tmp_path):
+    """Under SLURM (auto-requeue), the requeue signal saves last.ckpt at the step boundary, calls
+    `scontrol requeue <job>` and stops non-zero; the requeued job, run with `--ckpt_path last`, resumes there."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "scontrol.log"
+    (bin_dir / "scontrol").write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\n")
+    (bin_dir / "scontrol").chmod(0o755)
+    slurm = dict(env, PATH=f"{bin_dir}:{env['PATH']}", SLURM_JOB_ID="4242", SLURM_JOB_NAME="litbert-test",
+                 SLURM_NTASKS="1", SLURM_NTASKS_PER_NODE="1", SLURM_PROCID="0", SLURM_LOCALID="0", SLURM_NODEID="0")
+    root = tmp_path / "run"
+    process = launch(GLUE, root, *glue_args("--trainer.max_steps", "500", "--checkpoint.every_n_steps", "2",
+                                            "--ckpt_path", "last"), env=slurm)
+    last = root / "checkpoints" / LAST
+    wait_for_checkpoint(process, last, min_step=2)
+    process.send_signal(signal.SIGUSR1)
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 128 + signal.SIGUSR1, err[-3000:]
+    step = checkpoint_step(last)
+    assert "stopped by SIGUSR1" in err and "the SLURM job was requeued" in err
+    assert calls.read_text().split() == ["requeue", "4242"]
+
+    done = train(GLUE, root, *glue_args("--trainer.max_steps", str(step + 1), "--ckpt_path", "last"), env=slurm)
+    assert_ok(done)
+    assert f"litbert: resuming from {last}" in done.stdout
+    assert checkpoint_step(last) == step + 1
+
+
+# ---------------------------------------------------------------------------------------------------- divergence
+
+
+def test_divergence_stops_with_the_step_and_exports_nothing(env, tmp_path):
+    done = train(GLUE, tmp_path, *glue_args("--model.optimization.learning_rate", "1e6", "--model.optimization.warmup",
+                                            "0", "--trainer.precision", "32"), env=env)
+    assert done.returncode == 1
+    assert "litbert: error: Training diverged at step 2 (epoch 0, batch 1 of the epoch): loss nan" in done.stderr
+    assert last_lines(done.stderr, 2).endswith("No checkpoint was saved before it.\n"
+                                               "Nothing was exported and no metrics.json was written.")
+    assert not (tmp_path / "metrics.json").exists() and not (tmp_path / "model").exists()
+    assert list(tmp_path.rglob("*.ckpt")) == []
+
+
+# ---------------------------------------------------------------------------------------------------- errors
+
+
+def test_a_truncated_checkpoint_ends_in_litberts_message(env, tmp_path):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for name in os.listdir(MINILM):
+        if name.endswith((".json", ".txt")):
+            (broken / name).write_bytes((Path(MINILM) / name).read_bytes())
+    weights = (Path(MINILM) / "model.safetensors").read_bytes()
+    (broken / "model.safetensors").write_bytes(weights[: len(weights) // 3])
+    done = train(GLUE, tmp_path / "run", "--model.pretrained", str(broken), env=env)
+    assert done.returncode == 2
+    assert last_lines(done.stderr, 1).startswith(f"{broken / 'model.safetensors'} is truncated or corrupt")
+    assert "Union subtypes" not in done.stderr and "Given value" not in done.stderr
+
+
+def test_a_malformed_conll_line_is_named(env, shared_data, tmp_path):
+    lines = (shared_data / "conll2003" / "train.txt").read_text().splitlines()[:400]
+    lines[10] = lines[10].split()[0]  # the word alone: its tag column is gone
+    (tmp_path / "train.txt").write_text("\n".join(lines) + "\n")
+    done = train("configs/ner/conll2003.yaml", tmp_path / "run", "--model.pretrained", MINILM, "--data.train_file",
+                 str(tmp_path / "train.txt"), "--data.val_file", str(shared_data / "conll2003" / "valid.txt"),
+                 env=env)
+    assert done.returncode == 2
+    assert last_lines(done.stderr, 1).startswith(f"{tmp_path / 'train.txt'}, line 11: 1 column(s)")
+
+
+def test_token_classification_without_a_test_file_says_so_and_finishes(env, shared_data, tmp_path):
+    """Train and validation files only: training, validation, export and metrics.json, no testing (and a line
+    saying so). The run's files hold no W&B key."""
+    def head(name: str, count: int) -> Path:
+        text = (shared_data / "conll2003" / name).read_text().split("\n\n")[:count]
+        (tmp_path / name).write_text("\n\n".join(text) + "\n")
+        return tmp_path / name
+
+    secret = "litbert-test-secret-0123456789abcdef"
+    root = tmp_path / "run"
+    done = train("configs/ner/conll2003.yaml", root, "--model.pretrained", MINILM, "--data.train_file",
+                 str(head("train.txt", 300)), "--data.val_file", str(head("valid.txt", 100)),
+                 "--trainer.max_steps", "4", env=dict(env, WANDB_API_KEY=secret))
+    assert_ok(done)
+    assert "litbert: the data has no labelled test split, so the model was not tested" in done.stdout
+    metrics = json.loads((root / "metrics.json").read_text())
+    assert "val/f1" in metrics and not any(key.startswith("test/") for key in metrics)
+    assert (root / "model" / "config.json").exists()
+    leaked = [str(p) for p in root.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+    assert leaked == []
+
+
+# ---------------------------------------------------------------------------------------------------- security
+
+
+class _Payload:
+    """Unpickling this calls `open(path, "w")`: what a crafted checkpoint would do with a worse command."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+@pytest.fixture
+def http_server(tmp_path):
+    """A server on 127.0.0.1 for the files of `tmp_path / "served"`."""
+    served = tmp_path / "served"
+    served.mkdir()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield served, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def test_a_crafted_remote_checkpoint_never_runs(env, http_server, tmp_path):
+    served, url = http_server
+    marker = tmp_path / "payload-ran"
+    torch.save({"state_dict": {}, "global_step": 3, "hook": _Payload(str(marker))}, served / "evil.ckpt")
+    done = train(GLUE, tmp_path / "run", "--model.pretrained", MINILM, "--ckpt_path", f"{url}/evil.ckpt", env=env)
+    assert done.returncode == 2
+    assert "holds objects other than tensors and plain data" in last_lines(done.stderr, 1)
+    assert not marker.exists()
+
+
+def test_a_genuine_remote_checkpoint_resumes(env, http_server, tmp_path):
+    served, url = http_server
+    local = tmp_path / "first"
+    assert_ok(train(GLUE, local, *glue_args("--trainer.max_steps", "2"), env=env))
+    (served / "last.ckpt").write_bytes((local / "checkpoints" / LAST).read_bytes())
+    done = train(GLUE, tmp_path / "second", *glue_args("--trainer.max_steps", "3"), "--ckpt_path",
+                 f"{url}/last.ckpt", env=env)
+    assert_ok(done)
+    assert checkpoint_step(tmp_path / "second" / "checkpoints" / LAST) == 3
+
+
+def test_checkpoints_load_with_weights_only(tmp_path):
+    io = SafeCheckpointIO()
+    marker = tmp_path / "payload-ran"
+    torch.save({"hook": _Payload(str(marker))}, tmp_path / "evil.ckpt")
+    with pytest.raises(ValueError, match="holds objects other than tensors"):
+        io.load_checkpoint(tmp_path / "evil.ckpt")
+    with pytest.raises(ValueError, match="never unpickles code"):
+        io.load_checkpoint(tmp_path / "evil.ckpt", weights_only=False)
+    assert not marker.exists()
+    (tmp_path / "short.ckpt").write_bytes((tmp_path / "evil.ckpt").read_bytes()[:100])
+    with pytest.raises(ValueError, match="short.ckpt cannot be read .* truncated or corrupt"):
+        io.load_checkpoint(tmp_path / "short.ckpt")
+
+
+# ---------------------------------------------------------------------------------------------------- atomic saves
+
+
+def test_an_interrupted_save_leaves_the_previous_checkpoint_whole(tmp_path, monkeypatch):
+    io = SafeCheckpointIO()
+    path = tmp_path / "checkpoints" / LAST
+    io.save_checkpoint({"global_step": 1, "weights": torch.ones(1000)}, path)
+
+    def dies_half_way(obj, handle, *args, **kwargs):
+        handle.write(b"PK\x03\x04 half a checkpoint")
+        raise KeyboardInterrupt  # the process is stopped in the middle of the write
+
+    monkeypatch.setattr(torch, "save", dies_half_way)
+    with pytest.raises(KeyboardInterrupt):
+        io.save_checkpoint({"global_step": 2, "weights": torch.zeros(1000)}, path)
+    monkeypatch.undo()
+    assert io.load_checkpoint(path)["global_step"] == 1
+    assert os.listdir(path.parent) == [LAST]  # the partial file is gone too
+
+
+_SAVER = """
+import sys, torch
+from tasks.checkpointing import SafeCheckpointIO
+io, path, step = SafeCheckpointIO(), sys.argv[1], 0
+while True:
+    step += 1
+    io.save_checkpoint({"global_step": step, "weights": torch.full((4_000_000,), float(step))}, path)
+    print(step, flush=True)
+"""
+
+
+def test_kill_9_during_saves_never_leaves_a_half_written_checkpoint(tmp_path):
+    path = tmp_path / LAST
+    for delay in (0.05, 0.13, 0.29):
+        process = subprocess.Popen([sys.executable, "-c", _SAVER, str(path)], cwd=REPO, stdout=subprocess.PIPE,
+                                   text=True)
+        assert process.stdout.readline().strip()  # one save done; the next ones are under way
+        threading.Event().wait(delay)
+        process.kill()
+        process.wait()
+        state = torch.load(path, weights_only=True)
+        assert torch.equal(state["weights"], torch.full((4_000_000,), float(state["global_step"])))
