@@ -111,6 +111,14 @@ class LitbertCLI(LightningCLI):
         # Fine-tuning from a checkpoint folder uses the tokenizer saved in it unless the config names one.
         if "tokenizer" in data and data.tokenizer is None:
             data.tokenizer = model.get("pretrained") or model.get("teacher")
+        # What the user gave for the values that come from the data, to refuse a different one after the link.
+        self.linked_settings = {target.rsplit(".", 1)[-1]: model.get(target.rsplit(".", 1)[-1])
+                                for _, target, _ in DATA_LINKS if target.rsplit(".", 1)[-1] in model}
+        if config.export_dir is not None and not config.export:
+            raise ValueError(f"--export_dir {config.export_dir} says where to export, but --export is false; drop one.")
+        if config.overwrite and config.ckpt_path is not None:
+            raise ValueError("--overwrite replaces a finished or abandoned run, but --ckpt_path resumes one in place; "
+                             "drop one of them.")
         root = run_root(config)
         self.resume_path = self._resume_path(config, root)
         self._check_run_folder(config, root)
@@ -165,7 +173,25 @@ class LitbertCLI(LightningCLI):
         state = load_checkpoint_file(path).get("callbacks", {}).get(LastCheckpoint.STATE_KEY, {})
         return state.get("wandb_id")
 
+    def _check_linked_settings(self) -> None:
+        """A value the data sets (vocabulary size, labels, metrics, validation sets) and the user set too, to
+        something else, is refused rather than silently replaced by the data's."""
+        parameters = inspect.signature(type(self.model).__init__).parameters
+        for name, given in getattr(self, "linked_settings", {}).items():
+            default = parameters[name].default if name in parameters else None
+            actual = self.model.hparams.get(name)
+
+            def same(a: Any, b: Any) -> bool:
+                return (list(a) if isinstance(a, (list, tuple)) else a) == (list(b) if isinstance(b, (list, tuple))
+                                                                            else b)
+
+            if given is None or same(given, default) or same(given, actual):
+                continue
+            raise ValueError(f"model.{name}={given!r} is set from the data ({type(self.datamodule).__name__} gives "
+                             f"{actual!r}); remove model.{name} from the config and the command line.")
+
     def instantiate_trainer(self, **kwargs: Any) -> L.Trainer:
+        self._check_linked_settings()
         # The callbacks of the config and the command line are kept; litbert adds a default only where the user
         # configured none of that kind.
         trainer_config = self.config_init.trainer
@@ -286,19 +312,27 @@ def run(cli: LitbertCLI) -> dict[str, float]:
     return metrics
 
 
-def main(args: Sequence[str] | None = None) -> LitbertCLI:
-    """Parse `args` (default: the command line), run, and return the CLI with its trainer, model, datamodule and
-    final `metrics`. Errors propagate; `cli_main` turns them into messages and exit statuses."""
-    cli = LitbertCLI(
+def make_cli(args: Sequence[str] | None = None) -> LitbertCLI:
+    """Parse `args` (default: the command line) and build the task, datamodule and trainer, without running."""
+    return LitbertCLI(
         EncoderTask,
         L.LightningDataModule,
         subclass_mode_model=True,
         subclass_mode_data=True,
         save_config_callback=LogConfigCallback,
         save_config_kwargs={"overwrite": True},
+        # One way to set the optimizer: the task's `optimization` (AdamW groups, warmup, decay). LightningCLI's own
+        # --optimizer / --lr_scheduler would replace configure_optimizers and silently void it.
+        auto_configure_optimizers=False,
         run=False,
         args=args,
     )
+
+
+def main(args: Sequence[str] | None = None) -> LitbertCLI:
+    """Parse `args` (default: the command line), run, and return the CLI with its trainer, model, datamodule and
+    final `metrics`. Errors propagate; `cli_main` turns them into messages and exit statuses."""
+    cli = make_cli(args)
     cli.metrics = run(cli)
     return cli
 

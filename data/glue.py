@@ -231,6 +231,9 @@ class GLUEDataModule(TokenizedDataModule):
         if truncation not in ("longest_first", "error"):
             raise DataError(f"truncation={truncation!r}; choose 'longest_first' or 'error'.")
         self.spec = glue_task(task)
+        if data_dir is not None and data_root is not None:
+            raise DataError(f"data.data_dir={data_dir!r} names the task folder itself, so data.data_root={data_root!r} "
+                            f"would not be read; set one of them.")
         self.data_dir = data_dir
         self.truncation = truncation
         self.num_labels = self.spec.num_labels

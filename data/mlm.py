@@ -21,6 +21,7 @@ Masking is done by `data.masking.MLMCollator`: dynamic (new masks each epoch) or
 
 from __future__ import annotations
 
+import inspect
 import logging
 import random
 import re
@@ -58,10 +59,17 @@ SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
 def read_documents(path: str | Path, text_column: str = "text", blank_line_documents: bool = False) -> list[str]:
-    """Documents of a file: a column of a CSV/TSV/JSON/JSONL table, or the lines (or blocks) of a text file."""
+    """Documents of a file: a column of a CSV/TSV/JSON/JSONL table, or the lines (or blocks) of a text file. A
+    setting of the other kind of file (a column for a text file, blank-line documents for a table) is refused."""
     path = Path(path)
     if path.suffix.lower() in TABLE_READERS:
+        if blank_line_documents:
+            raise DataError(f"data.blank_line_documents is set, but {path} is a table (documents are its "
+                            f"{text_column!r} column); remove the setting.")
         return [str(text) for text in read_table(path, [text_column])[text_column]]
+    if text_column != "text":
+        raise DataError(f"data.text_column={text_column!r} names a column, but {path} is a plain-text file (a "
+                        f"document per line, or per blank-line block); remove the setting.")
     return read_text_documents(path, blank_line_documents)
 
 
@@ -150,6 +158,23 @@ class MLMDataModule(TokenizedDataModule):
         seed: int = 0,
         val_mask_seed: int = 1234,
     ) -> None:
+        if packing not in ("full_sentences", "segments"):
+            raise DataError(f"packing={packing!r}; choose 'full_sentences' or 'segments'.")
+        if masking not in ("dynamic", "static"):
+            raise DataError(f"masking={masking!r}; choose 'dynamic' or 'static'.")
+        if train_files is None and dataset is None:
+            raise DataError("MLMDataModule needs train_files or a dataset name; neither was given.")
+        if train_files is not None and dataset is not None:
+            raise DataError(f"data.dataset={dataset!r} and data.train_files are both set; one source is read, not "
+                            f"both. Set data.dataset null to read the files, or remove them.")
+        if dataset is None and (dataset_config is not None or data_root is not None):
+            raise DataError("data.dataset_config and data.data_root apply to a named dataset, but the data comes "
+                            "from local files; remove them.")
+        defaults = inspect.signature(MLMDataModule.__init__).parameters
+        for name, value, files in (("train_split", train_split, train_files), ("val_split", val_split, val_files)):
+            if files is not None and value != defaults[name].default:
+                raise DataError(f"data.{name}={value!r} picks a split of data.dataset, but that split comes from "
+                                f"local files here; remove data.{name}.")
         self.train_files, self.val_files = train_files, val_files
         self.dataset, self.dataset_config = dataset, dataset_config
         self.train_split, self.val_split = train_split, val_split
@@ -165,12 +190,6 @@ class MLMDataModule(TokenizedDataModule):
         super().__init__(tokenizer, max_length, batch_size, eval_batch_size, num_workers, data_root, cache_dir,
                          group_by_length=False, seed=seed)
         self.save_hyperparameters()
-        if packing not in ("full_sentences", "segments"):
-            raise DataError(f"packing={packing!r}; choose 'full_sentences' or 'segments'.")
-        if masking not in ("dynamic", "static"):
-            raise DataError(f"masking={masking!r}; choose 'dynamic' or 'static'.")
-        if train_files is None and dataset is None:
-            raise DataError("MLMDataModule needs train_files or a dataset name; neither was given.")
         if self.mask_token_id is None:
             raise DataError(f"Tokenizer {tokenizer} has no mask token; MLM needs one ([MASK] or <mask>).")
         self.packing, self.masking = packing, masking
@@ -197,6 +216,9 @@ class MLMDataModule(TokenizedDataModule):
 
     def _documents(self, split: str, source: list[str] | datasets.Dataset, role: str) -> list[str]:
         if isinstance(source, datasets.Dataset):
+            if self.blank_line_documents:
+                raise DataError(f"data.blank_line_documents applies to plain-text files, but {self.dataset!r} comes "
+                                f"from the hub as a table; remove the setting.")
             documents = [text for text in source[self.text_column] if text and text.strip()]
         else:
             documents = [d for path in source for d in read_documents(path, self.text_column,

@@ -13,6 +13,7 @@ The number of documents cut is logged.
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -24,6 +25,7 @@ from data.base import TokenizedDataModule
 from data.sources import (
     DataError,
     cached_map,
+    check_source,
     data_root,
     file_identity,
     fingerprint,
@@ -85,13 +87,13 @@ class SentimentDataModule(TokenizedDataModule):
     Args:
         tokenizer: Path to a tokenizer folder or tokenizer.json; train.py defaults it to the folder of
             `model.pretrained`.
-        dataset: `sst2`, `imdb`, or another hub name (with `dataset_config`); ignored when `train_file` is given.
-        dataset_config: Hub config name for other hub datasets.
+        dataset: `sst2`, `imdb`, or another hub name (with `dataset_config`); None to read local files.
+        dataset_config: Hub config name, for hub datasets other than sst2 and imdb.
         train_file: Local training file (CSV, TSV, JSON or JSONL).
         val_file: Local validation file.
         test_file: Local labelled test file.
-        text_column: Column of the text (for local files and other hub datasets).
-        label_column: Column of the label.
+        text_column: Column of the text (for local files and other hub datasets; sst2 and imdb have theirs).
+        label_column: Column of the label (likewise).
         label_names: The labels as spelled in the data, in id order; by default the sorted training labels.
         skip_labels: Rows with these label values are left out (e.g. IMDB's unlabelled `-1`); counted in the log.
         max_length: Longest sequence, special tokens included.
@@ -109,7 +111,7 @@ class SentimentDataModule(TokenizedDataModule):
     def __init__(
         self,
         tokenizer: str | None = None,
-        dataset: str | None = "sst2",
+        dataset: str | None = None,
         dataset_config: str | None = None,
         train_file: str | None = None,
         val_file: str | None = None,
@@ -136,9 +138,21 @@ class SentimentDataModule(TokenizedDataModule):
             raise DataError(f"truncation={truncation!r}; choose 'head', 'tail', 'head+tail' or 'error'.")
         if not 0.0 <= head_fraction <= 1.0:
             raise DataError(f"head_fraction={head_fraction} must lie in [0, 1].")
+        check_source(dataset, train_file, {"val_file": val_file, "test_file": test_file}, data_root)
         self.known = None if train_file else SENTIMENT_SOURCES.get(_ALIASES.get(dataset or "", dataset or ""))
-        if train_file is None and dataset is None:
-            raise DataError("SentimentDataModule needs a dataset name or a train_file.")
+        if self.known is not None:
+            if dataset_config is not None:
+                raise DataError(f"data.dataset={dataset!r} has one version; remove data.dataset_config="
+                                f"{dataset_config!r} (it names the config of other hub datasets).")
+            defaults = inspect.signature(SentimentDataModule.__init__).parameters
+            for name, value, own in (("text_column", text_column, self.known.text_column),
+                                     ("label_column", label_column, self.known.label_column)):
+                if value not in (defaults[name].default, own):
+                    raise DataError(f"data.{name}={value!r}, but {dataset}'s {name.split('_')[0]} is in column "
+                                    f"{own!r}; remove data.{name} (it is for local files and other hub datasets).")
+        elif train_file is not None and dataset_config is not None:
+            raise DataError(f"data.dataset_config={dataset_config!r} names a hub config, but the data comes from local "
+                            f"files; remove it.")
         self.dataset, self.dataset_config = dataset, dataset_config
         self.files = {"train": train_file, "validation": val_file, "test": test_file}
         self.text_column = self.known.text_column if self.known else text_column

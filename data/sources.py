@@ -65,15 +65,18 @@ class LocalCopy:
 
     folder: str  # relative to the data root; `{config}` is replaced by `configs[config_name]`
     splits: Mapping[str, str] = field(default_factory=dict)  # hub split name -> file name inside the folder
-    configs: Mapping[str, str] | None = None  # hub config name -> value for `{config}`; None: the config is ignored
+    configs: Mapping[str, str] | None = None  # hub config name -> value for `{config}`; None: one version only
+    hub_configs: tuple[str, ...] = ()  # with one version only: the hub's names for it, accepted as dataset_config
     note: str = ""  # logged when the copy is used, for copies that differ from the hub version
 
 
 _GLUE_CONFIGS = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B", "qqp": "QQP", "mnli": "MNLI",
                  "qnli": "QNLI", "rte": "RTE", "wnli": "WNLI", "ax": "diagnostic"}
 _GLUE = LocalCopy("glue/{config}", configs=_GLUE_CONFIGS)
-_IMDB = LocalCopy("imdb", {"train": "train.csv", "test": "test.csv", "unsupervised": "unsup.csv"})
-_CONLL = LocalCopy("conll2003", {"train": "train.txt", "validation": "valid.txt", "test": "test.txt"})
+_IMDB = LocalCopy("imdb", {"train": "train.csv", "test": "test.csv", "unsupervised": "unsup.csv"},
+                  hub_configs=("plain_text",))
+_CONLL = LocalCopy("conll2003", {"train": "train.txt", "validation": "valid.txt", "test": "test.txt"},
+                   hub_configs=("conll2003",))
 # Only the tokenized v1 files exist locally; the raw config name resolves to them too, and says so.
 _WIKITEXT = LocalCopy(
     "wikitext-{config}",
@@ -101,6 +104,9 @@ def local_copy_folder(name: str, config: str | None, root: Path | None) -> Path 
     if copy is None or root is None:
         return None
     folder = copy.folder
+    if copy.configs is None and config is not None and config not in copy.hub_configs:
+        raise DataError(f"Dataset {name!r} has one version here (its local copy under {root / folder}); "
+                        f"dataset_config={config!r} names none of {list(copy.hub_configs)}. Remove dataset_config.")
     if copy.configs is not None:
         if config not in copy.configs:  # e.g. wikitext-103: not copied locally, so it comes from the hub
             log.info("%s: config %r has no local copy (local configs: %s); loading it from the hub", name, config,
@@ -152,6 +158,24 @@ def load_hub_split(name: str, config: str | None, split: str) -> datasets.Datase
 # --------------------------------------------------------------------------------------------------------------
 # Reading and validating files
 # --------------------------------------------------------------------------------------------------------------
+
+
+def check_source(dataset: str | None, train_file: Any, other_files: Mapping[str, Any],
+                 data_root: str | None) -> None:
+    """A datamodule reads a named dataset or local files, not both: refuse settings that the other would leave
+    unused, rather than silently dropping them."""
+    if train_file is None and dataset is None:
+        raise DataError("No data: set data.dataset to a dataset name, or data.train_file to a local file.")
+    if train_file is not None and dataset is not None:
+        raise DataError(f"data.dataset={dataset!r} and local files (data.train_file={train_file!r}) are both set; "
+                        f"one source is read, not both. Set data.dataset null to read the files, or remove them.")
+    given = [name for name, value in other_files.items() if value is not None]
+    if train_file is None and given:
+        raise DataError(f"data.{given[0]} is set, but the data comes from data.dataset={dataset!r}, which brings its "
+                        f"own splits. Give local files for every split (data.train_file too), or remove it.")
+    if train_file is not None and data_root is not None:
+        raise DataError(f"data.data_root={data_root!r} locates named datasets, but the data comes from local files; "
+                        f"remove data.data_root.")
 
 
 def read_text(path: str | os.PathLike[str]) -> str:

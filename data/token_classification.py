@@ -28,6 +28,7 @@ from data.sources import (
     ConllSentence,
     DataError,
     cached_map,
+    check_source,
     data_root,
     file_identity,
     fingerprint,
@@ -72,7 +73,7 @@ class TokenClassificationDataModule(TokenizedDataModule):
     Args:
         tokenizer: Path to a tokenizer folder or tokenizer.json; train.py defaults it to the folder of
             `model.pretrained`.
-        dataset: `conll2003` (or `eriktks/conll2003`), read from the data root; ignored when `train_file` is given.
+        dataset: `conll2003` (or `eriktks/conll2003`), read from the data root; or None to read local files.
         train_file: Local CoNLL column file for training.
         val_file: Local CoNLL column file for validation.
         test_file: Local CoNLL column file for testing.
@@ -95,7 +96,7 @@ class TokenClassificationDataModule(TokenizedDataModule):
     def __init__(
         self,
         tokenizer: str | None = None,
-        dataset: str | None = "conll2003",
+        dataset: str | None = None,
         train_file: str | None = None,
         val_file: str | None = None,
         test_file: str | None = None,
@@ -118,8 +119,7 @@ class TokenClassificationDataModule(TokenizedDataModule):
         self.save_hyperparameters(ignore=["label_names"])  # the task logs the final label names (linked from here)
         if tag_scheme not in ("auto", "iob1", "iob2", "none"):
             raise DataError(f"tag_scheme={tag_scheme!r}; choose 'auto', 'iob1', 'iob2' or 'none'.")
-        if train_file is None and dataset is None:
-            raise DataError("TokenClassificationDataModule needs a dataset name or a train_file.")
+        check_source(dataset, train_file, {"val_file": val_file, "test_file": test_file}, data_root)
         self.dataset = dataset
         self.files = {"train": train_file, "validation": val_file, "test": test_file}
         self.word_column, self.label_column = word_column, label_column

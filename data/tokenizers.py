@@ -9,6 +9,10 @@ Deviations, on purpose:
   0..4 for BPE as in RoBERTa), so the presets' `pad_token_id` (0 and 1) match a freshly trained vocabulary.
 - RoBERTa has no segment embedding (`type_vocab_size=1`), so the byte-level pair template gives every token type 0
   and the tokenizer emits no `token_type_ids` at all.
+- `tokenizers`' WordPiece trainer learns the same vocabulary from the same text every time but numbers it in an
+  order that changes from run to run (its character alphabet comes out of a hash map). The ids are renumbered after
+  training: special tokens first, then word starts and `##` continuations, each in code-point order. The same text
+  and settings then always give the same ids, so two runs of one config train the same model.
 
 Everything is returned as a `transformers.PreTrainedTokenizerFast`, so a trained tokenizer saves to (and loads
 from) the same folder layout as any transformers checkpoint.
@@ -45,6 +49,7 @@ class TokenizerRecipe:
     model_input_names: tuple[str, ...]
     build: Callable[[bool], Tokenizer]  # lowercase -> untrained tokenizer with normaliser and pre-tokeniser
     trainer: Callable[..., trainers.Trainer]
+    renumber: Callable[[Tokenizer, list[str]], None] | None = None  # give the trained vocabulary stable ids
 
 
 def _wordpiece(lowercase: bool) -> Tokenizer:
@@ -55,6 +60,13 @@ def _wordpiece(lowercase: bool) -> Tokenizer:
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tokenizer.decoder = decoders.WordPiece(prefix="##")
     return tokenizer
+
+
+def _renumber_wordpiece(tokenizer: Tokenizer, special: list[str]) -> None:
+    vocabulary = tokenizer.get_vocab()
+    rest = sorted((token for token in vocabulary if token not in special), key=lambda t: (t.startswith("##"), t))
+    ordered = {token: index for index, token in enumerate([*special, *rest])}
+    tokenizer.model = models.WordPiece(vocab=ordered, unk_token="[UNK]", continuing_subword_prefix="##")
 
 
 def _byte_level_bpe(lowercase: bool) -> Tokenizer:
@@ -77,6 +89,7 @@ TOKENIZER_RECIPES: dict[str, TokenizerRecipe] = {
         trainer=lambda vocab_size, min_frequency, special: trainers.WordPieceTrainer(
             vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=special,
             continuing_subword_prefix="##"),
+        renumber=_renumber_wordpiece,
     ),
     "byte_level_bpe": TokenizerRecipe(
         special_tokens={"bos_token": "<s>", "pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>",
@@ -109,6 +122,8 @@ def train_tokenizer(
         raise ValueError(f"vocab_size={vocab_size} leaves no room beside the {len(special)} special tokens.")
     tokenizer = recipe.build(kind == "wordpiece" if lowercase is None else lowercase)
     tokenizer.train_from_iterator(texts, trainer=recipe.trainer(vocab_size, min_frequency, special))
+    if recipe.renumber is not None:
+        recipe.renumber(tokenizer, special)
     ids = {token: tokenizer.token_to_id(token) for token in special}
     tokenizer.post_processor = processors.TemplateProcessing(
         single=recipe.single, pair=recipe.pair, special_tokens=list(ids.items()))

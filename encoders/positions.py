@@ -32,6 +32,7 @@ class PositionScheme(nn.Module):
     """The interface; every hook is a no-op."""
 
     max_length: int | None = None  # longest sequence the scheme encodes; None means unbounded
+    settings: tuple[str, ...] = ()  # the EncoderConfig fields of this scheme alone (t5_num_buckets, rope_base, ...)
 
     def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         return x
@@ -59,6 +60,8 @@ class NoPositions(PositionScheme):
 
 class LearnedPositions(PositionScheme):
     """An absolute table; token t reads row `offset + t` (RoBERTa keeps rows 0..pad for padding)."""
+
+    settings = ("position_offset",)
 
     def __init__(self, config: EncoderConfig) -> None:
         super().__init__()
@@ -110,6 +113,8 @@ class RotaryPositions(PositionScheme):
     `Encoder.forward` makes one `positions` tensor per call and hands it to every layer, so the cos/sin tables
     are computed for the first layer and reused by the others (kept until a different `positions` or dtype comes).
     """
+
+    settings = ("rope_base",)
 
     def __init__(self, config: EncoderConfig) -> None:
         super().__init__()
@@ -189,6 +194,8 @@ def t5_relative_bucket(relative_position: torch.Tensor, num_buckets: int = 32, m
 
 class T5RelativeBias(PositionScheme):
     """One learned scalar per (bucket, head), shared by every layer as in T5."""
+
+    settings = ("t5_num_buckets", "t5_max_distance")
 
     def __init__(self, config: EncoderConfig) -> None:
         super().__init__()

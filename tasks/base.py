@@ -83,6 +83,20 @@ class Optimization:
 torch.serialization.add_safe_globals([EncoderSpec, Optimization])
 
 
+def check_scheme_settings(encoder: EncoderSpec, config: EncoderConfig, setting: str = "model.encoder") -> None:
+    """Refuse settings of a position scheme the encoder does not use (`rope_base` with learned positions, ...):
+    they would change nothing."""
+    from encoders.positions import POSITIONS
+
+    used = POSITIONS[config.position].settings
+    unused = [name for scheme in POSITIONS.values() for name in scheme.settings
+              if name not in used and getattr(encoder, name) is not None]
+    if unused:
+        given = ", ".join(f"{name}={getattr(encoder, name)!r}" for name in unused)
+        raise ValueError(f"{setting}: {given} belong to another position scheme; position={config.position!r} does "
+                         f"not read them. Remove them, or set {setting}.position to their scheme.")
+
+
 def parameter_shapes(config: EncoderConfig) -> dict[str, tuple[int, ...]]:
     """Name -> shape of every weight of an encoder with this configuration (built on the meta device: no memory)."""
     with torch.device("meta"):
@@ -105,6 +119,9 @@ def over_checkpoint(encoder: EncoderSpec | None, pretrained: Checkpoint, setting
     overrides = encoder.overrides()
     if not overrides:
         return pretrained
+    if "initializer_range" in overrides:
+        raise ValueError(f"{setting}.initializer_range only sets how new weights start; the pretrained weights of "
+                         f"{pretrained.source} are loaded as they are. Remove the setting.")
     shapes = parameter_shapes(base)
     refused = [name for name, value in overrides.items()
                if parameter_shapes(dataclasses.replace(base, **{name: value})) != shapes]
@@ -116,6 +133,7 @@ def over_checkpoint(encoder: EncoderSpec | None, pretrained: Checkpoint, setting
             f"these overrides, or drop the checkpoint to train a new encoder with them."
         )
     config = dataclasses.replace(base, **overrides)
+    check_scheme_settings(encoder, config, setting)
     log.info("Settings applied over the checkpoint %s: %s", pretrained.source,
              ", ".join(f"{k}={v!r} (was {getattr(base, k)!r})" for k, v in overrides.items()))
     return dataclasses.replace(pretrained, config=config)
@@ -138,6 +156,7 @@ def build_encoder(
         return model
     spec = encoder if encoder is not None else EncoderSpec()
     config = spec.build()
+    check_scheme_settings(spec, config)
     if vocab_size is not None:
         if spec.vocab_size is not None and vocab_size > spec.vocab_size:
             raise ValueError(

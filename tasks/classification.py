@@ -40,8 +40,8 @@ class SequenceClassification(EncoderTask):
         pooling: Literal["cls", "mean"] = "cls",
         classifier_dropout: float = 0.1,
         teacher: str | None = None,
-        distillation_alpha: float = 0.5,
-        distillation_temperature: float = 2.0,
+        distillation_alpha: float | None = None,
+        distillation_temperature: float | None = None,
         optimization: Optimization | None = None,
     ) -> None:
         """
@@ -58,12 +58,18 @@ class SequenceClassification(EncoderTask):
             teacher: a fine-tuned classifier checkpoint directory to distil from (logit KD): the loss becomes
                 alpha * T^2 * KL(teacher || student at temperature T) + (1 - alpha) * cross-entropy with the
                 labels; for regression alpha * MSE(student, teacher) + (1 - alpha) * MSE(student, labels).
-            distillation_alpha: weight alpha of the teacher's term.
-            distillation_temperature: temperature T of the soft targets.
+            distillation_alpha: weight alpha of the teacher's term (0.5 when a teacher is given and this is unset).
+            distillation_temperature: temperature T of the soft targets (2.0 when unset).
             optimization: AdamW and learning-rate schedule.
         """
         super().__init__(optimization)
         self.save_hyperparameters()
+        if teacher is None and (distillation_alpha is not None or distillation_temperature is not None):
+            raise ValueError("model.distillation_alpha and model.distillation_temperature weigh a teacher's logits, "
+                             "but model.teacher is not set; set the teacher (a fine-tuned classifier folder) or remove "
+                             "them.")
+        distillation_alpha = 0.5 if distillation_alpha is None else distillation_alpha
+        distillation_temperature = 2.0 if distillation_temperature is None else distillation_temperature
         if not 0 <= distillation_alpha <= 1 or distillation_temperature <= 0:
             raise ValueError(f"distillation_alpha={distillation_alpha} must be in [0, 1] and distillation_temperature="
                              f"{distillation_temperature} positive.")

@@ -22,7 +22,7 @@ from torchmetrics import MeanMetric
 
 from encoders import Encoder, MaskedLMHead, SequenceClassificationHead
 from encoders.checkpoints import load_checkpoint
-from tasks.base import EncoderSpec, EncoderTask, Optimization, sequence_lengths
+from tasks.base import EncoderSpec, EncoderTask, Optimization, check_scheme_settings, sequence_lengths
 from tasks.mlm import masked_lm_loss, vocab_cross_entropy
 
 
@@ -135,6 +135,7 @@ class Distillation(EncoderTask):
             base = student.build() if student.preset else dataclasses.replace(teacher_config, **student.overrides())
             config = dataclasses.replace(base, vocab_size=self.teacher.config.vocab_size,
                                          name=base.name if student.preset else f"{base.name}-student")
+            check_scheme_settings(student, config, "model.student")
             if config.hidden_size != self.teacher.config.hidden_size and alpha_cos:
                 raise ValueError(
                     f"The cosine loss compares hidden states, but the student's hidden_size={config.hidden_size} "

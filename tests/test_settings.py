@@ -1,0 +1,470 @@
+"""Every setting a user can give is honoured or refused: a walk over the configuration schema of every task and
+datamodule, through `train.py`'s own parser and the shipped configs. Each key is set to another value; the run
+must then either stop with a message, or build objects that differ from the default run's (the model's modules,
+weights and settings, the datamodule and the batches its loaders yield, the callbacks), hyperparameter records
+aside. A key that changes nothing is silently ignored, and fails the walk.
+
+Then the settings train.py itself handles: callbacks from configs and the command line, encoder overrides over a
+pretrained checkpoint, values that come from the data, run folders."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from runs import minilm_path
+from torch import nn
+
+import train
+from data.tokenizers import load_tokenizer, save_tokenizer, train_tokenizer
+from encoders import Encoder, EncoderConfig, MaskedLMHead
+from tasks.base import EncoderSpec
+from tasks.checkpointing import BestCheckpoint, LastCheckpoint
+from tasks.classification import SequenceClassification
+
+MINILM = minilm_path()
+
+
+# ---------------------------------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def assets(shared_data, tmp_path_factory) -> dict[str, str]:
+    """Small checkpoints (bert-tiny with MiniLM's vocabulary and tokenizer), data subsets and a second tokenizer."""
+    root = tmp_path_factory.mktemp("assets")
+    minilm = load_tokenizer(MINILM)
+    config = EncoderConfig.from_name("bert-tiny", vocab_size=len(minilm))
+    out = {}
+    for name, seed in (("tiny", 0), ("tiny_b", 1)):
+        torch.manual_seed(seed)
+        encoder = Encoder(config)
+        encoder.save_pretrained(root / name, head=MaskedLMHead(config, encoder.embeddings.word))
+        minilm.save_pretrained(str(root / name))
+        out[name] = str(root / name)
+    torch.manual_seed(2)
+    classifier = SequenceClassification(num_labels=2, encoder=EncoderSpec(preset="bert-tiny"), vocab_size=len(minilm))
+    out["classifier"] = str(classifier.export(root / "classifier", minilm))
+    lines = [line for line in (shared_data / "wikitext-2" / "wiki.valid.tokens").read_text().splitlines() if line]
+    other = train_tokenizer(lines[:2000], "wordpiece", vocab_size=1500)
+    out["tokenizer_b"] = str(save_tokenizer(other, root / "tokenizer_b"))
+    for name, size in (("wordpiece", 1000), ("wordpiece_b", 1200)):  # MLM tokenizers
+        out[name] = str(save_tokenizer(train_tokenizer(lines[:3000], "wordpiece", vocab_size=size), root / name))
+    # RTE with a third of its training pairs, as a data root of its own and as a task folder.
+    rte = root / "data_root" / "glue" / "RTE"
+    rte.mkdir(parents=True)
+    for name in ("dev.tsv", "test.tsv"):
+        shutil.copy(shared_data / "glue" / "RTE" / name, rte / name)
+    train_rows = (shared_data / "glue" / "RTE" / "train.tsv").read_text().splitlines()
+    (rte / "train.tsv").write_text("\n".join(train_rows[:800]) + "\n")
+    out["data_root"], out["rte_dir"] = str(root / "data_root"), str(rte)
+    # CoNLL subsets, two versions of each split; the first in IOB1 (a chunk opens with I- unless it follows one of
+    # its type), as CoNLL-2003 was released, so that the tag scheme matters.
+    for version, (start, count) in (("a", (0, 250)), ("b", (250, 250))):
+        for split in ("train", "valid", "test"):
+            blocks = (shared_data / "conll2003" / f"{split}.txt").read_text().split("\n\n")[start:start + count]
+            text = "\n\n".join(blocks) + "\n"
+            if version == "a":
+                text = to_iob1(text)
+            path = root / f"conll_{version}_{split}.txt"
+            path.write_text(text)
+            out[f"conll_{version}_{split}"] = str(path)
+    # Sentiment CSVs with the columns `review` / `stars`, and a copy with other rows; some reviews longer than 64
+    # tokens, so that truncation settings matter.
+    for version, offset in (("a", 0), ("b", 200)):
+        for split, count in (("train", 300), ("val", 60), ("test", 60)):
+            rows = ["review,stars"] + [f'"review {i} {"good" if i % 3 else "bad"} {"fine and long " * (i % 40)} end",'
+                                       f'{"pos" if i % 3 else "neg"}' for i in range(offset, offset + count)]
+            path = root / f"sentiment_{version}_{split}.csv"
+            path.write_text("\n".join(rows) + "\n")
+            out[f"sentiment_{version}_{split}"] = str(path)
+    return out
+
+
+def to_iob1(text: str) -> str:
+    """IOB2 CoNLL lines -> IOB1: B-X becomes I-X unless the previous token is in a chunk of type X."""
+    lines, previous = [], "O"
+    for line in text.splitlines():
+        fields = line.split()
+        if not fields or fields[0] == "-DOCSTART-":
+            lines.append(line)
+            previous = "O"
+            continue
+        tag = fields[-1]
+        if tag.startswith("B-") and previous[2:] != tag[2:]:
+            fields[-1] = "I-" + tag[2:]
+        previous = tag
+        lines.append(" ".join(fields))
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------------- fingerprints
+
+# Bookkeeping that is not a setting's effect: hyperparameter records, clocks, and the parsed-text caches a datamodule
+# fills only when its tokenized cache did not exist yet.
+_SKIP = ("hparams", "_trainer", "_fabric", "_metric_attributes", "_device", "_jit_is_scripting", "_compiler_ctx",
+         "_saved_time", "_last_time_checked", "sentences", "_raw")
+
+
+def _skipped(key: Any) -> bool:
+    return any(part in str(key) for part in _SKIP)
+
+
+def differences(a: Any, b: Any, path: str = "") -> list[str]:
+    """Where two summaries differ, for the failure message."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for k in sorted(set(a) | set(b), key=str) for d in differences(a.get(k), b.get(k), f"{path}.{k}")]
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b):
+        return [d for i, (x, y) in enumerate(zip(a, b, strict=True)) for d in differences(x, y, f"{path}[{i}]")]
+    return [] if a == b else [f"{path}: {str(a)[:80]} != {str(b)[:80]}"]
+
+
+def summary(value: Any, depth: int = 0) -> Any:
+    """What an object holds, as plain data: tensors by shape, dtype and sums; objects by their attributes."""
+    if isinstance(value, (int, float, str, bool, type(None))):
+        return value
+    if isinstance(value, torch.Tensor):
+        data = value.detach().float()
+        return ("tensor", tuple(value.shape), str(value.dtype), round(float(data.sum()), 4),
+                round(float(data.abs().sum()), 4))
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = sorted(value, key=repr) if isinstance(value, (set, frozenset)) else value
+        return [summary(v, depth + 1) for v in list(items)[:64]]
+    if isinstance(value, dict):
+        return {str(k): summary(v, depth + 1) for k, v in list(value.items())[:256] if not _skipped(k)}
+    if hasattr(value, "backend_tokenizer") and hasattr(value, "get_vocab"):  # a transformers tokenizer
+        pipeline = json.loads(value.backend_tokenizer.to_str())
+        return ("tokenizer", len(value), pipeline["model"]["type"], pipeline["normalizer"])
+    if type(value).__name__ == "Tokenizer":  # the `tokenizers` backend of one
+        return ("backend tokenizer", value.get_vocab_size())
+    if isinstance(value, nn.Module):
+        modules = {name: (type(m).__name__, summary(_plain(m), depth + 1)) for name, m in value.named_modules()}
+        return {"modules": modules, "state": {name: summary(t) for name, t in value.state_dict().items()}}
+    if type(value).__name__ == "Dataset" and hasattr(value, "cache_files"):
+        folders = sorted({str(Path(f["filename"]).parent) for f in value.cache_files})
+        return ("dataset", len(value), value.column_names, folders, summary(value[0]) if len(value) else None)
+    if dataclasses.is_dataclass(value):
+        return summary(dataclasses.asdict(value), depth + 1)
+    if depth > 4 or not hasattr(value, "__dict__"):
+        return type(value).__name__
+    return (type(value).__name__, summary({k: v for k, v in vars(value).items() if not _skipped(k)}, depth + 1))
+
+
+def _plain(module: nn.Module) -> dict[str, Any]:
+    return {k: v for k, v in vars(module).items()
+            if not k.startswith(("_", "training")) and not isinstance(v, nn.Module)}
+
+
+def fingerprint(cli: train.LitbertCLI, batches: bool = True) -> Any:
+    """The state of the built objects. The datamodule's attributes named like its constructor's arguments are left
+    out: a setting only stored there has had no effect yet, so its effect must show in the data, the loaders or the
+    batches."""
+    data = cli.datamodule
+    if not batches:  # tokenizer training: `tokenizers` breaks ties at the vocabulary's cut-off differently per run
+        return summary(data.tokenizer)
+    arguments = set(inspect.signature(type(data).__init__).parameters)
+    data.setup("fit")
+    loaders = {"train": data.train_dataloader(), "val": data.val_dataloader()}
+    batches = {}
+    for name, loader in loaders.items():
+        loader = loader[0] if isinstance(loader, list) else loader
+        batches[name] = (type(loader.batch_sampler).__name__, summary(vars(loader.batch_sampler)),
+                         loader.num_workers, summary(next(iter(loader))))
+    model_state = {k: v for k, v in vars(cli.model).items() if not k.startswith(("_", "training"))
+                   and not isinstance(v, nn.Module)}
+    data_state = {k: v for k, v in vars(data).items() if k not in arguments}
+    data_state["cache_path"] = data.cache_path  # where tokenized caches are read and written
+    return summary({"model": cli.model, "task": model_state, "data": data_state, "batches": batches,
+                    "callbacks": [c for c in cli.trainer.callbacks if isinstance(c, (LastCheckpoint, BestCheckpoint))],
+                    "random": torch.rand(4)})
+
+
+# ---------------------------------------------------------------------------------------------------- the walk
+
+
+def leaves(namespace: Any, prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for key, value in vars(namespace).items():
+        if type(value).__name__ == "Namespace":
+            out.update(leaves(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+ENCODER_VALUES = {"preset": "bert-mini", "vocab_size": 40000, "hidden_size": 64, "num_layers": 1, "num_heads": 1,
+                  "intermediate_size": 256, "max_position_embeddings": 1024, "type_vocab_size": 0, "pad_token_id": 1,
+                  "position": "rope", "position_offset": 2, "rope_base": 500.0, "t5_num_buckets": 16,
+                  "t5_max_distance": 64, "norm": "rmsnorm", "norm_placement": "pre", "norm_eps": 1e-6,
+                  "activation": "relu", "bias": False, "hidden_dropout": 0.2, "attention_dropout": 0.2,
+                  "initializer_range": 0.05}
+CHOICES = {"pooling": "mean", "schedule": "cosine",
+           "truncation": {"longest_first": "error", "head": "tail", "head+tail": "head"},
+           "packing": "segments", "masking": "static", "tag_scheme": "iob2", "task": "wnli", "kind": "byte_level_bpe"}
+
+
+def alternative(key: str, value: Any, assets: dict[str, str]) -> Any:
+    """Another valid value for `key`, or a string for keys whose value is a path."""
+    name = key.rsplit(".", 1)[-1]
+    paths = {"pretrained": assets["tiny_b"], "teacher": assets["classifier"], "tokenizer": assets["tokenizer_b"],
+             "data_root": assets["data_root"], "data_dir": assets["rte_dir"], "cache_dir": "{tmp}/other_cache",
+             "dirpath": "{tmp}/other_checkpoints", "label_names": None, "eval_batch_size": 7,
+             "every_n_steps": 5, "max_documents": 20, "max_val_documents": 3, "dataset_config": "plain_text",
+             "skip_labels": ["neg"], "val_split": "validation", "text_column": "review", "label_column": "stars",
+             "lowercase": False, "distillation_alpha": 0.3, "distillation_temperature": 3.0}
+    if name in CHOICES:
+        choice = CHOICES[name]
+        return choice.get(value, choice) if isinstance(choice, dict) else choice
+    if ".encoder." in key or ".student." in key:
+        return ENCODER_VALUES[name]
+    if name in paths and value is None or name in ("pretrained", "teacher", "tokenizer", "data_root", "data_dir"):
+        return paths[name]
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value // 2 if name == "max_length" else value + 1
+    if isinstance(value, float):
+        return value / 2 if value else 0.01
+    if isinstance(value, (tuple, list)) and value and all(isinstance(v, float) for v in value):
+        return [v * 0.9 for v in value]
+    return paths.get(name, "__no_alternative__")
+
+
+FAMILIES = {
+    # name: (config, base overrides, the key prefixes walked)
+    "glue": ("configs/glue/rte.yaml", lambda a: ["--model.pretrained", a["tiny"]],
+             ("model.init_args.", "data.init_args.", "checkpoint.", "seed_everything")),
+    "sentiment": ("configs/sentiment/imdb.yaml", lambda a: [
+        "--model.pretrained", a["tiny"], "--data.dataset", "null", "--data.train_file", a["sentiment_a_train"],
+        "--data.val_file", a["sentiment_a_val"], "--data.test_file", a["sentiment_a_test"], "--data.text_column",
+        "review", "--data.label_column", "stars", "--data.max_length", "64"], ("data.init_args.",)),
+    "ner": ("configs/ner/conll2003.yaml", lambda a: [
+        "--model.pretrained", a["tiny"], "--data.dataset", "null", "--data.train_file", a["conll_a_train"],
+        "--data.val_file", a["conll_a_valid"], "--data.test_file", a["conll_a_test"]],
+        ("model.init_args.", "data.init_args.")),
+    "mlm": ("configs/quickstart.yaml", lambda a: [
+        "--data.tokenizer", a["wordpiece"], "--data.train_tokenizer", "null", "--data.max_documents", "40",
+        "--data.max_val_documents", "5", "--model.encoder.preset", "bert-tiny"],
+        ("model.init_args.", "data.init_args.")),
+    # Tokenizer training: each build trains into a folder of its own (a folder trained otherwise is refused).
+    "tokenizer_training": ("configs/quickstart.yaml", lambda a: [
+        "--data.train_tokenizer.vocab_size", "1000", "--data.max_documents", "40", "--data.max_val_documents", "5",
+        "--model.encoder.preset", "bert-tiny"], ("data.init_args.train_tokenizer.",)),
+    "distillation": ("configs/distill/distilbert.yaml", lambda a: [
+        "--model.teacher", a["tiny"], "--data.tokenizer", a["tiny"], "--data.dataset", "stanfordnlp/imdb",
+        "--data.dataset_config", "null", "--data.train_split", "unsupervised", "--data.val_split", "test",
+        "--data.max_documents", "30", "--data.max_val_documents", "5", "--data.max_length", "64",
+        "--data.num_workers", "0"], ("model.init_args.",)),
+}
+# Keys whose alternative differs by family, or that have none to try: the replacement values.
+SPECIFIC = {
+    ("mlm", "data.init_args.tokenizer"): "{wordpiece_b}",
+    ("mlm", "data.init_args.train_tokenizer"): {"vocab_size": 1000},
+    ("tokenizer_training", "data.init_args.train_tokenizer.min_frequency"): 30,
+    ("mlm", "data.init_args.dataset"): "wikitext",
+    ("mlm", "data.init_args.dataset_config"): "wikitext-2-v1",
+    ("mlm", "data.init_args.train_split"): "test",
+    ("mlm", "data.init_args.val_split"): "validation",
+    ("mlm", "data.init_args.train_files"): ["{wiki_file}"],
+    ("mlm", "data.init_args.val_files"): ["{wiki_file}"],
+    ("mlm", "data.init_args.text_column"): "review",
+    ("ner", "data.init_args.dataset"): "conll2003",
+    ("ner", "data.init_args.train_file"): "{conll_b_train}",
+    ("ner", "data.init_args.val_file"): "{conll_b_valid}",
+    ("ner", "data.init_args.test_file"): "{conll_b_test}",
+    ("ner", "data.init_args.label_names"): ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC",
+                                            "I-MISC"],
+    ("ner", "data.init_args.word_column"): 1,
+    ("ner", "data.init_args.label_column"): -2,
+    ("sentiment", "data.init_args.dataset"): "imdb",
+    ("sentiment", "data.init_args.train_file"): "{sentiment_b_train}",
+    ("sentiment", "data.init_args.val_file"): "{sentiment_b_val}",
+    ("sentiment", "data.init_args.test_file"): "{sentiment_b_test}",
+    ("sentiment", "data.init_args.text_column"): "text",
+    ("sentiment", "data.init_args.label_column"): "label",
+    ("sentiment", "data.init_args.label_names"): ["pos", "neg"],
+    ("glue", "data.init_args.data_root"): "{data_root}",
+    ("distillation", "model.init_args.teacher"): "{tiny_b}",
+}
+# Linked from the data: the parser takes a value, and the run refuses one that differs from the data's.
+LINKED = ("vocab_size", "num_labels", "label_names", "metrics", "validation_names")
+
+
+def as_argument(value: Any) -> str:
+    return json.dumps(value) if isinstance(value, (list, tuple, dict)) else "null" if value is None else str(value)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_every_setting_is_honoured_or_refused(family, assets, shared_data, tmp_path, monkeypatch):
+    monkeypatch.setenv("LITBERT_DATA", str(shared_data))
+    monkeypatch.setenv("LITBERT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    wiki = tmp_path / "wiki.txt"
+    wiki.write_text("\n".join(line for line in (shared_data / "wikitext-2" / "wiki.test.tokens").read_text()
+                              .splitlines()[:400] if line.strip()) + "\n")
+    values = dict(assets, wiki_file=str(wiki), tmp=str(tmp_path))
+    config, base, prefixes = FAMILIES[family]
+    base_args = ["--config", config, *base(assets), "--trainer.logger", "false"]
+
+    builds = iter(range(10**6))
+
+    def build(*extra: str, root: str = "run") -> train.LitbertCLI:
+        own_tokenizer = ["--data.tokenizer", str(tmp_path / f"tokenizer{next(builds)}")]
+        return train.make_cli([*base_args, "--trainer.default_root_dir", str(tmp_path / root),
+                               *(own_tokenizer if family == "tokenizer_training" else []), *extra])
+
+    batches = family != "tokenizer_training"
+    baseline = fingerprint(build(), batches)
+    again = fingerprint(build(root="run"), batches)
+    assert again == baseline, f"two default builds differ: {differences(baseline, again)[:10]}"
+    keys = {}
+    for key, value in leaves(build().config).items():
+        if not key.startswith(prefixes):
+            continue
+        if value is None and key.rsplit(".", 1)[-1] in ("encoder", "student"):  # an EncoderSpec left unset
+            keys.update({f"{key}.{field.name}": None for field in dataclasses.fields(EncoderSpec)})
+        else:
+            keys[key] = value
+    ignored, tried, refused, honoured = [], [], [], []
+    for key, value in keys.items():
+        name = key.rsplit(".", 1)[-1]
+        if name in LINKED and key == f"model.init_args.{name}":
+            continue  # checked in test_values_from_the_data_cannot_be_set_to_others
+        new = SPECIFIC.get((family, key), alternative(key, value, values))
+        if isinstance(new, str):
+            new = new.format(**values)
+        elif isinstance(new, list):
+            new = [v.format(**values) if isinstance(v, str) else v for v in new]
+        assert new != "__no_alternative__", f"no alternative value known for {key}={value!r}: add one"
+        tried.append(key)
+        try:
+            cli = build(f"--{key}", as_argument(new))
+            changed = fingerprint(cli, batches) != baseline
+        except SystemExit:  # the parser refused the value, and printed why
+            refused.append(f"{key}: refused by the parser")
+            continue
+        except (ValueError, FileNotFoundError) as error:
+            message = str(train._own_error(error))
+            assert len(message) > 30, f"{key}={new!r} refused without a useful message: {message!r}"
+            refused.append(f"{key}: {message[:150]}")
+            continue
+        if not changed:
+            ignored.append(f"{key}={new!r}")
+        else:
+            honoured.append(f"{key}={new!r}")
+    print(f"\n{family}: {len(tried)} settings tried, {len(refused)} refused:", *refused, "honoured:", *honoured,
+          sep="\n  ")
+    assert len(tried) >= 4
+    assert ignored == [], f"{family}: settings that change nothing: {ignored}"
+
+
+# ---------------------------------------------------------------------------------------------------- train.py's own
+
+
+@pytest.fixture
+def glue(assets, shared_data, tmp_path, monkeypatch):
+    """Build the RTE run (tiny pretrained encoder) with extra arguments, without running it."""
+    monkeypatch.setenv("LITBERT_DATA", str(shared_data))
+    monkeypatch.setenv("LITBERT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+
+    def build(*extra: str, root: Path | None = None) -> train.LitbertCLI:
+        return train.make_cli(["--config", "configs/glue/rte.yaml", "--model.pretrained", assets["tiny"],
+                               "--trainer.logger", "false", "--trainer.default_root_dir", str(root or tmp_path / "run"),
+                               *extra])
+
+    return build
+
+
+def test_callbacks_from_configs_and_the_command_line_are_kept(glue, tmp_path):
+    """A user's callbacks, from a --config file and from --trainer.callbacks+=, all run; litbert adds its best
+    checkpoint and throughput defaults only where the user has none of that kind."""
+    extra = tmp_path / "callbacks.yaml"
+    extra.write_text(
+        "trainer:\n  callbacks:\n"
+        "    - class_path: lightning.pytorch.callbacks.ModelCheckpoint\n"
+        f"      init_args: {{dirpath: {tmp_path / 'mine'}, monitor: val/loss, save_top_k: 2}}\n"
+        "    - class_path: tasks.throughput.Throughput\n      init_args: {peak_flops: 1.0e+12}\n")
+    cli = glue("--config", str(extra), "--trainer.callbacks+=lightning.pytorch.callbacks.LearningRateMonitor",
+               "--trainer.callbacks+=tasks.compile.CompileEncoder")
+    kinds = [type(callback).__name__ for callback in cli.trainer.callbacks]
+    for kind in ("ModelCheckpoint", "Throughput", "LearningRateMonitor", "CompileEncoder", "LastCheckpoint"):
+        assert kinds.count(kind) == 1, kinds
+    assert "BestCheckpoint" not in kinds  # the user's own ModelCheckpoint picks the best
+    (mine,) = [c for c in cli.trainer.callbacks if type(c).__name__ == "ModelCheckpoint"]
+    assert mine.dirpath == str(tmp_path / "mine") and mine.save_top_k == 2
+    (throughput,) = [c for c in cli.trainer.callbacks if type(c).__name__ == "Throughput"]
+    assert throughput.peak_flops == 1e12
+
+    defaults = [type(callback).__name__ for callback in glue(root=tmp_path / "plain").trainer.callbacks]
+    assert defaults.count("BestCheckpoint") == 1 and defaults.count("Throughput") == 1
+
+
+def test_checkpointing_off_writes_nothing_and_refuses_a_model_checkpoint(glue):
+    cli = glue("--trainer.enable_checkpointing", "false")
+    (last,) = [c for c in cli.trainer.callbacks if isinstance(c, LastCheckpoint)]
+    assert last.saving is False
+    assert not any(isinstance(c, BestCheckpoint) for c in cli.trainer.callbacks)
+    with pytest.raises(ValueError, match="enable_checkpointing is false, but trainer.callbacks holds a Model"):
+        glue("--trainer.enable_checkpointing", "false",
+             "--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint")
+
+
+def test_encoder_overrides_over_a_pretrained_checkpoint(glue):
+    cli = glue("--model.encoder.hidden_dropout", "0.3", "--model.encoder.attention_dropout", "0.25")
+    config = cli.model.encoder.config
+    assert (config.hidden_dropout, config.attention_dropout, config.num_layers) == (0.3, 0.25, 2)
+    modules = list(cli.model.encoder.modules())
+    assert {module.p for module in modules if hasattr(module, "p")} == {0.3}  # the Dropout modules
+    assert {m.dropout for m in modules if isinstance(getattr(m, "dropout", None), float)} == {0.25}  # attention
+    with pytest.raises(ValueError, match=r"hidden_size=512 \(checkpoint: 128\) would change the shapes"):
+        glue("--model.encoder.hidden_size", "512")
+    with pytest.raises(ValueError, match=r"rope_base=500.0 belong to another position scheme; position='learned'"):
+        glue("--model.encoder.rope_base", "500")
+
+
+def test_values_from_the_data_cannot_be_set_to_others(glue):
+    with pytest.raises(ValueError, match=r"model.num_labels=3 is set from the data \(GLUEDataModule gives 2\)"):
+        glue("--model.init_args.num_labels", "3")
+    with pytest.raises(ValueError, match=r"model.metrics=\['f1'\] is set from the data"):
+        glue("--model.init_args.metrics", '["f1"]')
+    assert glue("--model.init_args.num_labels", "2").model.hparams.num_labels == 2  # the data's own value
+
+
+def test_litbert_sets_the_optimizer_in_one_place(glue):
+    with pytest.raises(SystemExit):  # LightningCLI's --optimizer would silently void model.optimization
+        glue("--optimizer", "torch.optim.SGD")
+
+
+def test_a_used_run_folder_is_never_silently_reused(glue, tmp_path):
+    root = tmp_path / "used"
+    (root / "checkpoints").mkdir(parents=True)
+    (root / "checkpoints" / "best-10.ckpt").write_bytes(b"the earlier run's")
+    (root / "metrics.json").write_text("{}\n")
+    with pytest.raises(train.RunFolderError, match=r"already holds a run .* --overwrite true to replace it"):
+        glue(root=root)
+    glue("--overwrite", "true", root=root)
+    assert not (root / "metrics.json").exists() and not (root / "checkpoints").exists()
+    with pytest.raises(ValueError, match="--ckpt_path resumes one in place"):
+        glue("--overwrite", "true", "--ckpt_path", str(root / "last.ckpt"), root=root)
+    with pytest.raises(ValueError, match="--export is false"):
+        glue("--export", "false", "--export_dir", str(tmp_path / "elsewhere"), root=tmp_path / "fresh")
+
+
+def test_metrics_json_holds_null_for_an_undefined_metric():
+    assert train.finite_or_none({"val/pearson": float("nan"), "val/loss": 0.5}) == {"val/pearson": None,
+                                                                                      "val/loss": 0.5}
+
+
+def test_the_best_checkpoint_never_takes_a_non_finite_value():
+    best = BestCheckpoint("val/pearson", "max")
+    trainer = type("Trainer", (), {"global_step": 5})()
+    assert not best.check_monitor_top_k(trainer, torch.tensor(float("nan")))
+    assert not best.check_monitor_top_k(trainer, torch.tensor(float("inf")))
