@@ -16,10 +16,12 @@ wrong (the last lines printed are litbert's message naming the file, field or va
 
 from __future__ import annotations
 
+import argparse
 import inspect
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import sys
@@ -324,6 +326,7 @@ def make_cli(args: Sequence[str] | None = None) -> LitbertCLI:
         # One way to set the optimizer: the task's `optimization` (AdamW groups, warmup, decay). LightningCLI's own
         # --optimizer / --lr_scheduler would replace configure_optimizers and silently void it.
         auto_configure_optimizers=False,
+        parser_kwargs={"exit_on_error": False},  # parse errors reach cli_main, which condenses them
         run=False,
         args=args,
     )
@@ -371,6 +374,32 @@ def _origin(error: BaseException) -> str:
     return f" in {where}:{frame.lineno} ({frame.name})"
 
 
+_PARSE_NOISE = ("Does not validate against any of the Union subtypes", "Subtypes:", "Errors:", "Given value type:",
+                "- Expected a <class 'NoneType'>", "- Problem with given class_path")
+
+
+def condense_parse_error(message: str) -> str:
+    """jsonargparse's report of a bad command-line or config value, nested once per level of the configuration and
+    ending in an argument dump, cut to the setting, the value given and what was expected."""
+    lines = [line.strip() for line in str(message).splitlines() if line.strip()]
+    path = [match.group(1) for line in lines if (match := re.match(r'(?:error: )?Parser key "([^"]+)":', line))]
+    given = next((line.removeprefix("Given value:").strip() for line in lines if line.startswith("Given value:")),
+                 None)
+    problems = []
+    for line in lines:
+        if line.startswith(_PARSE_NOISE) or line.startswith("Given value:") or re.match(r"(error: )?Parser key", line):
+            continue
+        line = re.sub(r"<class '([\w.]+)'>", r"\1", line.removeprefix("- "))
+        if line not in problems:
+            problems.append(line)
+    if not path:
+        return str(message).strip()
+    setting = ".".join(path)
+    value = f"={given}" if given is not None and not given.startswith("NestedArg") else ""
+    return (f"{setting}{value}: {'; '.join(problems) or 'not a valid value'}. `python train.py --config <config> "
+            f"--print_config` shows every setting and its current value; `--help` lists them.")
+
+
 def _finish_tracking(exit_code: int) -> None:
     """End an open W&B run now, so that its closing lines come before litbert's message, not after it."""
     wandb = sys.modules.get("wandb")
@@ -412,6 +441,10 @@ def cli_main(args: Sequence[str] | None = None) -> int:
         print(f"litbert: error: {error}\nNothing was exported and no metrics.json was written.", file=sys.stderr,
               flush=True)
         return 1
+    except argparse.ArgumentError as error:
+        print(f"litbert: error in the configuration:\n{condense_parse_error(str(error))}", file=sys.stderr,
+              flush=True)
+        return 2
     except BaseException as error:
         if isinstance(error, (KeyboardInterrupt, SystemExit)):
             raise

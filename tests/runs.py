@@ -92,8 +92,16 @@ def train(config: str, root: Path, *overrides: str, env: dict[str, str] | None =
 
 
 def launch(config: str, root: Path, *overrides: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """`python train.py ...` in the background, in a process group of its own (with the ranks it starts under DDP),
+    so that `kill_group` stops all of them."""
     return subprocess.Popen(command(config, root, *overrides), cwd=REPO, env=env or environment(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def kill_group(process: subprocess.Popen) -> None:
+    """SIGKILL to the run and every process it started (`kill -9` of a whole job)."""
+    os.killpg(process.pid, 9)
+    process.communicate()
 
 
 def checkpoint_step(path: Path) -> int:

@@ -21,6 +21,7 @@ from runs import (
     by_step,
     checkpoint_step,
     environment,
+    kill_group,
     last_lines,
     launch,
     minilm_path,
@@ -89,8 +90,7 @@ def test_kill_9_and_resume_repeats_the_uninterrupted_run_exactly(task, env, toke
     process = launch(config, killed, *args, env=env)
     last = killed / "checkpoints" / LAST
     wait_for_checkpoint(process, last, min_step=6)
-    process.kill()  # kill -9: no handler runs, nothing is flushed
-    process.communicate()
+    kill_group(process)  # kill -9: no handler runs, nothing is flushed
     resumed_at = checkpoint_step(last)
     assert 6 <= resumed_at < steps and not (killed / "metrics.json").exists()
 
@@ -110,6 +110,26 @@ def test_kill_9_and_resume_repeats_the_uninterrupted_run_exactly(task, env, toke
     assert_ok(again)
     assert series(wandb_history(whole, wandb_runs(whole)[-1]), "train/loss") == []
     assert checkpoint_step(finished) == steps
+
+
+@pytest.mark.slow  # two processes a run, three runs: minutes on 2 cores
+def test_kill_9_and_resume_under_ddp_repeats_the_run_exactly(env, tmp_path):
+    """Two DDP ranks (gloo, CPU), each on its shard of length-grouped batches: the killed and resumed run logs rank
+    0's losses exactly as the uninterrupted one. That needs every rank's data position and random state."""
+    args = glue_args("--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy", "ddp",
+                     "--trainer.max_steps", "24")
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    assert_ok(train(GLUE, whole, *args, env=env))
+    process = launch(GLUE, killed, *args, env=env)
+    last = killed / "checkpoints" / LAST
+    wait_for_checkpoint(process, last, min_step=4)
+    kill_group(process)
+    resumed_at = checkpoint_step(last)
+    assert 4 <= resumed_at < 24
+    assert_ok(train(GLUE, killed, *args, "--ckpt_path", str(last), env=env))
+    expected = {step: value for step, value in by_step(wandb_history(whole), "train/loss").items()
+                if step >= resumed_at}
+    assert expected and by_step(wandb_history(killed, wandb_runs(killed)[-1]), "train/loss") == expected
 
 
 # ---------------------------------------------------------------------------------------------------- signals
@@ -196,11 +216,25 @@ def test_a_truncated_checkpoint_ends_in_litberts_message(env, tmp_path):
     assert "Union subtypes" not in done.stderr and "Given value" not in done.stderr
 
 
+@pytest.mark.parametrize(("argument", "expected"), [
+    (["--data.batch_size", "x"], "data.batch_size: Expected a int. Got value: x."),
+    (["--model.encoder.hidden_dropout", "abc"], "model.encoder.hidden_dropout=abc: Expected a float."),
+    (["--data.batch_sizee", "3"], "data: Option 'batch_sizee' is not accepted."),
+    (["--model.encoder.hidden_size", "768"], "model.encoder: hidden_size=768 (checkpoint: 384) would change"),
+])
+def test_a_bad_setting_ends_in_one_readable_line(argument, expected, env, tmp_path):
+    done = train(GLUE, tmp_path / "run", "--model.pretrained", MINILM, *argument, env=env)
+    assert done.returncode == 2
+    assert last_lines(done.stderr, 1).startswith(expected)
+    assert "Given value" not in done.stderr and "Subtypes" not in done.stderr
+
+
 def test_a_malformed_conll_line_is_named(env, shared_data, tmp_path):
     lines = (shared_data / "conll2003" / "train.txt").read_text().splitlines()[:400]
     lines[10] = lines[10].split()[0]  # the word alone: its tag column is gone
     (tmp_path / "train.txt").write_text("\n".join(lines) + "\n")
-    done = train("configs/ner/conll2003.yaml", tmp_path / "run", "--model.pretrained", MINILM, "--data.train_file",
+    done = train("configs/ner/conll2003.yaml", tmp_path / "run", "--model.pretrained", MINILM, "--data.dataset",
+                 "null", "--data.train_file",
                  str(tmp_path / "train.txt"), "--data.val_file", str(shared_data / "conll2003" / "valid.txt"),
                  env=env)
     assert done.returncode == 2
@@ -217,7 +251,8 @@ def test_token_classification_without_a_test_file_says_so_and_finishes(env, shar
 
     secret = "litbert-test-secret-0123456789abcdef"
     root = tmp_path / "run"
-    done = train("configs/ner/conll2003.yaml", root, "--model.pretrained", MINILM, "--data.train_file",
+    done = train("configs/ner/conll2003.yaml", root, "--model.pretrained", MINILM, "--data.dataset", "null",
+                 "--data.train_file",
                  str(head("train.txt", 300)), "--data.val_file", str(head("valid.txt", 100)),
                  "--trainer.max_steps", "4", env=dict(env, WANDB_API_KEY=secret))
     assert_ok(done)
