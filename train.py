@@ -36,6 +36,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.strategies import FSDPStrategy
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
@@ -50,6 +51,7 @@ from tasks.checkpointing import (
     SafeCheckpointIO,
     load_checkpoint_file,
 )
+from tasks.precision import accelerator_type, bf16_warning, default_precision
 from tasks.throughput import Throughput
 from tasks.tracking import LogConfigCallback, WandbLogger
 
@@ -121,6 +123,7 @@ class LitbertCLI(LightningCLI):
         if config.overwrite and config.ckpt_path is not None:
             raise ValueError("--overwrite replaces a finished or abandoned run, but --ckpt_path resumes one in place; "
                              "drop one of them.")
+        self._choose_precision(config.trainer)
         root = run_root(config)
         self.resume_path = self._resume_path(config, root)
         self._check_run_folder(config, root)
@@ -132,6 +135,18 @@ class LitbertCLI(LightningCLI):
                     logger.init_args.save_dir = str(root)
                 if logger.init_args.id is None and resumed_wandb_id:
                     logger.init_args.id = resumed_wandb_id  # the resumed run continues its W&B run
+
+    @staticmethod
+    def _choose_precision(trainer: Any) -> None:
+        """An unset trainer.precision becomes the machine's fast one (`tasks.precision`); a bf16 precision set for
+        hardware without bf16 units is kept, with a warning."""
+        device_type = accelerator_type(trainer.accelerator)
+        if trainer.precision is None:
+            trainer.precision, reason = default_precision(device_type)
+            rank_zero_info(f"litbert: trainer.precision={trainer.precision}: {reason}. Set trainer.precision to "
+                           f"choose another.")
+        elif warning := bf16_warning(trainer.precision, device_type):
+            rank_zero_warn(warning)
 
     @staticmethod
     def _resume_path(config: Any, root: Path) -> str | None:
