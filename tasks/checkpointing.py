@@ -256,6 +256,8 @@ class LastCheckpoint(Checkpoint):
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
+        if not _ended_a_step(trainer, batch_idx):
+            return  # mid gradient accumulation: no step boundary, nothing to save or stop at
         received, due = self._agreed_signal(trainer), self._due(trainer)
         if _validation_follows(trainer):
             return  # save (and stop) after it: a checkpoint taken now would resume past a validation never run
@@ -388,6 +390,12 @@ def _train_loaders(trainer: L.Trainer | None) -> list[Any]:
     loaders = combined.flattened if combined is not None else []
     return [loader for loader in loaders if callable(getattr(loader, "state_dict", None))
             and callable(getattr(loader, "load_state_dict", None))]
+
+
+def _ended_a_step(trainer: L.Trainer, batch_idx: int) -> bool:
+    """Whether the batch that just ended was the last of an optimizer step (always, without accumulation)."""
+    last_of_epoch = bool(getattr(trainer.fit_loop.epoch_loop.batch_progress, "is_last_batch", False))
+    return (batch_idx + 1) % trainer.accumulate_grad_batches == 0 or last_of_epoch
 
 
 def _validation_follows(trainer: L.Trainer) -> bool:
