@@ -167,6 +167,16 @@ def build_encoder(
     return Encoder(config)
 
 
+def validation_prefixes(split_names: Sequence[str]) -> list[str]:
+    """Log prefixes of the validation sets: `validation` -> `val`, MNLI's `validation_matched` -> `val`,
+    `validation_mismatched` -> `val_mismatched`."""
+    prefixes = []
+    for split in split_names:
+        suffix = split.removeprefix("validation").removeprefix("_")
+        prefixes.append("val" if suffix in ("", "matched") else f"val_{suffix}")
+    return prefixes
+
+
 def sequence_lengths(batch: dict[str, torch.Tensor]) -> list[int]:
     """Real (non-padding) tokens of each sequence of a batch."""
     mask = batch.get("attention_mask")
@@ -198,6 +208,11 @@ def parameter_groups(module: nn.Module, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
+def _loss_scaler(trainer: L.Trainer) -> bool:
+    """Whether the precision scales the loss (fp16 mixed precision), leaving gradients scaled until the step."""
+    return getattr(trainer.precision_plugin, "scaler", None) is not None
+
+
 class EncoderTask(L.LightningModule):
     """Base of every litbert task. Subclasses build `self.encoder` and `self.head`, and implement the steps."""
 
@@ -212,10 +227,15 @@ class EncoderTask(L.LightningModule):
         opt = self.optimization
         # The fused kernel: one pass over all parameters instead of a chain of per-tensor ops. On this 2-core CPU
         # an SST-2 step of MiniLM took 0.61 s with it against 0.96 s without (bench/finetune.py, BENCHMARKS.md).
-        # Lightning refuses gradient clipping with a fused optimizer under mixed precision, so clipping runs unfused.
-        clipping = bool(self.trainer.gradient_clip_val) if self._trainer is not None else False
+        # Clipping by norm keeps it (`configure_gradient_clipping`). Lightning clips under fp16's loss scaler (whose
+        # gradients are still scaled when clipped, as the fused kernel unscales only inside its step) and by value,
+        # and refuses a fused optimizer there.
+        trainer = self._trainer
+        by_lightning = trainer is not None and bool(trainer.gradient_clip_val) and (
+            _loss_scaler(trainer) or trainer.gradient_clip_algorithm == "value")
+        fused = not by_lightning
         optimizer = torch.optim.AdamW(parameter_groups(self, opt.weight_decay), lr=opt.learning_rate,
-                                      betas=opt.betas, eps=opt.eps, fused=not clipping)
+                                      betas=opt.betas, eps=opt.eps, fused=fused)
         total = max(1, int(self.trainer.estimated_stepping_batches))
         warmup = int(opt.warmup * total) if opt.warmup < 1 else int(opt.warmup)
         warmup = max(1, min(warmup, total))
@@ -240,8 +260,9 @@ class EncoderTask(L.LightningModule):
             dist.all_reduce(squared)
             norm = squared.sqrt()
         self.log("train/grad_norm", norm)
+        self._grad_norm = norm
         loss = getattr(self, "_step_loss", torch.zeros((), device=norm.device))
-        scaled = getattr(self.trainer.precision_plugin, "scaler", None) is not None
+        scaled = _loss_scaler(self.trainer)
         finite = torch.isfinite(loss.float()) & (scaled | torch.isfinite(norm))
         if self.trainer.world_size > 1 and dist.is_initialized():
             finite = finite.to(torch.int32)
@@ -258,6 +279,24 @@ class EncoderTask(L.LightningModule):
                 f"learning rate (now {lr:.3g}), lengthen the warmup, or clip gradients (--trainer.gradient_clip_val "
                 f"1.0){fp32}."
             )
+
+    def configure_gradient_clipping(self, optimizer: torch.optim.Optimizer, gradient_clip_val: float | None = None,
+                                    gradient_clip_algorithm: str | None = None) -> None:
+        """Clipping by norm scales the gradients with the total norm `on_before_optimizer_step` has just computed
+        (and logged), as `clip_grad_norm_` would: one pass over the gradients fewer, and no conflict with the fused
+        AdamW, which Lightning's mixed-precision plugin refuses to clip for fear of fp16's loss scaling. Under a loss
+        scaler, and for clipping by value, Lightning clips as usual."""
+        if not gradient_clip_val:
+            return
+        if not (gradient_clip_algorithm is None or gradient_clip_algorithm == "norm") or _loss_scaler(self.trainer):
+            self.clip_gradients(optimizer, gradient_clip_val=gradient_clip_val,
+                                gradient_clip_algorithm=gradient_clip_algorithm)
+            return
+        params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        norm, self._grad_norm = getattr(self, "_grad_norm", None), None
+        if params:
+            norm = norm if norm is not None else torch.nn.utils.get_total_norm([p.grad for p in params])
+            torch.nn.utils.clip_grads_with_norm_(params, gradient_clip_val, norm)
 
     def training_flops(self, batch: dict[str, torch.Tensor]) -> int:
         """Model FLOPs of one training step on `batch` (forward and backward), for MFU (`tasks.throughput`): the

@@ -346,3 +346,31 @@ def test_a_pretrained_directory_is_read_once(tmp_path, monkeypatch):
     stored = checkpoints.load_file(str(tmp_path / "model.safetensors"))
     torch.testing.assert_close(model.head.classifier.weight, stored["classifier.weight"])
     torch.testing.assert_close(model.encoder.embeddings.word.weight, stored["bert.embeddings.word_embeddings.weight"])
+
+
+@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
+def test_gradient_clipping_keeps_the_fused_optimizer_and_clips_by_the_total_norm(precision):
+    """`--trainer.gradient_clip_val` with the fused AdamW (which Lightning's mixed-precision plugin would refuse):
+    two steps through Lightning equal two hand-written steps of clip_grad_norm_ + fused AdamW, at a bound well
+    under the gradient norm so that clipping acts."""
+    torch.manual_seed(0)
+    model = SequenceClassification(num_labels=2, encoder=TINY, vocab_size=64, classifier_dropout=0.0,
+                                   optimization=Optimization(learning_rate=1e-3, warmup=0, schedule="constant"))
+    reference = copy.deepcopy(model)
+    data = classification_batches(2)
+    run = trainer(2, gradient_clip_val=0.05, precision=precision)
+    run.fit(model, DataLoader(data, batch_size=None))
+    assert run.optimizers[0].param_groups[0]["fused"] is True
+
+    optimizer = torch.optim.AdamW(parameter_groups(reference, 0.01), lr=1e-3, betas=(0.9, 0.999), eps=1e-6, fused=True)
+    norms = []
+    for batch in data:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16-mixed"):
+            loss = reference.loss(reference(batch), batch["labels"])
+        loss.backward()
+        norms.append(float(torch.nn.utils.clip_grad_norm_(reference.parameters(), 0.05)))
+        optimizer.step()
+        optimizer.zero_grad()
+    assert min(norms) > 0.5  # clipping scaled every step's gradient down
+    for (name, mine), theirs in zip(model.state_dict().items(), reference.state_dict().values(), strict=True):
+        torch.testing.assert_close(mine, theirs, msg=name)
