@@ -32,6 +32,7 @@ from typing import Any
 
 import lightning as L
 import torch
+import yaml
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.plugins.io import CheckpointIO
@@ -41,7 +42,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
 from data.sources import DataError
-from tasks.base import DivergenceError, EncoderTask
+from tasks.base import DivergenceError, EncoderTask, validation_prefixes
 from tasks.checkpointing import (
     LAST,
     BestCheckpoint,
@@ -60,16 +61,6 @@ class RunFolderError(ValueError):
     """The run folder already holds another run."""
 
 
-def validation_prefixes(split_names: Sequence[str]) -> list[str]:
-    """Log prefixes of the validation sets: `validation` -> `val`, MNLI's `validation_matched` -> `val`,
-    `validation_mismatched` -> `val_mismatched`."""
-    prefixes = []
-    for split in split_names:
-        suffix = split.removeprefix("validation").removeprefix("_")
-        prefixes.append("val" if suffix in ("", "matched") else f"val_{suffix}")
-    return prefixes
-
-
 # (datamodule attribute, task argument, transform). A link whose attribute the datamodule lacks, or whose argument
 # the task lacks, does not apply: MLM data has no labels, and token classification takes label names, not a count.
 DATA_LINKS: list[tuple[str, str, Any]] = [
@@ -81,7 +72,7 @@ DATA_LINKS: list[tuple[str, str, Any]] = [
 ]
 
 # What a run writes into its folder; any of them there means the folder holds a run.
-RUN_FILES = ("config.yaml", "metrics.json", "checkpoints")
+RUN_FILES = ("config.yaml", "metrics.json", "checkpoints", "submission")
 
 
 def run_root(config: Any) -> Path:
@@ -98,10 +89,16 @@ class LitbertCLI(LightningCLI):
                             help="A checkpoint (.ckpt, local path or URL) to resume fitting from, at the same step "
                                  "and batch; `last` resumes from <default_root_dir>/checkpoints/last.ckpt when it "
                                  "exists and starts afresh when it does not (for requeued jobs).")
+        parser.add_argument("--base", type=str | None, default=None,
+                            help="Inside a config file: the config it extends (a path relative to it), loaded "
+                                 "before it, so that the file holds only what differs.")
         parser.add_argument("--export", type=bool, default=True,
                             help="Save the trained model with save_pretrained at the end of the run.")
         parser.add_argument("--export_dir", type=str | None, default=None,
                             help="Where to export the model; by default <trainer.default_root_dir>/model.")
+        parser.add_argument("--predict", type=bool, default=True,
+                            help="Predict the unlabelled test sets of the data (GLUE) with the best checkpoint and "
+                                 "write the files the benchmark's server takes to <default_root_dir>/submission.")
         parser.add_argument("--overwrite", type=bool, default=False,
                             help="Replace the run already in default_root_dir (its checkpoints, metrics.json, "
                                  "config.yaml and exported model) instead of stopping.")
@@ -267,6 +264,29 @@ def export(trainer: L.Trainer, model: EncoderTask, directory: Path, tokenizer: A
         model.export(directory, tokenizer)
 
 
+def predict_test_sets(trainer: L.Trainer, model: EncoderTask, data: L.LightningDataModule) -> dict[str, list]:
+    """The model's predictions (class ids, or scores for regression) on each unlabelled test set of `data`, in file
+    order. Every rank predicts the whole sets (a sharded model needs every rank in its forward pass; the sets are
+    small), so no example is dropped or repeated by a distributed sampler; rank 0 writes them."""
+    data.setup("predict")
+    splits = list(getattr(data, "test_split_names", []))
+    if not splits:
+        return {}
+    loaders = data.predict_dataloader()
+    loaders = loaders if isinstance(loaders, list) else [loaders]
+    device = trainer.strategy.root_device
+    model.eval()
+    out: dict[str, list] = {}
+    with torch.inference_mode(), trainer.precision_plugin.forward_context():
+        for split, loader in zip(splits, loaders, strict=True):
+            values = []
+            for index, batch in enumerate(loader):
+                batch = {key: value.to(device) for key, value in batch.items()}
+                values.extend(model.predict_step(batch, index).float().cpu().tolist())
+            out[split] = values
+    return out
+
+
 def finite_or_none(metrics: dict[str, float]) -> dict[str, float | None]:
     """JSON has no NaN: an undefined metric (a correlation of constant predictions) is written as null."""
     out: dict[str, float | None] = {}
@@ -306,6 +326,11 @@ def run(cli: LitbertCLI) -> dict[str, float]:
     metrics = {key: float(value) for key, value in sorted(metrics.items())}
 
     root = Path(trainer.default_root_dir)
+    submission = []
+    if config.predict and callable(getattr(data, "write_submission", None)):
+        predictions = predict_test_sets(trainer, model, data)
+        if trainer.is_global_zero and predictions:
+            submission = data.write_submission(predictions, root / "submission")
     export_dir = export_path(config)
     if config.export:
         export(trainer, model, export_dir, data.tokenizer)
@@ -321,6 +346,8 @@ def run(cli: LitbertCLI) -> dict[str, float]:
         print(f"litbert: last checkpoint  {last or '(none saved)'}")
         if config.export:
             print(f"litbert: exported model   {export_dir}")
+        for path in submission:
+            print(f"litbert: test predictions {path}")
         for logger in trainer.loggers:
             if isinstance(logger, WandbLogger):
                 print(f"litbert: W&B run          {logger.describe()}")
@@ -329,8 +356,50 @@ def run(cli: LitbertCLI) -> dict[str, float]:
     return metrics
 
 
+def _config_file(value: str) -> Path | None:
+    path = Path(value)
+    return path if path.suffix in (".yaml", ".yml", ".json") and path.is_file() else None
+
+
+def with_bases(args: Sequence[str]) -> list[str]:
+    """`--config F` preceded by `--config B` for the `base: B` that F names (a path relative to F; recursively), so
+    that a config holds only what differs from the config it extends. jsonargparse composes several `--config`
+    files key by key, later ones winning; a config cannot include another by itself."""
+    out: list[str] = []
+    arguments = list(args)
+    for index, arg in enumerate(arguments):
+        if arg == "--base" or arg.startswith("--base="):
+            raise ValueError("--base is read inside a config file (the config it extends); on the command line, "
+                             "give both files instead: --config <base> --config <file>.")
+        value = arg.removeprefix("--config=") if arg.startswith("--config=") else None
+        if value is None and index > 0 and arguments[index - 1] == "--config":
+            value = arg
+        if value is None or (path := _config_file(value)) is None:
+            out.append(arg)
+            continue
+        bases, seen = [], [path.resolve()]
+        while True:
+            with path.open() as handle:
+                content = yaml.safe_load(handle)
+            base = content.get("base") if isinstance(content, dict) else None
+            if base is None:
+                break
+            path = (path.parent / base).resolve()
+            if path in seen or not path.is_file():
+                problem = "extends itself" if path in seen else "does not exist"
+                raise ValueError(f"{seen[-1]}: base: {base} {problem}; `base` names the config file this one "
+                                 f"extends, relative to it.")
+            seen.append(path)
+            bases.append(str(path))
+        for base in reversed(bases):
+            out += [base, "--config"] if arg == value else [f"--config={base}"]
+        out.append(arg)
+    return out
+
+
 def make_cli(args: Sequence[str] | None = None) -> LitbertCLI:
     """Parse `args` (default: the command line) and build the task, datamodule and trainer, without running."""
+    args = with_bases(sys.argv[1:] if args is None else args)
     return LitbertCLI(
         EncoderTask,
         L.LightningDataModule,

@@ -170,7 +170,7 @@ def read_hub_split(task: GlueTask, split: str) -> GlueSplit:
 def write_submission(task: GlueTask | str, split: str, ids: Sequence[str], predictions: Sequence[float],
                      out_dir: str | os.PathLike[str]) -> Path:
     """Write one GLUE-submission TSV: header `index<TAB>prediction`, labels spelled as in the training files
-    (class ids are mapped back), STS-B scores with three decimals."""
+    (class ids are mapped back), STS-B scores with three decimals, clipped to the scale's [0, 5]."""
     task = glue_task(task) if isinstance(task, str) else task
     if split not in task.submission:
         raise DataError(f"{task.name} has no test split {split!r}; choose one of {list(task.submission)}.")
@@ -183,7 +183,10 @@ def write_submission(task: GlueTask | str, split: str, ids: Sequence[str], predi
         writer = csv.writer(handle, delimiter="\t", lineterminator="\n")
         writer.writerow(["index", "prediction"])
         for example_id, prediction in zip(ids, predictions, strict=True):
-            value = f"{float(prediction):.3f}" if task.labels is None else task.labels[int(prediction)]
+            if task.labels is None:
+                value = f"{min(max(float(prediction), 0.0), 5.0):.3f}"
+            else:
+                value = task.labels[int(prediction)]
             writer.writerow([example_id, value])
     return path
 

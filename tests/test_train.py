@@ -21,7 +21,8 @@ from tasks.base import EncoderSpec
 from tasks.classification import SequenceClassification
 
 REPO = Path(__file__).resolve().parents[1]
-CONFIGS = sorted(str(p.relative_to(REPO)) for p in (REPO / "configs").rglob("*.yaml"))
+# The runnable configs; a `base.yaml` is the part its folder's configs share, built through them.
+CONFIGS = sorted(str(p.relative_to(REPO)) for p in (REPO / "configs").rglob("*.yaml") if p.name != "base.yaml")
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +78,48 @@ def test_every_shipped_config_instantiates(config, env, minilm, tmp_path):
         assert model.validation_names == expected
     if hasattr(model, "label_names") and not hasattr(model, "regression"):  # token classification
         assert model.label_names == data.label_names and len(model.label_names) == 9
+
+
+def test_glue_configs_share_one_recipe(env, minilm, tmp_path):
+    """The nine GLUE configs extend configs/glue/base.yaml and hold only their task, folder, run name and (MRPC,
+    WNLI) epochs: a change of recipe in the base reaches every task, and a later --config or flag still wins."""
+    base = REPO / "configs" / "glue" / "base.yaml"
+    edited = tmp_path / "glue"
+    edited.mkdir()
+    (edited / "base.yaml").write_text(base.read_text().replace("learning_rate: 2.0e-5", "learning_rate: 7.0e-5"))
+    for config in sorted((REPO / "configs" / "glue").glob("*.yaml")):
+        if config.name == "base.yaml":
+            continue
+        text = config.read_text()
+        assert "base: base.yaml" in text and "learning_rate" not in text and "batch_size" not in text, config
+        (edited / config.name).write_text(text)
+        cli = train.make_cli(["--config", str(edited / config.name), "--model.pretrained", minilm,
+                              "--trainer.default_root_dir", str(tmp_path / config.stem)])
+        assert cli.model.optimization.learning_rate == 7e-5 and cli.trainer.gradient_clip_val == 1.0
+        assert cli.datamodule.spec.name == config.stem and cli.datamodule.group_by_length is False
+        assert cli.trainer.max_epochs == (5 if config.stem in ("mrpc", "wnli") else 3)
+    cli = train.make_cli(["--config", "configs/glue/rte.yaml", "--model.pretrained", minilm, "--trainer.max_epochs",
+                          "2", "--trainer.default_root_dir", str(tmp_path / "flag")])
+    assert cli.trainer.max_epochs == 2 and cli.model.optimization.learning_rate == 2e-5
+
+
+def test_config_bases_expand_before_the_file_and_are_checked(tmp_path):
+    (tmp_path / "a.yaml").write_text("trainer:\n  max_epochs: 1\n")
+    (tmp_path / "b.yaml").write_text("base: a.yaml\ntrainer:\n  max_steps: 3\n")
+    (tmp_path / "c.yaml").write_text("base: b.yaml\n")
+    assert train.with_bases(["--config", str(tmp_path / "c.yaml"), "--x", "1"]) == [
+        "--config", str(tmp_path / "a.yaml"), "--config", str(tmp_path / "b.yaml"), "--config",
+        str(tmp_path / "c.yaml"), "--x", "1"]
+    assert train.with_bases([f"--config={tmp_path / 'b.yaml'}"]) == [f"--config={tmp_path / 'a.yaml'}",
+                                                                     f"--config={tmp_path / 'b.yaml'}"]
+    (tmp_path / "loop.yaml").write_text("base: loop.yaml\n")
+    with pytest.raises(ValueError, match="base: loop.yaml extends itself"):
+        train.with_bases(["--config", str(tmp_path / "loop.yaml")])
+    (tmp_path / "lost.yaml").write_text("base: nowhere.yaml\n")
+    with pytest.raises(ValueError, match="base: nowhere.yaml does not exist"):
+        train.with_bases(["--config", str(tmp_path / "lost.yaml")])
+    with pytest.raises(ValueError, match="--base is read inside a config file"):
+        train.with_bases(["--base", str(tmp_path / "a.yaml")])
 
 
 def test_validation_prefixes():
