@@ -28,6 +28,7 @@ from torch.utils.data import DataLoader
 
 from data.base import TokenizedDataModule
 from data.sources import DataError, cached_map, data_root, file_identity, fingerprint, load_hub_split, read_delimited
+from encoders.choices import check_choice
 
 log = logging.getLogger(__name__)
 
@@ -231,8 +232,7 @@ class GLUEDataModule(TokenizedDataModule):
         super().__init__(tokenizer, max_length, batch_size, eval_batch_size, num_workers, data_root, cache_dir,
                          group_by_length, seed)
         self.save_hyperparameters()
-        if truncation not in ("longest_first", "error"):
-            raise DataError(f"truncation={truncation!r}; choose 'longest_first' or 'error'.")
+        check_choice("truncation", truncation, Truncation, DataError)
         self.spec = glue_task(task)
         if data_dir is not None and data_root is not None:
             raise DataError(f"data.data_dir={data_dir!r} names the task folder itself, so data.data_root={data_root!r} "

@@ -50,6 +50,7 @@ from data.sources import (
     read_text_documents,
 )
 from data.tokenizers import TokenizerTraining, ensure_trained
+from encoders.choices import check_choice
 
 log = logging.getLogger(__name__)
 
@@ -158,10 +159,8 @@ class MLMDataModule(TokenizedDataModule):
         seed: int = 0,
         val_mask_seed: int = 1234,
     ) -> None:
-        if packing not in ("full_sentences", "segments"):
-            raise DataError(f"packing={packing!r}; choose 'full_sentences' or 'segments'.")
-        if masking not in ("dynamic", "static"):
-            raise DataError(f"masking={masking!r}; choose 'dynamic' or 'static'.")
+        check_choice("packing", packing, Packing, DataError)
+        check_choice("masking", masking, Masking, DataError)
         if train_files is None and dataset is None:
             raise DataError("MLMDataModule needs train_files or a dataset name; neither was given.")
         if train_files is not None and dataset is not None:

@@ -33,6 +33,7 @@ from data.sources import (
     read_delimited,
     read_table,
 )
+from encoders.choices import check_choice
 
 log = logging.getLogger(__name__)
 
@@ -134,8 +135,7 @@ class SentimentDataModule(TokenizedDataModule):
         super().__init__(tokenizer, max_length, batch_size, eval_batch_size, num_workers, data_root, cache_dir,
                          group_by_length, seed)
         self.save_hyperparameters(ignore=["label_names"])  # the task logs the final label names (linked from here)
-        if truncation not in ("head", "tail", "head+tail", "error"):
-            raise DataError(f"truncation={truncation!r}; choose 'head', 'tail', 'head+tail' or 'error'.")
+        check_choice("truncation", truncation, Truncation, DataError)
         if not 0.0 <= head_fraction <= 1.0:
             raise DataError(f"head_fraction={head_fraction} must lie in [0, 1].")
         check_source(dataset, train_file, {"val_file": val_file, "test_file": test_file}, data_root)

@@ -35,6 +35,7 @@ from data.sources import (
     local_split_file,
     read_conll,
 )
+from encoders.choices import check_choice
 
 log = logging.getLogger(__name__)
 
@@ -117,8 +118,7 @@ class TokenClassificationDataModule(TokenizedDataModule):
         super().__init__(tokenizer, max_length, batch_size, eval_batch_size, num_workers, data_root, cache_dir,
                          group_by_length, seed)
         self.save_hyperparameters(ignore=["label_names"])  # the task logs the final label names (linked from here)
-        if tag_scheme not in ("auto", "iob1", "iob2", "none"):
-            raise DataError(f"tag_scheme={tag_scheme!r}; choose 'auto', 'iob1', 'iob2' or 'none'.")
+        check_choice("tag_scheme", tag_scheme, TagScheme, DataError)
         check_source(dataset, train_file, {"val_file": val_file, "test_file": test_file}, data_root)
         self.dataset = dataset
         self.files = {"train": train_file, "validation": val_file, "test": test_file}

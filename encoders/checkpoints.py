@@ -24,6 +24,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from encoders.choices import check_choice
 from encoders.config import EncoderConfig
 
 log = logging.getLogger(__name__)
@@ -472,8 +473,7 @@ def save_checkpoint(encoder: nn.Module, directory: Path, head: nn.Module | None 
                     label_names: Sequence[str] | None = None) -> Path:
     if label_names is not None and getattr(head, "num_labels", None) not in (None, len(label_names)):
         raise ValueError(f"{len(label_names)} label names for a head with {head.num_labels} outputs.")
-    if format not in ("auto", "transformers", "litbert"):
-        raise ValueError(f"format={format!r}; choose 'auto', 'transformers' or 'litbert'.")
+    check_choice("format", format, ("auto", "transformers", "litbert"))
     kind = _head_kind(head)
     if format == "auto":
         try:

@@ -1,8 +1,9 @@
 """The encoder's architecture: one flat, typed dataclass and a table of named presets.
 
-BERT, RoBERTa, DistilBERT and the `modern` variant are presets (data), not classes. Every choice is a
-`Literal`; `__post_init__` checks the values against the registries that implement them, so a new position
-scheme, norm or activation is valid as soon as it is registered.
+BERT, RoBERTa, DistilBERT and the `modern` variant are presets (data), not classes. The axes that have a registry
+(`position`: `encoders.positions.POSITIONS`; `norm` and `activation`: `encoders.layers.NORMS`, `ACTIVATIONS`) are
+strings checked against it, so a scheme registered there is valid everywhere at once, the command line included;
+the fixed choices are `Literal`s, checked with `check_choice`.
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Position = Literal["learned", "sinusoidal", "rope", "alibi", "t5", "none"]
-Norm = Literal["layernorm", "rmsnorm"]
+from encoders.choices import check_choice
+from encoders.layers import ACTIVATIONS, NORMS
+from encoders.positions import POSITIONS
+
 NormPlacement = Literal["post", "pre"]
-Activation = Literal["gelu", "gelu_tanh", "relu", "geglu", "swiglu"]
 
 
 @dataclass
@@ -27,15 +29,15 @@ class EncoderConfig:
     max_position_embeddings: int = 512  # rows of the `learned` table; for the other schemes, the training length
     type_vocab_size: int = 2  # 0 = no token-type embedding (RoBERTa-style single segment, DistilBERT)
     pad_token_id: int = 0
-    position: Position = "learned"
+    position: str = "learned"  # a key of encoders.positions.POSITIONS
     position_offset: int = 0  # first row of the learned table used by token 0; RoBERTa uses pad_token_id + 1
     rope_base: float = 10000.0
     t5_num_buckets: int = 32
     t5_max_distance: int = 128
-    norm: Norm = "layernorm"
+    norm: str = "layernorm"  # a key of encoders.layers.NORMS
     norm_placement: NormPlacement = "post"  # "post" as in BERT; "pre" adds a final norm after the last block
     norm_eps: float = 1e-12
-    activation: Activation = "gelu"
+    activation: str = "gelu"  # a key of encoders.layers.ACTIVATIONS
     bias: bool = True  # biases on every linear layer and norm
     hidden_dropout: float = 0.1
     attention_dropout: float = 0.1
@@ -43,21 +45,10 @@ class EncoderConfig:
     name: str = field(default="custom", compare=False)  # the preset it came from; informational only
 
     def __post_init__(self) -> None:
-        # Imported here: the registries import this module for typing.
-        from encoders.layers import ACTIVATIONS, NORMS
-        from encoders.positions import POSITIONS
-
-        for field_name, value, registry in (
-            ("position", self.position, POSITIONS),
-            ("norm", self.norm, NORMS),
-            ("activation", self.activation, ACTIVATIONS),
-        ):
-            if value not in registry:
-                raise ValueError(
-                    f"EncoderConfig.{field_name}={value!r} is not known; choose one of {sorted(registry)}."
-                )
-        if self.norm_placement not in ("post", "pre"):
-            raise ValueError(f"EncoderConfig.norm_placement={self.norm_placement!r}; choose 'post' or 'pre'.")
+        check_choice("EncoderConfig.position", self.position, POSITIONS)
+        check_choice("EncoderConfig.norm", self.norm, NORMS)
+        check_choice("EncoderConfig.activation", self.activation, ACTIVATIONS)
+        check_choice("EncoderConfig.norm_placement", self.norm_placement, NormPlacement)
         for field_name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
                            "max_position_embeddings"):
             if getattr(self, field_name) <= 0:

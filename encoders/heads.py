@@ -20,11 +20,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from encoders.choices import check_choice
 from encoders.config import EncoderConfig
 from encoders.layers import Dropout, activation_spec, build_norm
 
 if TYPE_CHECKING:
     from encoders.checkpoints import Checkpoint
+
+
+Pooling = Literal["cls", "mean"]  # the first token through BERT's pooler, or the mean over real tokens
+PoolerActivation = Literal["tanh", "relu"]  # BERT's, DistilBERT's pre-classifier
 
 
 class MaskedLMHead(nn.Module):
@@ -73,16 +78,14 @@ class SequenceClassificationHead(nn.Module):
         self,
         hidden_size: int,
         num_labels: int,
-        pooling: Literal["cls", "mean"] = "cls",
-        pooler_activation: Literal["tanh", "relu"] = "tanh",
+        pooling: Pooling = "cls",
+        pooler_activation: PoolerActivation = "tanh",
         dropout: float = 0.1,
         initializer_range: float = 0.02,
     ) -> None:
         super().__init__()
-        if pooling not in ("cls", "mean"):
-            raise ValueError(f"pooling={pooling!r}; choose 'cls' (first token) or 'mean' (masked mean).")
-        if pooler_activation not in ("tanh", "relu"):
-            raise ValueError(f"pooler_activation={pooler_activation!r}; choose 'tanh' (BERT) or 'relu' (DistilBERT).")
+        check_choice("pooling", pooling, Pooling)
+        check_choice("pooler_activation", pooler_activation, PoolerActivation)
         if num_labels < 1:
             raise ValueError(f"num_labels={num_labels}; use 1 for regression, >= 2 for classification.")
         self.num_labels = num_labels

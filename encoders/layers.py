@@ -9,13 +9,17 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from encoders.config import EncoderConfig
-from encoders.positions import PositionScheme
+from encoders.choices import check_choice
+
+if TYPE_CHECKING:  # annotations only: config.py imports the registries of this module and of positions.py
+    from encoders.config import EncoderConfig
+    from encoders.positions import PositionScheme
 
 
 def _layernorm(config: EncoderConfig) -> nn.Module:
@@ -30,8 +34,7 @@ NORMS: dict[str, Callable[[EncoderConfig], nn.Module]] = {"layernorm": _layernor
 
 
 def build_norm(config: EncoderConfig) -> nn.Module:
-    if config.norm not in NORMS:
-        raise ValueError(f"Unknown norm {config.norm!r}; choose one of {sorted(NORMS)}.")
+    check_choice("norm", config.norm, NORMS)
     return NORMS[config.norm](config)
 
 
@@ -51,8 +54,7 @@ ACTIVATIONS: dict[str, ActivationSpec] = {
 
 
 def activation_spec(name: str) -> ActivationSpec:
-    if name not in ACTIVATIONS:
-        raise ValueError(f"Unknown activation {name!r}; choose one of {sorted(ACTIVATIONS)}.")
+    check_choice("activation", name, ACTIVATIONS)
     return ACTIVATIONS[name]
 
 

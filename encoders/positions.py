@@ -21,11 +21,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
-from encoders.config import EncoderConfig
+from encoders.choices import check_choice
+
+if TYPE_CHECKING:  # annotations only: config.py imports POSITIONS to validate `position`
+    from encoders.config import EncoderConfig
 
 
 class PositionScheme(nn.Module):
@@ -234,6 +238,5 @@ POSITIONS: dict[str, type[PositionScheme]] = {
 
 
 def build_position(config: EncoderConfig) -> PositionScheme:
-    if config.position not in POSITIONS:
-        raise ValueError(f"Unknown position scheme {config.position!r}; choose one of {sorted(POSITIONS)}.")
+    check_choice("position", config.position, POSITIONS)
     return POSITIONS[config.position](config)

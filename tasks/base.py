@@ -21,6 +21,7 @@ from torch import nn
 
 from encoders import Encoder, EncoderConfig
 from encoders.checkpoints import Checkpoint, load_checkpoint
+from encoders.choices import check_choice
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,9 @@ EncoderSpec = dataclasses.make_dataclass(
 )
 
 
+Schedule = Literal["linear", "cosine", "constant"]
+
+
 @dataclass
 class Optimization:
     """AdamW and its schedule."""
@@ -69,13 +73,12 @@ class Optimization:
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-6
     warmup: float = 0.06  # warmup length: a fraction of the run if < 1, else a number of steps
-    schedule: Literal["linear", "cosine", "constant"] = "linear"
+    schedule: Schedule = "linear"
 
     def __post_init__(self) -> None:
         if self.learning_rate <= 0 or self.warmup < 0 or self.weight_decay < 0:
             raise ValueError("Optimization: learning_rate must be > 0, warmup and weight_decay >= 0.")
-        if self.schedule not in ("linear", "cosine", "constant"):
-            raise ValueError(f"Optimization.schedule={self.schedule!r}; choose 'linear', 'cosine' or 'constant'.")
+        check_choice("Optimization.schedule", self.schedule, Schedule)
 
 
 # Checkpoints store these with the hyperparameters; Lightning reloads checkpoints with torch.load(weights_only=True),

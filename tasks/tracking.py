@@ -18,6 +18,10 @@ from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import WandbLogger as LightningWandbLogger
 from lightning.pytorch.utilities import rank_zero_info
 
+from encoders.choices import check_choice
+
+TrackingMode = Literal["auto", "online", "offline"]
+
 
 def wandb_logged_in() -> bool:
     """Whether `wandb` has credentials for its server, without asking it (which may prompt or need the network)."""
@@ -51,15 +55,14 @@ class WandbLogger(LightningWandbLogger):
         project: str = "litbert",
         name: str | None = None,
         save_dir: str | None = None,
-        mode: Literal["auto", "online", "offline"] = "auto",
+        mode: TrackingMode = "auto",
         log_model: bool | Literal["all"] = False,
         entity: str | None = None,
         group: str | None = None,
         tags: list[str] | None = None,
         id: str | None = None,
     ) -> None:
-        if mode not in ("auto", "online", "offline"):
-            raise ValueError(f"WandbLogger mode={mode!r}; choose 'auto', 'online' or 'offline'.")
+        check_choice("WandbLogger mode", mode, TrackingMode)
         offline = mode == "offline" or (mode == "auto" and not wandb_logged_in())
         if "WANDB_MODE" in os.environ:  # the user's explicit choice, e.g. `disabled` in CI
             offline = os.environ["WANDB_MODE"] in ("offline", "dryrun")

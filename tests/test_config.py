@@ -52,7 +52,7 @@ def test_overrides():
         (dict(position="xpos"), "position='xpos' is not known; choose one of ['alibi', 'learned', 'none', 'rope'"),
         (dict(norm="batchnorm"), "norm='batchnorm' is not known; choose one of ['layernorm', 'rmsnorm']"),
         (dict(activation="tanh"), "activation='tanh' is not known; choose one of ['geglu', 'gelu'"),
-        (dict(norm_placement="sandwich"), "choose 'post' or 'pre'"),
+        (dict(norm_placement="sandwich"), "norm_placement='sandwich' is not known; choose one of ['post', 'pre']"),
         (dict(hidden_dropout=1.5), "hidden_dropout=1.5 must lie in [0, 1)"),
         (dict(num_layers=0), "num_layers=0 must be positive"),
         (dict(pad_token_id=40000), "pad_token_id=40000 must lie in [0, vocab_size)"),

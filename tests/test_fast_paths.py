@@ -11,10 +11,12 @@ import torch
 import torch.nn.functional as F
 
 from encoders import Encoder, EncoderConfig, MaskedLMHead
-from encoders.positions import RotaryPositions
+from encoders.positions import POSITIONS, PositionScheme, RotaryPositions
 from tasks.mlm import masked_lm_loss
 
 VOCAB = 211
+SCHEMES = sorted(POSITIONS)  # every registered scheme, so a new one is covered by default
+BIAS_SCHEMES = sorted(name for name, scheme in POSITIONS.items() if scheme.score_mod is not PositionScheme.score_mod)
 
 
 def small(**overrides) -> EncoderConfig:
@@ -87,7 +89,7 @@ def test_sparse_mlm_loss_equals_dense_under_bf16_autocast():
         torch.testing.assert_close(sparse_grad, dense_grad, atol=2e-3, rtol=5e-2)
 
 
-@pytest.mark.parametrize("position", ["learned", "rope", "alibi", "t5"])
+@pytest.mark.parametrize("position", SCHEMES)
 def test_packed_blocks_equal_padded_batch(position):
     """`SameLengthBatchSampler` batches full blocks without any mask and the short last block on its own; a
     plain loader would pad them all into one batch. Both give the same summed loss and the same gradients."""
@@ -117,7 +119,7 @@ def test_packed_blocks_equal_padded_batch(position):
         torch.testing.assert_close(packed_grad, padded_grad)
 
 
-@pytest.mark.parametrize("position", ["alibi", "t5"])
+@pytest.mark.parametrize("position", BIAS_SCHEMES)
 def test_attention_bias_reaches_every_layer_in_the_compute_dtype(position):
     encoder = Encoder(small(position=position))
     ids = torch.randint(5, VOCAB, (2, 10))
@@ -176,7 +178,7 @@ def padded_batch(seq_len: int = 20) -> tuple[torch.Tensor, torch.Tensor]:
     return ids * attention_mask, attention_mask
 
 
-@pytest.mark.parametrize("position", ["learned", "rope", "alibi", "t5"])
+@pytest.mark.parametrize("position", SCHEMES)
 @pytest.mark.parametrize("norm_placement", ["post", "pre"])
 def test_unpadded_path_equals_padded_path(position, norm_placement):
     """The same model run padded (`unpad_below=0`) and unpadded (`unpad_below=1.01`): equal hidden states on
@@ -255,7 +257,7 @@ def test_dropout_is_reproducible_and_identity_when_off():
         Dropout(1.5)
 
 
-@pytest.mark.parametrize("position", ["learned", "rope", "alibi", "t5"])
+@pytest.mark.parametrize("position", SCHEMES)
 def test_explicit_attention_path_equals_sdpa(position):
     """Training on CPU with attention dropout runs attention as explicit matmuls (to use litbert's dropout);
     with a dropout that rounds to no drop at all, it must give SDPA's output and gradients."""
@@ -316,7 +318,7 @@ def flex_and_dense(position: str, device: str, grad: bool):
     return results[True], results[False]
 
 
-@pytest.mark.parametrize("position", ["alibi", "t5"])
+@pytest.mark.parametrize("position", BIAS_SCHEMES)
 def test_flex_attention_equals_the_dense_bias(position):
     """FlexAttention evaluates the ALiBi / T5 bias and the key padding inside the kernel (the GPU default for
     bias schemes). Forced on CPU, where torch has its forward only, it must give the dense-bias SDPA output."""
@@ -325,7 +327,7 @@ def test_flex_attention_equals_the_dense_bias(position):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="FlexAttention's backward exists on GPUs only")
-@pytest.mark.parametrize("position", ["alibi", "t5"])
+@pytest.mark.parametrize("position", BIAS_SCHEMES)
 def test_flex_attention_gradients_equal_the_dense_bias_on_gpu(position):
     (flex, flex_grads), (dense, dense_grads) = flex_and_dense(position, "cuda", grad=True)
     torch.testing.assert_close(flex, dense, atol=2e-5, rtol=1e-4)
