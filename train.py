@@ -79,6 +79,12 @@ def run_root(config: Any) -> Path:
     return Path(config.trainer.default_root_dir or ".")
 
 
+def run_name(root: Path) -> str:
+    """The W&B run name when none is set: the run folder under `runs/`, `-` for `/` (runs/glue/rte -> glue-rte)."""
+    parts = root.parts[1:] if root.parts[:1] == ("runs",) else root.parts
+    return "-".join(parts) if parts and not root.is_absolute() else root.name or "run"
+
+
 def export_path(config: Any) -> Path:
     return Path(config.export_dir) if config.export_dir else run_root(config) / "model"
 
@@ -103,6 +109,9 @@ class LitbertCLI(LightningCLI):
                             help="Replace the run already in default_root_dir (its checkpoints, metrics.json, "
                                  "config.yaml and exported model) instead of stopping.")
         parser.add_lightning_class_args(LastCheckpoint, "checkpoint")
+        # Every run tracks to W&B unless its config or command line says otherwise (`--trainer.logger false`,
+        # `CSVLogger`): one place for it, not a block in each config.
+        parser.set_defaults({"trainer.logger": {"class_path": f"{WandbLogger.__module__}.{WandbLogger.__name__}"}})
         for source, target, compute in DATA_LINKS:
             parser.link_arguments(source, target, compute_fn=compute, apply_on="instantiate")
 
@@ -130,6 +139,8 @@ class LitbertCLI(LightningCLI):
             if getattr(logger, "class_path", None) == f"{WandbLogger.__module__}.{WandbLogger.__name__}":
                 if logger.init_args.save_dir is None:
                     logger.init_args.save_dir = str(root)
+                if logger.init_args.name is None:
+                    logger.init_args.name = run_name(root)
                 if logger.init_args.id is None and resumed_wandb_id:
                     logger.init_args.id = resumed_wandb_id  # the resumed run continues its W&B run
 

@@ -122,6 +122,25 @@ def test_config_bases_expand_before_the_file_and_are_checked(tmp_path):
         train.with_bases(["--base", str(tmp_path / "a.yaml")])
 
 
+def test_every_run_tracks_to_wandb_by_default_named_after_its_folder(env, minilm, tmp_path, monkeypatch):
+    """W&B is train.py's default logger, configured once: no config repeats the block (GLUE's base only groups its
+    runs), the run is named after its folder, and a config or flag can still name it or turn tracking off."""
+    for config in (REPO / "configs").rglob("*.yaml"):
+        assert "class_path: tasks.tracking.WandbLogger" not in config.read_text(), config
+    assert train.run_name(Path("runs/glue/rte")) == "glue-rte" and train.run_name(Path("runs/quickstart")) == \
+        "quickstart"
+    assert train.run_name(tmp_path / "mine") == "mine"
+    monkeypatch.chdir(tmp_path)  # the run folder below is relative, as in the shipped configs
+    cli = train.make_cli(["--config", str(REPO / "configs" / "glue" / "rte.yaml"), "--model.pretrained", minilm,
+                          "--trainer.default_root_dir", "runs/glue/rte-test"])
+    (logger,) = cli.trainer.loggers
+    assert type(logger).__name__ == "WandbLogger" and logger._wandb_init["name"] == "glue-rte-test"
+    assert logger._wandb_init["group"] == "glue"
+    cli = train.make_cli(["--config", str(REPO / "configs" / "glue" / "rte.yaml"), "--model.pretrained", minilm,
+                          "--trainer.logger", "false", "--trainer.default_root_dir", str(tmp_path / "off")])
+    assert cli.trainer.loggers == []
+
+
 def test_validation_prefixes():
     assert train.validation_prefixes(["validation"]) == ["val"]
     assert train.validation_prefixes(["validation_matched", "validation_mismatched"]) == ["val", "val_mismatched"]
