@@ -13,7 +13,7 @@ from torchmetrics import MeanMetric
 from encoders import SequenceClassificationHead, TokenClassificationHead
 from encoders.checkpoints import Checkpoint
 from tasks.base import EncoderSpec, EncoderTask, Optimization, build_encoder, read_pretrained, sequence_lengths
-from tasks.distillation import ClassifierTeacher, soft_target_loss
+from tasks.distillation import Teacher, soft_target_loss
 from tasks.metrics import EntityF1, classification_metrics
 
 
@@ -40,8 +40,8 @@ class SequenceClassification(EncoderTask):
         pooling: Literal["cls", "mean"] = "cls",
         classifier_dropout: float = 0.1,
         teacher: str | None = None,
-        distillation_alpha: float | None = None,
-        distillation_temperature: float | None = None,
+        temperature: float | None = None,
+        alpha_kd: float | None = None,
         optimization: Optimization | None = None,
     ) -> None:
         """
@@ -58,21 +58,21 @@ class SequenceClassification(EncoderTask):
             teacher: a fine-tuned classifier checkpoint directory to distil from (logit KD): the loss becomes
                 alpha * T^2 * KL(teacher || student at temperature T) + (1 - alpha) * cross-entropy with the
                 labels; for regression alpha * MSE(student, teacher) + (1 - alpha) * MSE(student, labels).
-            distillation_alpha: weight alpha of the teacher's term (0.5 when a teacher is given and this is unset).
-            distillation_temperature: temperature T of the soft targets (2.0 when unset).
+            temperature: temperature T of the teacher's soft targets (2.0 when a teacher is given and this is unset);
+                the same knob as `Distillation.temperature`.
+            alpha_kd: weight alpha of the teacher's term (0.5 when unset), as `Distillation.alpha_kd`.
             optimization: AdamW and learning-rate schedule.
         """
         super().__init__(optimization)
         self.save_hyperparameters()
-        if teacher is None and (distillation_alpha is not None or distillation_temperature is not None):
-            raise ValueError("model.distillation_alpha and model.distillation_temperature weigh a teacher's logits, "
+        if teacher is None and (alpha_kd is not None or temperature is not None):
+            raise ValueError("model.alpha_kd and model.temperature weigh and soften a teacher's logits, "
                              "but model.teacher is not set; set the teacher (a fine-tuned classifier folder) or remove "
                              "them.")
-        distillation_alpha = 0.5 if distillation_alpha is None else distillation_alpha
-        distillation_temperature = 2.0 if distillation_temperature is None else distillation_temperature
-        if not 0 <= distillation_alpha <= 1 or distillation_temperature <= 0:
-            raise ValueError(f"distillation_alpha={distillation_alpha} must be in [0, 1] and distillation_temperature="
-                             f"{distillation_temperature} positive.")
+        alpha_kd = 0.5 if alpha_kd is None else alpha_kd
+        temperature = 2.0 if temperature is None else temperature
+        if not 0 <= alpha_kd <= 1 or temperature <= 0:
+            raise ValueError(f"alpha_kd={alpha_kd} must be in [0, 1] and temperature={temperature} positive.")
         if label_names is not None and len(label_names) != num_labels:
             raise ValueError(f"{len(label_names)} label_names {list(label_names)} for num_labels={num_labels}.")
         self.label_names = list(label_names) if label_names is not None else None
@@ -91,11 +91,11 @@ class SequenceClassification(EncoderTask):
         self.val_losses = nn.ModuleList(MeanMetric() for _ in self.validation_names)
         self.test_loss = MeanMetric()
         self.monitor = (f"{self.validation_names[0]}/{metrics[0]}", "max")
-        self.teacher = ClassifierTeacher(teacher) if teacher is not None else None
+        self.teacher = Teacher.classifier(teacher) if teacher is not None else None
         if self.teacher is not None and self.teacher.head.num_labels != num_labels:
             raise ValueError(f"The teacher {teacher} has {self.teacher.head.num_labels} outputs but this task has "
                              f"num_labels={num_labels}; distil from a teacher fine-tuned on the same task.")
-        self.distillation_alpha, self.distillation_temperature = distillation_alpha, distillation_temperature
+        self.alpha_kd, self.temperature = alpha_kd, temperature
 
     def export_labels(self) -> Sequence[str] | None:
         return self.label_names
@@ -120,9 +120,9 @@ class SequenceClassification(EncoderTask):
         if self.regression:
             soft = F.mse_loss(logits.float(), teacher_logits.squeeze(-1).float())
         else:
-            soft = soft_target_loss(logits, teacher_logits, self.distillation_temperature)
+            soft = soft_target_loss(logits, teacher_logits, self.temperature)
         hard = self.loss(logits, labels)
-        alpha = self.distillation_alpha
+        alpha = self.alpha_kd
         return {"loss": alpha * soft + (1 - alpha) * hard, "loss_teacher": soft, "loss_labels": hard}
 
     def training_flops(self, batch: dict[str, torch.Tensor]) -> int:
@@ -138,7 +138,8 @@ class SequenceClassification(EncoderTask):
             loss = self.loss(logits, batch["labels"])
             self.log_training(loss, batch)
             return loss
-        teacher_logits = self.teacher(batch["input_ids"], batch.get("attention_mask"), batch.get("token_type_ids"))
+        mask = batch.get("attention_mask")
+        _, teacher_logits = self.teacher(batch["input_ids"], mask, batch.get("token_type_ids"), mask)
         losses = self.distillation_loss(logits, teacher_logits, batch["labels"])
         self.log_training(losses["loss"], batch, **{k: v for k, v in losses.items() if k != "loss"})
         return losses["loss"]

@@ -3,12 +3,12 @@
 A frozen teacher (always in eval mode, no gradients) and a student, by default half as deep and initialised
 from every other teacher layer. On a masked-LM batch the loss is
 
-    alpha_ce  * T^2 * KL(softmax(teacher / T) || softmax(student / T))   over masked positions (batch mean)
+    alpha_kd  * T^2 * KL(softmax(teacher / T) || softmax(student / T))   over masked positions (batch mean)
   + alpha_mlm * cross-entropy of the student against the masked labels
   + alpha_cos * mean(1 - cos(student_hidden, teacher_hidden))             over real tokens, last layer
 
-with the paper's defaults alpha_ce=5, alpha_mlm=2, alpha_cos=1, T=2. Deviation: the paper's student keeps
-layers (0, 2, 4, 7, 9, 11) of a 12-layer teacher; we take exactly every other layer (0, 2, 4, 6, 8, 10).
+with the paper's defaults alpha_kd=5 (its `alpha_ce`), alpha_mlm=2, alpha_cos=1, T=2. Deviation: the paper's student
+keeps layers (0, 2, 4, 7, 9, 11) of a 12-layer teacher; we take exactly every other layer (0, 2, 4, 6, 8, 10).
 """
 
 from __future__ import annotations
@@ -50,36 +50,46 @@ def soft_target_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor,
     return F.kl_div(log_student, soft_teacher, reduction="batchmean") * temperature**2
 
 
-def freeze(*modules: nn.Module) -> None:
-    """No gradients and eval mode (no dropout) for a teacher."""
-    for module in modules:
-        module.requires_grad_(False)
-        module.eval()
+class Teacher(nn.Module):
+    """A trained encoder and head that a student learns from: never any gradient, always in eval mode (no dropout).
 
-
-class ClassifierTeacher(nn.Module):
-    """A fine-tuned sequence classifier (encoder and head from one checkpoint) whose logits a student learns from.
-
-    It is always in eval mode and never has gradients: `train()` leaves it in eval mode.
+    `train()` keeps it in eval mode, and `forward` puts it back there first: Lightning restores each submodule's mode
+    by itself around its loops, which bypasses `train()`. Both distillation paths hold their teacher this way.
     """
 
-    def __init__(self, directory: str) -> None:
+    def __init__(self, encoder: Encoder, head: nn.Module) -> None:
         super().__init__()
+        self.encoder, self.head = encoder, head
+        self.requires_grad_(False)
+        self.eval()
+
+    @classmethod
+    def classifier(cls, directory: str) -> Teacher:
+        """A fine-tuned sequence classifier (logit distillation)."""
         checkpoint = load_checkpoint(directory)
         if "sequence_classification" not in checkpoint.head_states:
             raise ValueError(f"The teacher {directory} holds no sequence-classification head; logit distillation "
                              f"needs a fine-tuned classifier (e.g. the `model` folder a GLUE run exports).")
-        self.encoder = Encoder.from_pretrained(checkpoint)
-        self.head = SequenceClassificationHead.from_pretrained(checkpoint)
-        freeze(self)
+        return cls(Encoder.from_pretrained(checkpoint), SequenceClassificationHead.from_pretrained(checkpoint))
 
-    def train(self, mode: bool = True) -> ClassifierTeacher:
+    @classmethod
+    def masked_lm(cls, directory: str) -> Teacher:
+        """An encoder with its MLM head (DistilBERT's general distillation)."""
+        checkpoint = load_checkpoint(directory)  # read once for the encoder and its head
+        encoder = Encoder.from_pretrained(checkpoint)
+        return cls(encoder, MaskedLMHead.from_pretrained(checkpoint, encoder))
+
+    def train(self, mode: bool = True) -> Teacher:
         return super().train(False)
 
     @torch.no_grad()
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-                token_type_ids: torch.Tensor | None) -> torch.Tensor:
-        return self.head(self.encoder(input_ids, attention_mask, token_type_ids), attention_mask)
+                token_type_ids: torch.Tensor | None, *head_inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(hidden states, the head's output on them and `head_inputs`: the masked positions for an MLM head, the
+        attention mask for a classifier)."""
+        self.eval()
+        hidden = self.encoder(input_ids, attention_mask, token_type_ids)
+        return hidden, self.head(hidden, *head_inputs)
 
 
 def distillation_losses(
@@ -103,7 +113,7 @@ class Distillation(EncoderTask):
         teacher: str,
         student: EncoderSpec | None = None,
         temperature: float = 2.0,
-        alpha_ce: float = 5.0,
+        alpha_kd: float = 5.0,
         alpha_mlm: float = 2.0,
         alpha_cos: float = 1.0,
         optimization: Optimization | None = None,
@@ -114,7 +124,7 @@ class Distillation(EncoderTask):
             student: a fresh student: a preset and overrides, or overrides of the teacher's configuration when no preset
                 is named (e.g. `num_layers: 3`); None initialises it from every other teacher layer.
             temperature: softmax temperature T of the soft targets.
-            alpha_ce: weight of the soft-target KL term (multiplied by T^2).
+            alpha_kd: weight of the soft-target KL term (multiplied by T^2); DistilBERT's `alpha_ce`.
             alpha_mlm: weight of the student's own MLM loss.
             alpha_cos: weight of the hidden-state cosine loss.
             optimization: AdamW and learning-rate schedule.
@@ -123,37 +133,28 @@ class Distillation(EncoderTask):
         self.save_hyperparameters()
         if temperature <= 0:
             raise ValueError(f"temperature={temperature} must be positive.")
-        self.temperature, self.alphas = temperature, {"kl": alpha_ce, "mlm": alpha_mlm, "cosine": alpha_cos}
-        checkpoint = load_checkpoint(teacher)  # read once for the encoder and its head
-        self.teacher = Encoder.from_pretrained(checkpoint)
-        self.teacher_head = MaskedLMHead.from_pretrained(checkpoint, self.teacher)
-        freeze(self.teacher, self.teacher_head)
+        self.temperature, self.alphas = temperature, {"kl": alpha_kd, "mlm": alpha_mlm, "cosine": alpha_cos}
+        self.teacher = Teacher.masked_lm(teacher)
         if student is None:
-            self.encoder, self.head = student_from_teacher(self.teacher, self.teacher_head)
+            self.encoder, self.head = student_from_teacher(self.teacher.encoder, self.teacher.head)
         else:
-            teacher_config = self.teacher.config
+            teacher_config = self.teacher.encoder.config
             base = student.build() if student.preset else dataclasses.replace(teacher_config, **student.overrides())
-            config = dataclasses.replace(base, vocab_size=self.teacher.config.vocab_size,
+            config = dataclasses.replace(base, vocab_size=teacher_config.vocab_size,
                                          name=base.name if student.preset else f"{base.name}-student")
             check_scheme_settings(student, config, "model.student")
-            if config.hidden_size != self.teacher.config.hidden_size and alpha_cos:
+            if config.hidden_size != teacher_config.hidden_size and alpha_cos:
                 raise ValueError(
                     f"The cosine loss compares hidden states, but the student's hidden_size={config.hidden_size} "
-                    f"differs from the teacher's {self.teacher.config.hidden_size}; set alpha_cos: 0."
+                    f"differs from the teacher's {teacher_config.hidden_size}; set alpha_cos: 0."
                 )
             self.encoder = Encoder(config)
             self.head = MaskedLMHead(config, self.encoder.embeddings.word)
         self.val_loss = MeanMetric()
 
     def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        # Dropout off in the teacher, always. Set here rather than in `train()`: Lightning restores each
-        # submodule's mode individually around its loops, which would bypass an override.
-        self.teacher.eval()
-        self.teacher_head.eval()
         mask, types = batch.get("attention_mask"), batch.get("token_type_ids")
-        with torch.no_grad():
-            teacher_hidden = self.teacher(batch["input_ids"], mask, types)
-            teacher_logits = self.teacher_head(teacher_hidden, batch["labels"] != -100)
+        teacher_hidden, teacher_logits = self.teacher(batch["input_ids"], mask, types, batch["labels"] != -100)
         student_hidden = self.encoder(batch["input_ids"], mask, types)
         _, student_logits, targets = masked_lm_loss(self.head, student_hidden, batch["labels"])
         losses = distillation_losses(student_logits, teacher_logits, targets, student_hidden, teacher_hidden, mask,
@@ -165,7 +166,7 @@ class Distillation(EncoderTask):
         """The student's encoder and MLM head (forward and backward), plus the teacher's forward pass."""
         masked = int((batch["labels"] != -100).sum())
         student = super().training_flops(batch) + masked * self.head.flops_per_token(training=True)
-        teacher = self.teacher.flops(sequence_lengths(batch)) + masked * self.teacher_head.flops_per_token()
+        teacher = self.teacher.encoder.flops(sequence_lengths(batch)) + masked * self.teacher.head.flops_per_token()
         return student + teacher
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:

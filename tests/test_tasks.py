@@ -113,7 +113,7 @@ def classification_batches(n: int, regression: bool = False):
 
 
 @pytest.mark.parametrize(("num_labels", "metrics", "learning_rate", "steps"), [
-    (2, ("accuracy", "f1", "matthews_corrcoef"), 2e-3, 60),
+    (2, ("accuracy", "f1", "matthews_corrcoef"), 1e-3, 120),
     (1, ("pearson", "spearman"), 5e-4, 100),
 ])
 def test_sequence_classification_learns(num_labels, metrics, learning_rate, steps):
@@ -232,9 +232,9 @@ def test_distillation_loss_terms_match_a_hand_computation(teacher_dir):
     losses = model(batch)
 
     masked = batch["labels"] != -100
-    t_hidden = model.teacher(batch["input_ids"], batch["attention_mask"])
+    t_hidden = model.teacher.encoder(batch["input_ids"], batch["attention_mask"])
     s_hidden = model.encoder(batch["input_ids"], batch["attention_mask"])
-    t_logits = model.teacher_head(t_hidden)[masked]
+    t_logits = model.teacher.head(t_hidden)[masked]
     s_logits = model.head(s_hidden)[masked]
     n, T = t_logits.shape[0], 2.0
     p_teacher = (t_logits / T).softmax(-1)
@@ -258,15 +258,15 @@ def test_teacher_is_frozen_during_training(teacher_dir):
     before = {k: v.clone() for k, v in model.teacher.state_dict().items()}
     student_before = model.encoder.blocks[0].attention.qkv.weight.clone()
     trainer(5).fit(model, DataLoader(mlm_batches(5), batch_size=None))
-    assert not model.teacher.training and model.encoder.training
+    assert not any(m.training for m in model.teacher.modules()) and model.encoder.training
     for name, value in model.teacher.state_dict().items():
         assert torch.equal(value, before[name]), name
     assert all(not p.requires_grad for p in model.teacher.parameters())
     assert not torch.equal(model.encoder.blocks[0].attention.qkv.weight, student_before)
     # The tied student embeddings moved, the teacher's (a separate tensor) did not.
-    assert not torch.equal(model.encoder.embeddings.word.weight, model.teacher.embeddings.word.weight)
-    assert F.cosine_similarity(model.encoder.embeddings.word.weight.flatten(),
-                               model.teacher.embeddings.word.weight.flatten(), dim=0) > 0.9
+    teacher_words = model.teacher.encoder.embeddings.word.weight
+    assert not torch.equal(model.encoder.embeddings.word.weight, teacher_words)
+    assert F.cosine_similarity(model.encoder.embeddings.word.weight.flatten(), teacher_words.flatten(), dim=0) > 0.9
 
 
 def make_trainer(tmp_path, steps: int) -> L.Trainer:
@@ -374,3 +374,25 @@ def test_gradient_clipping_keeps_the_fused_optimizer_and_clips_by_the_total_norm
     assert min(norms) > 0.5  # clipping scaled every step's gradient down
     for (name, mine), theirs in zip(model.state_dict().items(), reference.state_dict().values(), strict=True):
         torch.testing.assert_close(mine, theirs, msg=name)
+
+
+def test_both_teachers_stay_in_eval_mode_whatever_sets_their_submodules(teacher_dir, tmp_path):
+    """Lightning restores every submodule's mode on its own around its loops, bypassing `Teacher.train`: a teacher
+    whose modules were switched to training mode that way still runs without dropout, for the MLM teacher of
+    `Distillation` and the classifier of logit distillation alike (one `Teacher` class for both)."""
+    torch.manual_seed(0)
+    classifier = SequenceClassification(num_labels=2, encoder=EncoderSpec(preset="bert-tiny", hidden_dropout=0.5),
+                                        vocab_size=64)
+    classifier.export(tmp_path / "classifier")
+    models = [Distillation(teacher=str(teacher_dir)),
+              SequenceClassification(num_labels=2, encoder=TINY, vocab_size=64, teacher=str(tmp_path / "classifier"))]
+    batch = mlm_batches(1, batch=2, seq=8)[0]
+    for model in models:
+        model.train()
+        for module in model.teacher.modules():
+            module.training = True  # as Lightning's mode restore does, module by module
+        head_input = batch["labels"] != -100 if isinstance(model, Distillation) else batch["attention_mask"]
+        outputs = [model.teacher(batch["input_ids"], batch["attention_mask"], None, head_input)[1] for _ in range(2)]
+        assert torch.equal(outputs[0], outputs[1])  # no dropout
+        assert not any(module.training for module in model.teacher.modules())
+        assert all(not p.requires_grad for p in model.teacher.parameters())

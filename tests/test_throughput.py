@@ -48,8 +48,8 @@ def test_distillation_flops_add_the_teachers_forward(teacher_dir):  # noqa: F811
     lengths = batch["attention_mask"].sum(1).tolist()
     masked = int((batch["labels"] != -100).sum())
     student = model.encoder.flops(lengths, training=True) + masked * model.head.flops_per_token(training=True)
-    teacher = model.teacher.flops(lengths) + masked * model.teacher_head.flops_per_token()
-    assert model.teacher.config.num_layers == 2 * model.encoder.config.num_layers
+    teacher = model.teacher.encoder.flops(lengths) + masked * model.teacher.head.flops_per_token()
+    assert model.teacher.encoder.config.num_layers == 2 * model.encoder.config.num_layers
     assert model.training_flops(batch) == student + teacher
     assert teacher > student / 3  # the frozen teacher's forward is a real share of the step
 

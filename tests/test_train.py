@@ -269,7 +269,7 @@ def test_distillation_learns_and_leaves_the_teacher_unchanged(quickstart, tmp_pa
     assert_falls(series(history, "train/loss"), by=0.5)
     assert series(history, "train/loss_kl") and series(history, "train/loss_cosine")
     reference = Encoder.from_pretrained(teacher_dir).state_dict()
-    for name, value in cli.model.teacher.state_dict().items():
+    for name, value in cli.model.teacher.encoder.state_dict().items():
         torch.testing.assert_close(value, reference[name], rtol=0, atol=0)
     assert not cli.model.teacher.training
     assert cli.model.encoder.config.num_layers == 2
@@ -306,8 +306,7 @@ def test_logit_distillation_loss_by_hand(tmp_path):
     teacher = SequenceClassification(num_labels=3, encoder=EncoderSpec(preset="bert-tiny"), vocab_size=50)
     teacher.export(tmp_path / "teacher")
     model = SequenceClassification(num_labels=3, encoder=EncoderSpec(preset="bert-tiny"), vocab_size=50,
-                                   teacher=str(tmp_path / "teacher"), distillation_alpha=0.3,
-                                   distillation_temperature=2.0)
+                                   teacher=str(tmp_path / "teacher"), alpha_kd=0.3, temperature=2.0)
     student, teacher = torch.randn(4, 3), torch.randn(4, 3)
     labels = torch.tensor([0, 2, 1, 1])
     losses = model.distillation_loss(student, teacher, labels)
@@ -316,9 +315,9 @@ def test_logit_distillation_loss_by_hand(tmp_path):
     ce = torch.nn.functional.cross_entropy(student, labels)
     torch.testing.assert_close(losses["loss_teacher"], kl)
     torch.testing.assert_close(losses["loss"], 0.3 * kl + 0.7 * ce)
-    with pytest.raises(ValueError, match="weigh a teacher's logits, but model.teacher is not set"):
+    with pytest.raises(ValueError, match="weigh and soften a teacher's logits, but model.teacher is not set"):
         SequenceClassification(num_labels=3, encoder=EncoderSpec(preset="bert-tiny"), vocab_size=50,
-                               distillation_alpha=0.3)
+                               alpha_kd=0.3)
 
 
 @pytest.mark.slow  # minutes on 2 cores: run by .ci/run with -m slow
