@@ -4,6 +4,9 @@ logged metrics are read back, resuming continues at the same step, and 2-process
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
+import inspect
 import json
 import math
 import os
@@ -11,13 +14,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import lightning as L
 import pytest
 import torch
+import yaml
 from runs import minilm_path, series, wandb_history
 
 import train
 from encoders import Encoder, MaskedLMHead
-from tasks.base import EncoderSpec
+from tasks.base import EncoderSpec, Optimization
 from tasks.classification import SequenceClassification
 
 REPO = Path(__file__).resolve().parents[1]
@@ -101,6 +106,45 @@ def test_glue_configs_share_one_recipe(env, minilm, tmp_path):
     cli = train.make_cli(["--config", "configs/glue/rte.yaml", "--model.pretrained", minilm, "--trainer.max_epochs",
                           "2", "--trainer.default_root_dir", str(tmp_path / "flag")])
     assert cli.trainer.max_epochs == 2 and cli.model.optimization.learning_rate == 2e-5
+
+
+def _signature_defaults(function) -> dict:
+    return {name: p.default for name, p in inspect.signature(function).parameters.items()
+            if p.default is not inspect.Parameter.empty}
+
+
+def _restated(values: dict, defaults: dict, where: str) -> list[str]:
+    """Settings of `values` equal to their default (nested settings objects are compared field by field)."""
+    found = []
+    for name, value in (values or {}).items():
+        if name not in defaults:
+            continue
+        default = defaults[name]
+        if isinstance(value, dict):
+            fields = default if isinstance(default, dict) else (
+                {f.name: f.default for f in dataclasses.fields(Optimization)} if name == "optimization" else {})
+            found += _restated(value, fields, f"{where}.{name}")
+        elif value == default or (isinstance(default, tuple) and list(default) == value):
+            found.append(f"{where}.{name}: {value!r}")
+    return found
+
+
+@pytest.mark.parametrize("config", sorted(str(p.relative_to(REPO)) for p in (REPO / "configs").rglob("*.yaml")))
+def test_shipped_configs_restate_no_defaults(config):
+    """A config holds only what its recipe changes: no value equal to the constructor's default or to its base's."""
+    text = yaml.safe_load((REPO / config).read_text())
+    found = _restated(text.get("trainer"), _signature_defaults(L.Trainer.__init__), "trainer")
+    for section in ("model", "data"):
+        part = text.get(section) or {}
+        if "class_path" in part:
+            module, name = part["class_path"].rsplit(".", 1)
+            cls = getattr(importlib.import_module(module), name)
+            found += _restated(part.get("init_args"), _signature_defaults(cls.__init__), section)
+    if "base" in text:
+        base = yaml.safe_load((REPO / config).parent.joinpath(text["base"]).read_text())
+        for section in ("trainer", "model", "data"):
+            found += _restated(text.get(section), base.get(section) or {}, f"{section} (as in the base)")
+    assert not found, f"{config} restates defaults: {found}"
 
 
 def test_config_bases_expand_before_the_file_and_are_checked(tmp_path):
