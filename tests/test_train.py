@@ -18,7 +18,7 @@ import lightning as L
 import pytest
 import torch
 import yaml
-from runs import minilm_path, series, wandb_history
+from runs import series, wandb_history
 
 import train
 from encoders import Encoder, MaskedLMHead
@@ -28,11 +28,6 @@ from tasks.classification import SequenceClassification
 REPO = Path(__file__).resolve().parents[1]
 # The runnable configs; a `base.yaml` is the part its folder's configs share, built through them.
 CONFIGS = sorted(str(p.relative_to(REPO)) for p in (REPO / "configs").rglob("*.yaml") if p.name != "base.yaml")
-
-
-@pytest.fixture(scope="module")
-def minilm() -> str:
-    return minilm_path()
 
 
 @pytest.fixture(scope="module")
