@@ -172,7 +172,20 @@ def main() -> None:
     parser.add_argument("--write", type=Path, default=None, help="replace the GLUE table in this Markdown file")
     parser.add_argument("--section", default="accuracy",
                         help="which table of the file --write replaces (between its glue-<section> markers)")
+    parser.add_argument("--from-json", type=Path, default=None,
+                        help="train nothing: print (and --write) the table of the runs a --json file recorded")
     args = parser.parse_args()
+    if args.from_json:
+        records = json.loads(args.from_json.read_text())
+        tasks = list(dict.fromkeys(r["task"] for r in records))
+        runs = [run for run in RUNS if any(r["run"] == run for r in records)]
+        rows = [row for task in tasks for row in task_rows(task, [r for r in records if r["task"] == task], runs)]
+        headers = ["task", "examples x epochs", "run", "metric (mean ± sd over seeds)", "train s (median)",
+                   "samples/s", "litbert speed-up"]
+        print_table(headers, rows)
+        if args.write:
+            write_table(args.write, args.section, headers, rows, " ".join(sys.argv[1:]))
+        return
     setup_run(args.threads)
     extra = list(args.litbert_args) + (["--trainer.max_epochs", str(args.epochs)] if args.epochs else [])
 
