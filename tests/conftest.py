@@ -40,3 +40,18 @@ def minilm_tokenizer():
     from data import load_tokenizer
 
     return load_tokenizer(MINILM)
+
+
+@pytest.fixture
+def teacher_dir(tmp_path):
+    """A 6-layer random bert-tiny with an MLM head, saved: the teacher of the distillation tests."""
+    from encoders import Encoder, EncoderConfig, MaskedLMHead
+
+    config = EncoderConfig.from_name("bert-tiny", num_layers=6, vocab_size=64, hidden_dropout=0.1)
+    teacher = Encoder(config)
+    head = MaskedLMHead(config, teacher.embeddings.word)
+    with torch.no_grad():
+        for p in [*teacher.parameters(), *head.parameters()]:
+            p.add_(torch.randn_like(p) * 0.02)
+    teacher.save_pretrained(tmp_path, head=head)
+    return tmp_path

@@ -4,11 +4,11 @@ import copy
 
 import lightning as L
 import torch
+from tiny import TINY, mlm_batches
 from torch.utils.data import DataLoader
 
 from tasks.compile import CompileEncoder
 from tasks.mlm import MaskedLM
-from tests.test_tasks import TINY, mlm_batches
 
 
 def test_compiled_encoder_trains_like_eager_without_recompiling_per_length():

@@ -9,24 +9,19 @@
 import pytest
 import torch
 import torch.nn.functional as F
+from tiny import TINY_CONFIG, tiny_config
 
-from encoders import Encoder, EncoderConfig, MaskedLMHead
+from encoders import Encoder, MaskedLMHead
 from encoders.positions import POSITIONS, PositionScheme, RotaryPositions
 from tasks.mlm import masked_lm_loss
 
-VOCAB = 211
+VOCAB = TINY_CONFIG["vocab_size"]
 SCHEMES = sorted(POSITIONS)  # every registered scheme, so a new one is covered by default
 BIAS_SCHEMES = sorted(name for name, scheme in POSITIONS.items() if scheme.score_mod is not PositionScheme.score_mod)
 
 
-def small(**overrides) -> EncoderConfig:
-    values = dict(vocab_size=VOCAB, hidden_size=32, num_layers=3, num_heads=4, intermediate_size=64,
-                  max_position_embeddings=64, hidden_dropout=0.0, attention_dropout=0.0)
-    return EncoderConfig(**{**values, **overrides})
-
-
 def mlm_model(dtype: torch.dtype = torch.float32, **overrides) -> tuple[Encoder, MaskedLMHead]:
-    encoder = Encoder(small(**overrides)).to(dtype)
+    encoder = Encoder(tiny_config(**overrides)).to(dtype)
     head = MaskedLMHead(encoder.config, encoder.embeddings.word).to(dtype)
     return encoder, head
 
@@ -121,7 +116,7 @@ def test_packed_blocks_equal_padded_batch(position):
 
 @pytest.mark.parametrize("position", BIAS_SCHEMES)
 def test_attention_bias_reaches_every_layer_in_the_compute_dtype(position):
-    encoder = Encoder(small(position=position))
+    encoder = Encoder(tiny_config(position=position))
     ids = torch.randint(5, VOCAB, (2, 10))
     attention_mask = torch.ones_like(ids)
     attention_mask[1, 6:] = 0
@@ -133,7 +128,8 @@ def test_attention_bias_reaches_every_layer_in_the_compute_dtype(position):
         mixed = encoder(ids, attention_mask)
     for hook in hooks:
         hook.remove()
-    assert seen == [torch.float32] * 3 + [torch.bfloat16] * 3
+    layers = encoder.config.num_layers
+    assert seen == [torch.float32] * layers + [torch.bfloat16] * layers
     real = attention_mask.bool()
     torch.testing.assert_close(mixed[real].float(), reference[real], atol=0.1, rtol=0.05)
     bf16_mask = encoder.attention_mask(attention_mask, 10, torch.bfloat16)
@@ -142,7 +138,7 @@ def test_attention_bias_reaches_every_layer_in_the_compute_dtype(position):
 
 
 def test_rope_tables_are_computed_once_per_forward():
-    encoder = Encoder(small(position="rope"))
+    encoder = Encoder(tiny_config(position="rope"))
     ids = torch.randint(5, VOCAB, (2, 10))
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
         encoder(ids)
@@ -151,8 +147,8 @@ def test_rope_tables_are_computed_once_per_forward():
 
 
 def test_rope_tables_follow_a_new_length_and_dtype():
-    encoder = Encoder(small(position="rope")).eval()
-    fresh = Encoder(small(position="rope")).eval()
+    encoder = Encoder(tiny_config(position="rope")).eval()
+    fresh = Encoder(tiny_config(position="rope")).eval()
     fresh.load_state_dict(encoder.state_dict())
     long_ids, short_ids = torch.randint(5, VOCAB, (2, 12)), torch.randint(5, VOCAB, (2, 5))
     encoder(long_ids)  # leaves tables for 12 positions behind
@@ -161,7 +157,7 @@ def test_rope_tables_follow_a_new_length_and_dtype():
         encoder(short_ids)  # bf16 tables for 5 positions
     torch.testing.assert_close(encoder(short_ids), fresh(short_ids), atol=0.0, rtol=0.0)
 
-    rope = RotaryPositions(small(position="rope"))
+    rope = RotaryPositions(tiny_config(position="rope"))
     q = torch.randn(1, 4, 6, 8)
     positions = torch.arange(6)
     first, _ = rope.rotate(q, q, positions)
@@ -203,7 +199,7 @@ def test_unpadded_path_equals_padded_path(position, norm_placement):
 
 
 def test_unpadded_path_is_taken_only_when_padding_is_large():
-    encoder = Encoder(small())
+    encoder = Encoder(tiny_config())
     ids, attention_mask = padded_batch()  # 51% real tokens
     assert encoder.unpadded(attention_mask) is not None
     assert encoder.unpadded(torch.ones_like(attention_mask)) is None
@@ -262,7 +258,7 @@ def test_explicit_attention_path_equals_sdpa(position):
     """Training on CPU with attention dropout runs attention as explicit matmuls (to use litbert's dropout);
     with a dropout that rounds to no drop at all, it must give SDPA's output and gradients."""
     torch.manual_seed(0)
-    encoder = Encoder(small(position=position, attention_dropout=1e-9)).double()  # float64: exact comparison
+    encoder = Encoder(tiny_config(position=position, attention_dropout=1e-9)).double()  # float64: exact comparison
     ids = torch.randint(5, VOCAB, (3, 20))
     attention_mask = torch.ones_like(ids)
     attention_mask[1, 12:] = 0
@@ -301,7 +297,7 @@ def test_vocab_cross_entropy_equals_library_cross_entropy(dtype):
 def flex_and_dense(position: str, device: str, grad: bool):
     """Outputs on real tokens (and parameter gradients when `grad`) with FlexAttention forced, then without."""
     torch.manual_seed(0)
-    encoder = Encoder(small(position=position)).to(device)
+    encoder = Encoder(tiny_config(position=position)).to(device)
     if position == "t5":
         torch.nn.init.normal_(encoder.position.relative_bias.weight, std=0.5)
     ids = torch.randint(5, VOCAB, (3, 24), device=device)
@@ -336,7 +332,7 @@ def test_flex_attention_gradients_equal_the_dense_bias_on_gpu(position):
 
 
 def test_flex_attention_is_chosen_only_where_it_applies():
-    encoder = Encoder(small(position="alibi", attention_dropout=0.1))
+    encoder = Encoder(tiny_config(position="alibi", attention_dropout=0.1))
     mask = torch.ones(2, 8, dtype=torch.long)
     cpu, gpu = torch.device("cpu"), torch.device("cuda")
     assert encoder.score_mod(mask, 8, cpu, False) is None  # auto: not on CPU
@@ -348,4 +344,4 @@ def test_flex_attention_is_chosen_only_where_it_applies():
     encoder.flex_attention = True
     with pytest.raises(ValueError, match="attention_dropout"):
         encoder.score_mod(mask, 8, cpu, False)
-    assert Encoder(small(position="rope")).score_mod(mask, 8, gpu, False) is None  # no bias to move
+    assert Encoder(tiny_config(position="rope")).score_mod(mask, 8, gpu, False) is None  # no bias to move

@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 from runs import MINILM
+from tiny import tiny_config
 from transformers.models.t5.modeling_t5 import T5Attention
 
 from encoders import POSITIONS, Encoder, EncoderConfig
@@ -20,12 +21,6 @@ from encoders.positions import (
 SCHEMES = sorted(POSITIONS)
 
 
-def tiny(position: str, **overrides) -> EncoderConfig:
-    values = dict(vocab_size=97, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=48,
-                  max_position_embeddings=16, hidden_dropout=0.0, attention_dropout=0.0, position=position)
-    return EncoderConfig(**{**values, **overrides})
-
-
 def batch(seq_len: int = 12, batch_size: int = 3, vocab_size: int = 97) -> tuple[torch.Tensor, torch.Tensor]:
     ids = torch.randint(1, vocab_size, (batch_size, seq_len))
     mask = torch.ones_like(ids)
@@ -39,7 +34,7 @@ def batch(seq_len: int = 12, batch_size: int = 3, vocab_size: int = 97) -> tuple
 @pytest.mark.parametrize("norm", sorted(NORMS))
 @pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
 def test_forward_and_backward(position, norm_placement, norm, activation):
-    encoder = Encoder(tiny(position, norm_placement=norm_placement, norm=norm, activation=activation))
+    encoder = Encoder(tiny_config(position=position, norm_placement=norm_placement, norm=norm, activation=activation))
     ids, mask = batch()
     hidden = encoder(ids, mask)
     assert hidden.shape == (3, 12, 32) and torch.isfinite(hidden).all()
@@ -54,7 +49,7 @@ def test_forward_and_backward(position, norm_placement, norm, activation):
 
 @pytest.mark.parametrize("position", SCHEMES)
 def test_padding_invariance(position):
-    encoder = Encoder(tiny(position)).eval()
+    encoder = Encoder(tiny_config(position=position)).eval()
     ids = torch.randint(1, 97, (2, 9))
     reference = encoder(ids, torch.ones_like(ids))
     padded = torch.cat([ids, torch.zeros(2, 5, dtype=torch.long)], dim=1)
@@ -64,7 +59,7 @@ def test_padding_invariance(position):
 
 @pytest.mark.parametrize("position", SCHEMES)
 def test_bidirectional(position):
-    encoder = Encoder(tiny(position)).eval()
+    encoder = Encoder(tiny_config(position=position)).eval()
     ids = torch.randint(1, 97, (1, 10))
     changed = ids.clone()
     changed[0, -1] = (ids[0, -1] % 96) + 1
@@ -74,10 +69,11 @@ def test_bidirectional(position):
 
 @pytest.mark.parametrize("position", SCHEMES)
 def test_length_beyond_training(position):
-    encoder = Encoder(tiny(position)).eval()
-    ids = torch.randint(1, 97, (1, 4 * 16))
+    encoder = Encoder(tiny_config(position=position)).eval()
+    length = 4 * encoder.config.max_position_embeddings
+    ids = torch.randint(1, 97, (1, length))
     if position == "learned":
-        with pytest.raises(ValueError, match="Sequence length 64 exceeds the learned position table"):
+        with pytest.raises(ValueError, match=f"Sequence length {length} exceeds the learned position table"):
             encoder(ids)
     else:
         assert torch.isfinite(encoder(ids)).all()
@@ -86,7 +82,7 @@ def test_length_beyond_training(position):
 @pytest.mark.parametrize("position", SCHEMES)
 def test_attention_probabilities(position):
     """The explicit path that returns probabilities computes what SDPA computes."""
-    encoder = Encoder(tiny(position)).eval()
+    encoder = Encoder(tiny_config(position=position)).eval()
     ids, mask = batch()
     out = encoder(ids, mask, return_attentions=True)
     torch.testing.assert_close(out.last_hidden_state, encoder(ids, mask), atol=1e-5, rtol=1e-5)
@@ -96,7 +92,7 @@ def test_attention_probabilities(position):
 
 
 def test_learned_offset_reads_from_padding_offset():
-    config = tiny("learned", max_position_embeddings=18, position_offset=2, pad_token_id=1)
+    config = tiny_config(position="learned", max_position_embeddings=18, position_offset=2, pad_token_id=1)
     encoder = Encoder(config)
     assert encoder.position.max_length == 16
     encoder(torch.randint(2, 97, (1, 16)))
@@ -111,13 +107,13 @@ def test_sinusoidal_equals_formula():
             angle = pos / 10000 ** (2 * i / 16)
             assert table[pos, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-6)
             assert table[pos, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-6)
-    encoder = Encoder(tiny("sinusoidal"))
+    encoder = Encoder(tiny_config(position="sinusoidal"))
     x = torch.zeros(1, 40, 32)
     torch.testing.assert_close(encoder.position.embed(x, torch.arange(40))[0], sinusoidal_table(40, 32))
 
 
 def test_rope_scores_depend_only_on_relative_offset():
-    rope = RotaryPositions(tiny("rope", rope_base=500.0))
+    rope = RotaryPositions(tiny_config(position="rope", rope_base=500.0))
     q, k = torch.randn(1, 1, 1, 8), torch.randn(1, 1, 1, 8)
 
     def score(m: int, n: int) -> float:
@@ -134,7 +130,7 @@ def test_rope_scores_depend_only_on_relative_offset():
 def test_rope_matches_transformers_rotate_half():
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-    config = tiny("rope")
+    config = tiny_config(position="rope")
     rope = RotaryPositions(config)
     q, k = torch.randn(2, 4, 10, 8), torch.randn(2, 4, 10, 8)
     positions = torch.arange(10)
@@ -161,7 +157,7 @@ def test_alibi_slopes_follow_the_paper(num_heads):
 
 
 def test_alibi_bias_is_symmetric_distance():
-    encoder = Encoder(tiny("alibi"))
+    encoder = Encoder(tiny_config(position="alibi"))
     bias = encoder.position.bias(5, 5)
     slopes = alibi_slopes(4)
     for i in range(5):
@@ -178,7 +174,7 @@ def test_t5_buckets_equal_transformers():
 
 
 def test_t5_bias_is_shared_across_layers():
-    encoder = Encoder(tiny("t5", num_layers=3))
+    encoder = Encoder(tiny_config(position="t5", num_layers=3))
     tables = [name for name, _ in encoder.named_parameters() if "relative_bias" in name]
     assert tables == ["position.relative_bias.weight"]
     assert encoder.position.bias(6, 6).shape == (4, 6, 6)

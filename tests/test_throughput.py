@@ -3,6 +3,7 @@
 import lightning as L
 import pytest
 import torch
+from tiny import TINY, mlm_batches
 from torch.utils.data import DataLoader
 
 from encoders import Encoder, EncoderConfig
@@ -10,7 +11,6 @@ from tasks.classification import SequenceClassification
 from tasks.distillation import Distillation
 from tasks.mlm import MaskedLM
 from tasks.throughput import Throughput, matmul_dtype, measure_matmul_peak
-from tests.test_tasks import TINY, mlm_batches, teacher_dir  # noqa: F401 (fixture)
 
 
 def hand_flops_per_token(config: EncoderConfig, seq: int) -> int:
