@@ -26,6 +26,7 @@ import shutil
 import signal
 import sys
 import traceback
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -411,6 +412,8 @@ def with_bases(args: Sequence[str]) -> list[str]:
 def make_cli(args: Sequence[str] | None = None) -> LitbertCLI:
     """Parse `args` (default: the command line) and build the task, datamodule and trainer, without running."""
     args = with_bases(sys.argv[1:] if args is None else args)
+    # The arguments are the command line with its `base:` files expanded; LightningCLI warns whenever both exist.
+    warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended", category=UserWarning)
     return LitbertCLI(
         EncoderTask,
         L.LightningDataModule,

@@ -120,7 +120,10 @@ class MLMDataModule(TokenizedDataModule):
         packing: `full_sentences` (RoBERTa blocks, no padding) or `segments` (BERT's A/B segment examples).
         masking: `dynamic` (new masks each epoch, RoBERTa) or `static` (masks fixed once from `seed`, BERT).
         whole_word_masking: Mask all pieces of a word together.
-        mlm_probability: Fraction of non-special tokens chosen for prediction.
+        mlm_probability: Fraction of non-special tokens chosen for prediction in training (BERT 0.15; 0.3 as in
+            Wettig et al., 2023, and ModernBERT).
+        val_mlm_probability: The same fraction for the fixed validation masks. Kept at BERT's 0.15 whatever the
+            training rate, so that validation losses and accuracies of runs that mask differently compare.
         max_documents: Train on the first N documents only (a user filter; the number left out is logged).
         max_val_documents: Validate on the first N documents only.
         batch_size: Training batch size.
@@ -149,6 +152,7 @@ class MLMDataModule(TokenizedDataModule):
         masking: Masking = "dynamic",
         whole_word_masking: bool = False,
         mlm_probability: float = 0.15,
+        val_mlm_probability: float = 0.15,
         max_documents: int | None = None,
         max_val_documents: int | None = None,
         batch_size: int = 32,
@@ -194,6 +198,7 @@ class MLMDataModule(TokenizedDataModule):
         self.packing, self.masking = packing, masking
         self.val_mask_seed = val_mask_seed
         self.collate = MLMCollator(self.tokenizer, mlm_probability, whole_word_masking, seed=seed)
+        self.val_masks = MLMCollator(self.tokenizer, val_mlm_probability, whole_word_masking, seed=val_mask_seed)
         self.stats: dict[str, dict[str, int]] = {}
 
     # ---- sources ----------------------------------------------------------------------------------------------
@@ -303,8 +308,8 @@ class MLMDataModule(TokenizedDataModule):
                  split, len(documents), tokens, len(blocks), self.max_length)
         return datasets.Dataset(pa.table({"input_ids": blocks}))
 
-    def fixed_masks(self, dataset: datasets.Dataset, seed: int) -> datasets.Dataset:
-        """The dataset with masks drawn once from `seed` (stored as `input_ids` and `labels`)."""
+    def fixed_masks(self, dataset: datasets.Dataset, seed: int, masks: MLMCollator) -> datasets.Dataset:
+        """The dataset with masks drawn once from `seed` by `masks` (stored as `input_ids` and `labels`)."""
 
         def mask(batch: dict[str, list[list[int]]], indices: list[int]) -> dict[str, list[list[int]]]:
             generator = torch.Generator().manual_seed(seed * 1_000_003 + indices[0])
@@ -312,7 +317,7 @@ class MLMDataModule(TokenizedDataModule):
             padded = self.collate.pad([{"input_ids": row} for row in rows])["input_ids"]
             lengths = torch.tensor([len(row) for row in rows])
             attended = torch.arange(padded.shape[1]) < lengths[:, None]
-            corrupted, labels = self.collate.mask(padded, attended, generator=generator)
+            corrupted, labels = masks.mask(padded, attended, generator=generator)
             return {"input_ids": [corrupted[i, :n].tolist() for i, n in enumerate(lengths.tolist())],
                     "labels": [labels[i, :n].tolist() for i, n in enumerate(lengths.tolist())]}
 
@@ -323,14 +328,14 @@ class MLMDataModule(TokenizedDataModule):
         if "train" not in self.datasets and stage in (None, "fit"):
             train = self._build("train", self.train_split, self.train_files)
             if self.masking == "static":
-                train = self.fixed_masks(train, self.seed)
+                train = self.fixed_masks(train, self.seed, self.collate)
             else:  # the key of each example's dynamic masks (data.masking.keyed_uniform)
                 train = train.add_column("example_index", np.arange(len(train), dtype=np.int64))
             self.datasets["train"] = train
         has_val = self.val_files is not None or (self.dataset is not None and self.val_split is not None)
         if "validation" not in self.datasets and stage in (None, "fit", "validate") and has_val:
             validation = self._build("validation", self.val_split or "validation", self.val_files)
-            self.datasets["validation"] = self.fixed_masks(validation, self.val_mask_seed)
+            self.datasets["validation"] = self.fixed_masks(validation, self.val_mask_seed, self.val_masks)
 
     def _loader(self, split: str, train: bool) -> ResumableLoader:
         if self.packing == "segments":

@@ -61,7 +61,7 @@ EncoderSpec = dataclasses.make_dataclass(
 )
 
 
-Schedule = Literal["linear", "cosine", "constant"]
+Schedule = Literal["linear", "cosine", "constant", "wsd"]
 
 
 @dataclass
@@ -74,11 +74,23 @@ class Optimization:
     eps: float = 1e-6
     warmup: float = 0.06  # warmup length: a fraction of the run if < 1, else a number of steps
     schedule: Schedule = "linear"
+    # `wsd` only (warmup-stable-decay, the trapezoid of Zhai et al., 2022 and Hu et al., 2024): the length of the
+    # final linear decay to zero, a fraction of the run if < 1, else a number of steps; 0.2 when unset.
+    decay: float | None = None
 
     def __post_init__(self) -> None:
         if self.learning_rate <= 0 or self.warmup < 0 or self.weight_decay < 0:
             raise ValueError("Optimization: learning_rate must be > 0, warmup and weight_decay >= 0.")
         check_choice("Optimization.schedule", self.schedule, Schedule)
+        if self.decay is not None and self.schedule != "wsd":
+            raise ValueError(f"Optimization.decay={self.decay} is the decay length of the `wsd` schedule; "
+                             f"schedule={self.schedule!r} does not read it. Remove it or set schedule: wsd.")
+        if self.decay is not None and self.decay <= 0:
+            raise ValueError(f"Optimization.decay={self.decay} must be > 0.")
+
+    def steps(self, length: float, total: int) -> int:
+        """A length given as a fraction of the run (< 1) or a number of steps, in steps, within [1, total]."""
+        return max(1, min(int(length * total) if length < 1 else int(length), total))
 
 
 # Checkpoints store these with the hyperparameters; Lightning reloads checkpoints with torch.load(weights_only=True),
@@ -188,12 +200,15 @@ def sequence_lengths(batch: dict[str, torch.Tensor]) -> list[int]:
     return mask.sum(dim=1).tolist()
 
 
-def lr_lambda(step: int, warmup_steps: int, total_steps: int, schedule: str) -> float:
-    """Multiplier of the peak learning rate: linear warmup, then linear or cosine decay to zero at the end."""
+def lr_lambda(step: int, warmup_steps: int, total_steps: int, schedule: str, decay_steps: int = 0) -> float:
+    """Multiplier of the peak learning rate: linear warmup, then linear or cosine decay to zero at the end, or
+    (`wsd`) the peak held until the last `decay_steps` steps, which decay linearly to zero."""
     if step < warmup_steps:
         return (step + 1) / warmup_steps
     if schedule == "constant":
         return 1.0
+    if schedule == "wsd":
+        return min(1.0, max(0.0, (total_steps - step) / max(1, decay_steps)))
     progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
     if schedule == "cosine":
         return 0.5 * (1.0 + math.cos(math.pi * progress))
@@ -240,10 +255,10 @@ class EncoderTask(L.LightningModule):
         optimizer = torch.optim.AdamW(parameter_groups(self, opt.weight_decay), lr=opt.learning_rate,
                                       betas=opt.betas, eps=opt.eps, fused=fused)
         total = max(1, int(self.trainer.estimated_stepping_batches))
-        warmup = int(opt.warmup * total) if opt.warmup < 1 else int(opt.warmup)
-        warmup = max(1, min(warmup, total))
+        warmup = opt.steps(opt.warmup, total)
+        decay = opt.steps(0.2 if opt.decay is None else opt.decay, total)
         scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda step: lr_lambda(step, warmup, total, opt.schedule)
+            optimizer, lambda step: lr_lambda(step, warmup, total, opt.schedule, decay)
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 

@@ -143,3 +143,28 @@ def test_validation_masks_are_fixed_by_seed(minilm_tokenizer, wiki_lines, tmp_pa
 
     assert torch.equal(val_labels(5), val_labels(5))
     assert not torch.equal(val_labels(5), val_labels(6))
+
+
+def test_validation_masks_keep_their_own_rate(minilm_tokenizer, wiki_lines, tmp_path):
+    """Training at 30% (Wettig et al.) leaves validation at 15%, so runs that mask differently compare."""
+    corpus = write_corpus(tmp_path, wiki_lines[:300])
+    folder = str(save_tokenizer(minilm_tokenizer, tmp_path / "tok"))
+
+    def rates(**settings) -> tuple[float, float]:
+        dm = MLMDataModule(folder, train_files=[corpus], val_files=[corpus], max_length=64, batch_size=16,
+                           cache_dir=str(tmp_path), **settings)
+        dm.setup("fit")
+        out = []
+        for loader in (dm.train_dataloader(), dm.val_dataloader()):
+            batches = list(loader)
+            chosen = sum(int((b["labels"] != -100).sum()) for b in batches)
+            maskable = sum(int(dm.collate.maskable(b["input_ids"], b["attention_mask"]).sum()
+                               + ((b["labels"] != -100) & ~dm.collate.maskable(b["input_ids"])).sum())
+                           for b in batches)  # chosen tokens replaced by [MASK] are no longer "maskable"
+            out.append(chosen / maskable)
+        return out[0], out[1]
+
+    train, val = rates(mlm_probability=0.3)
+    assert abs(train - 0.3) < 0.02 and abs(val - 0.15) < 0.015
+    train, val = rates(mlm_probability=0.3, val_mlm_probability=0.4)
+    assert abs(val - 0.4) < 0.02

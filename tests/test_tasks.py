@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from lightning.pytorch.callbacks import ModelCheckpoint
+from tiny import TINY, mlm_batches, trainer
 from torch.utils.data import DataLoader
 
 from encoders import Encoder, EncoderConfig, MaskedLMHead
@@ -17,29 +18,6 @@ from tasks.classification import SequenceClassification, TokenClassification
 from tasks.distillation import Distillation, distillation_losses, student_from_teacher
 from tasks.metrics import EntityF1, classification_metrics, entity_spans
 from tasks.mlm import MaskedLM
-
-TINY = EncoderSpec(preset="bert-tiny", num_layers=2, hidden_dropout=0.0, attention_dropout=0.0)
-
-
-def trainer(steps: int, **kwargs) -> L.Trainer:
-    return L.Trainer(max_steps=steps, accelerator="cpu", logger=False, enable_checkpointing=False,
-                     enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0, **kwargs)
-
-
-def mlm_batches(n: int, vocab: int = 64, seq: int = 24, batch: int = 8):
-    """A learnable corpus: each row alternates two random tokens, so masked tokens are predictable from context."""
-    generator = torch.Generator().manual_seed(0)
-    out = []
-    for _ in range(n):
-        motif = torch.randint(5, vocab, (batch, 2), generator=generator)
-        ids = motif.repeat(1, seq // 2)
-        labels = torch.full_like(ids, -100)
-        masked = torch.rand(ids.shape, generator=generator) < 0.15
-        masked[:, 0] = True
-        labels[masked] = ids[masked]
-        ids = ids.masked_fill(masked, 4)  # the [MASK] id
-        out.append({"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels})
-    return out
 
 
 def test_lr_schedule():
@@ -50,6 +28,16 @@ def test_lr_schedule():
     assert lr_lambda(55, 10, 100, "cosine") == pytest.approx(0.5)
     assert lr_lambda(32, 10, 100, "cosine") == pytest.approx(0.5 * (1 + math.cos(math.pi * 22 / 90)))
     assert lr_lambda(80, 10, 100, "constant") == 1.0
+    # Warmup-stable-decay: the peak until the last 20 steps, then a straight line to zero.
+    assert [lr_lambda(s, 10, 100, "wsd", 20) for s in (5, 10, 79, 80, 90, 99, 100)] == pytest.approx(
+        [0.6, 1.0, 1.0, 1.0, 0.5, 0.05, 0.0])
+
+
+def test_decay_length_belongs_to_wsd():
+    with pytest.raises(ValueError, match="decay=0.1 is the decay length of the `wsd` schedule"):
+        Optimization(schedule="linear", decay=0.1)
+    assert Optimization(schedule="wsd", decay=0.1).steps(0.1, 500) == 50
+    assert Optimization(schedule="wsd").steps(30, 500) == 30
 
 
 def test_no_weight_decay_on_biases_and_norms():
@@ -198,18 +186,6 @@ def test_token_classification_learns():
     trainer(60).fit(model, DataLoader(data, batch_size=None))
     result = trainer(1).validate(model, DataLoader(data[:4], batch_size=None), verbose=False)[0]
     assert result["val/f1"] > 0.9
-
-
-@pytest.fixture
-def teacher_dir(tmp_path):
-    config = EncoderConfig.from_name("bert-tiny", num_layers=6, vocab_size=64, hidden_dropout=0.1)
-    teacher = Encoder(config)
-    head = MaskedLMHead(config, teacher.embeddings.word)
-    with torch.no_grad():
-        for p in [*teacher.parameters(), *head.parameters()]:
-            p.add_(torch.randn_like(p) * 0.02)
-    teacher.save_pretrained(tmp_path, head=head)
-    return tmp_path
 
 
 def test_student_is_initialised_from_every_other_teacher_layer(teacher_dir):
