@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from common import alternate, device_name, print_table
 
-from encoders.layers import dropout
+from encoders.kernels import dropout
 from tasks.mlm import vocab_cross_entropy
 
 

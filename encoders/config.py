@@ -42,6 +42,15 @@ class EncoderConfig:
     hidden_dropout: float = 0.1
     attention_dropout: float = 0.1
     initializer_range: float = 0.02
+    # Kernel choices (no effect on the weights or, beyond float rounding, on the outputs):
+    # the blocks skip padding tokens (`kernels.Unpadded`) when real tokens are fewer than this fraction of the batch;
+    # measured on CPU (MiniLM-sized, batch 32): 40% real tokens ran 2.3x (fp32) / 1.5x (bf16) faster unpadded, 97%
+    # real ran 3% / 12% slower, the gathers costing more than the padding they save. 0 never unpads.
+    unpad_below: float = 0.8
+    # FlexAttention for position schemes with a bias (ALiBi, T5): None uses it on GPUs whenever attention dropout
+    # is off (eval, or attention_dropout=0; FlexAttention has no dropout); True forces it on any device, False never
+    # uses it. Otherwise the bias goes to SDPA as a dense (B, H, T, T) float mask.
+    flex_attention: bool | None = None
     name: str = field(default="custom", compare=False)  # the preset it came from; informational only
 
     def __post_init__(self) -> None:
@@ -73,6 +82,9 @@ class EncoderConfig:
                 f"EncoderConfig.position_offset={self.position_offset} leaves no rows of the "
                 f"max_position_embeddings={self.max_position_embeddings} table; lower the offset."
             )
+        if not 0.0 <= self.unpad_below <= 1.0:
+            raise ValueError(f"EncoderConfig.unpad_below={self.unpad_below} is a fraction of real tokens in a batch; "
+                             f"it must lie in [0, 1] (0 never skips padding, 1 whenever there is any).")
         for field_name in ("hidden_dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, field_name) < 1.0:
                 raise ValueError(f"EncoderConfig.{field_name}={getattr(self, field_name)} must lie in [0, 1).")

@@ -15,7 +15,8 @@ import torch
 from torch import nn
 
 from encoders.config import EncoderConfig
-from encoders.layers import Block, Dropout, Unpadded, build_norm
+from encoders.kernels import Dropout, Unpadded
+from encoders.layers import AttentionInputs, Block, build_norm
 from encoders.positions import build_position
 
 if TYPE_CHECKING:
@@ -65,14 +66,6 @@ class Encoder(nn.Module):
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.num_layers))
         # Pre-norm leaves the residual stream unnormalised; one final norm closes it.
         self.final_norm = build_norm(config) if config.norm_placement == "pre" else nn.Identity()
-        # The blocks skip padding (`Unpadded`) when real tokens are fewer than this fraction of the batch.
-        # Measured on CPU (MiniLM-sized, batch 32): 40% real tokens runs 2.3x (fp32) / 1.5x (bf16) faster
-        # unpadded; 97% real runs 3% / 12% slower, the gathers costing more than the padding they save.
-        self.unpad_below = 0.8
-        # FlexAttention for position schemes with a bias (ALiBi, T5): None uses it on GPUs whenever attention
-        # dropout is off (eval, or attention_dropout=0; FlexAttention has no dropout); True forces it on any device,
-        # False never uses it. Otherwise the bias goes to SDPA as a dense (B, H, T, T) float mask.
-        self.flex_attention: bool | None = None
         self.apply(self._init_weights)
 
     def _init_weights(self, module: nn.Module) -> None:
@@ -110,8 +103,9 @@ class Encoder(nn.Module):
     def score_mod(self, attention_mask: torch.Tensor | None, seq_len: int, device: torch.device,
                   return_attentions: bool):
         """The FlexAttention score_mod (position bias and key padding) when this forward uses FlexAttention (see
-        `flex_attention`), else None."""
-        use = self.flex_attention if self.flex_attention is not None else device.type == "cuda"
+        `EncoderConfig.flex_attention`), else None."""
+        forced = self.config.flex_attention
+        use = forced if forced is not None else device.type == "cuda"
         if not use or return_attentions:
             return None
         # Asked only now: T5 builds its bias table here, work the dense-mask path would then do again.
@@ -119,9 +113,9 @@ class Encoder(nn.Module):
         if position_mod is None:
             return None
         if self.training and self.config.attention_dropout > 0:
-            if self.flex_attention:
+            if forced:
                 raise ValueError(
-                    f"Encoder.flex_attention=True, but FlexAttention has no dropout and this encoder trains with "
+                    f"EncoderConfig.flex_attention=True, but FlexAttention has no dropout and this encoder trains with "
                     f"attention_dropout={self.config.attention_dropout}; set attention_dropout=0 or leave "
                     f"flex_attention=None (SDPA with a dense bias while dropout is on)."
                 )
@@ -136,12 +130,13 @@ class Encoder(nn.Module):
         return biased_and_padded
 
     def unpadded(self, attention_mask: torch.Tensor | None) -> Unpadded | None:
-        """The real tokens' layout when enough of the batch is padding to make skipping it pay (`unpad_below`).
+        """The real tokens' layout when enough of the batch is padding to make skipping it pay
+        (`EncoderConfig.unpad_below`).
         Not under torch.compile: the token count would change the graph's shapes on every batch."""
         if attention_mask is None or torch.compiler.is_compiling():
             return None
         keep = attention_mask.bool()
-        if int(keep.sum()) >= self.unpad_below * keep.numel():
+        if int(keep.sum()) >= self.config.unpad_below * keep.numel():
             return None
         return Unpadded.of(keep)
 
@@ -173,9 +168,10 @@ class Encoder(nn.Module):
             unpadded = self.unpadded(attention_mask)
         if unpadded is not None:
             x = unpadded.unpad(x)  # (N, C)
+        inputs = AttentionInputs(self.position, positions, mask, unpadded, return_attentions)
         hidden_states, attentions = [x], []
         for block in self.blocks:
-            x, probs = block(x, self.position, positions, mask, return_attentions, unpadded)
+            x, probs = block(x, inputs)
             hidden_states.append(x)
             attentions.append(probs)
         x = self.final_norm(x)

@@ -121,7 +121,7 @@ def test_attention_bias_reaches_every_layer_in_the_compute_dtype(position):
     attention_mask = torch.ones_like(ids)
     attention_mask[1, 6:] = 0
     seen: list[torch.dtype] = []
-    hooks = [block.attention.register_forward_pre_hook(lambda module, args: seen.append(args[3].dtype))
+    hooks = [block.attention.register_forward_pre_hook(lambda module, args: seen.append(args[1].mask.dtype))
              for block in encoder.blocks]
     reference = encoder(ids, attention_mask)
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -177,15 +177,15 @@ def padded_batch(seq_len: int = 20) -> tuple[torch.Tensor, torch.Tensor]:
 @pytest.mark.parametrize("position", SCHEMES)
 @pytest.mark.parametrize("norm_placement", ["post", "pre"])
 def test_unpadded_path_equals_padded_path(position, norm_placement):
-    """The same model run padded (`unpad_below=0`) and unpadded (`unpad_below=1.01`): equal hidden states on
+    """The same model run padded (`unpad_below=0`) and unpadded (`unpad_below=1`): equal hidden states on
     real tokens, equal MLM loss and equal gradients."""
     encoder, head = mlm_model(position=position, norm_placement=norm_placement)
     ids, attention_mask = padded_batch()
     labels = mask_labels(ids, attention_mask, probability=0.3)
     params = parameters(encoder, head)
     results = {}
-    for path, threshold in (("padded", 0.0), ("unpadded", 1.01)):
-        encoder.unpad_below = threshold
+    for path, threshold in (("padded", 0.0), ("unpadded", 1.0)):
+        encoder.config.unpad_below = threshold
         assert (encoder.unpadded(attention_mask) is None) == (path == "padded")
         hidden = encoder(ids, attention_mask)
         loss = masked_lm_loss(head, hidden, labels)[0] + hidden[attention_mask.bool()].pow(2).mean()
@@ -220,7 +220,7 @@ def test_unpadded_path_is_taken_only_when_padding_is_large():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("p", [0.1, 0.5])
 def test_dropout_drops_the_requested_fraction_and_keeps_the_expectation(dtype, p):
-    from encoders.layers import dropout
+    from encoders.kernels import dropout
 
     torch.manual_seed(0)
     x = torch.full((1000, 1000), 3.0, dtype=dtype, requires_grad=True)
@@ -238,7 +238,7 @@ def test_dropout_drops_the_requested_fraction_and_keeps_the_expectation(dtype, p
 
 
 def test_dropout_is_reproducible_and_identity_when_off():
-    from encoders.layers import Dropout, dropout
+    from encoders.kernels import Dropout, dropout
 
     x = torch.randn(37, 11)  # an element count that is not a multiple of four
     torch.manual_seed(1)
@@ -306,7 +306,7 @@ def flex_and_dense(position: str, device: str, grad: bool):
     real = attention_mask.bool()
     results = {}
     for flex in (True, False):
-        encoder.flex_attention = flex
+        encoder.config.flex_attention = flex
         with torch.set_grad_enabled(grad):
             hidden = encoder(ids, attention_mask)
             grads = torch.autograd.grad(hidden[real].square().sum(), list(encoder.parameters())) if grad else ()
@@ -341,7 +341,7 @@ def test_flex_attention_is_chosen_only_where_it_applies():
     assert encoder.score_mod(mask, 8, gpu, True) is None  # attention probabilities requested: explicit path
     encoder.train()
     assert encoder.score_mod(mask, 8, gpu, False) is None  # attention dropout on: SDPA with the dense bias
-    encoder.flex_attention = True
+    encoder.config.flex_attention = True
     with pytest.raises(ValueError, match="attention_dropout"):
         encoder.score_mod(mask, 8, cpu, False)
     assert Encoder(tiny_config(position="rope")).score_mod(mask, 8, gpu, False) is None  # no bias to move

@@ -202,7 +202,7 @@ ENCODER_VALUES = {"preset": "bert-mini", "vocab_size": 40000, "hidden_size": 64,
                   "position": "rope", "position_offset": 2, "rope_base": 500.0, "t5_num_buckets": 16,
                   "t5_max_distance": 64, "norm": "rmsnorm", "norm_placement": "pre", "norm_eps": 1e-6,
                   "activation": "relu", "bias": False, "hidden_dropout": 0.2, "attention_dropout": 0.2,
-                  "initializer_range": 0.05}
+                  "initializer_range": 0.05, "unpad_below": 0.5, "flex_attention": True}
 CHOICES = {"pooling": "mean", "schedule": "cosine",
            "truncation": {"longest_first": "error", "head": "tail", "head+tail": "head"},
            "packing": "segments", "masking": "static", "tag_scheme": "iob2", "task": "wnli", "kind": "byte_level_bpe"}

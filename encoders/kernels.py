@@ -1,0 +1,153 @@
+"""The attention kernels and CPU fast paths the model's parts call: which attention kernel runs (`attend`),
+dropout with cheap masks on CPU, skipping padding tokens (`Unpadded`), and the FlexAttention wrapper. The model
+reads the same without them; each is measured in BENCHMARKS.md (`bench/fast_paths.py`)."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def _random_keep(x: torch.Tensor, p: float) -> tuple[torch.Tensor, float]:
+    """A keep-mask shaped like `x`, 1 or 0 in `x`'s dtype, each element dropped with probability `p` rounded to a
+    multiple of 1/65536, and the matching scale 1 / (1 - that probability), so the expectation is exact.
+
+    Draws 16 random bits per element, four from each 64-bit draw of torch's generator, and compares them with
+    integer arithmetic. On one core of this CPU `F.dropout`'s `bernoulli_` took 56 ms for 4M elements (one
+    generator call each) against 10 ms for the draws here, and comparisons producing `bool` tensors and
+    `torch.where` on them ran 2-4x slower than the arithmetic below."""
+    count = x.numel()
+    words = torch.randint(-(2**63), 2**63 - 1, ((count + 3) // 4,), dtype=torch.int64, device=x.device)
+    dropped = round(p * 65536)
+    bits = words.view(torch.int16)[:count].view(x.shape).to(torch.int32)
+    # bits >= threshold  <=>  the sign bit of bits - threshold is 0; shifting it down gives -1 or 0, plus 1: 0 or 1.
+    keep = bits.sub_(dropped - 32768).bitwise_right_shift_(31).add_(1).to(x.dtype)
+    return keep, 65536 / (65536 - dropped)
+
+
+class _MaskAndScale(torch.autograd.Function):
+    """x * keep * scale in one kernel (addcmul computes in float32 and rounds once, so a bfloat16 `x` is scaled
+    by the exact factor), saving only the mask for the backward pass."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, keep: torch.Tensor, scale: float) -> torch.Tensor:
+        ctx.save_for_backward(keep)
+        ctx.scale = scale
+        return torch.addcmul(x.new_zeros(()), x, keep, value=scale)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        (keep,) = ctx.saved_tensors
+        return torch.addcmul(grad.new_zeros(()), grad, keep, value=ctx.scale), None, None
+
+
+def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
+    """Inverted dropout, as `F.dropout`, with masks drawn 16 bits at a time on CPU (see `_random_keep`): the
+    dropped fraction is `p` rounded to a multiple of 1/65536 (at most 7.6e-6 away) and the kept values are scaled
+    by exactly the inverse of the kept fraction. GPUs and `torch.compile` keep `F.dropout`, whose Philox kernels
+    are already fused and cheap."""
+    if not training or p == 0.0:
+        return x
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability must be in [0, 1], got {p}.")
+    if x.device.type != "cpu" or torch.compiler.is_compiling() or round(p * 65536) == 65536:
+        return F.dropout(x, p, training=True)
+    keep, scale = _random_keep(x, p)
+    return _MaskAndScale.apply(x, keep, scale)
+
+
+class Dropout(nn.Module):
+    """`nn.Dropout` drawing its masks with `dropout` above (no parameters; checkpoints are unaffected)."""
+
+    def __init__(self, p: float = 0.1) -> None:
+        super().__init__()
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"dropout probability must be in [0, 1], got {p}.")
+        self.p = p
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return dropout(x, self.p, self.training)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+
+@dataclass(frozen=True)
+class Unpadded:
+    """Where the N real tokens of a right-padded (B, T) batch sit among its B * T rows. On the unpadded path the
+    blocks carry (N, C) tokens: projections, norms and feed-forwards skip padding, and only attention pads
+    its queries, keys and values back to (B, T) for `scaled_dot_product_attention`."""
+
+    index: torch.Tensor  # (N,) rows of the flattened (B * T) batch that hold real tokens, ascending
+    batch_size: int
+    seq_len: int
+
+    @classmethod
+    def of(cls, attention_mask: torch.Tensor) -> Unpadded:
+        return cls(attention_mask.flatten().nonzero().squeeze(1), *attention_mask.shape)
+
+    def pad(self, tokens: torch.Tensor) -> torch.Tensor:
+        """(N, F) -> (B, T, F), zeros at padding."""
+        rows = tokens.new_zeros(self.batch_size * self.seq_len, tokens.shape[-1])
+        return rows.index_copy(0, self.index, tokens).view(self.batch_size, self.seq_len, -1)
+
+    def unpad(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, F) -> (N, F)."""
+        return x.reshape(-1, x.shape[-1]).index_select(0, self.index)
+
+
+_compiled_flex_attention = None
+
+
+def flex_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, score_mod, scale: float) -> torch.Tensor:
+    """`torch.nn.attention.flex_attention`, compiled once per process on GPUs (it only runs fused when compiled):
+    the score modification (position bias, key padding) is evaluated inside the attention kernel, so no
+    (B, H, T, T) bias is read and the GPU keeps a flash-style kernel.
+
+    On CPU it runs uncompiled, which materialises the scores as SDPA's math path does: torch 2.13's compiled CPU
+    kernel returned wrong outputs on an AVX2-only AMD EPYC (largest error 0.73 against SDPA at T=24, 1.08 at T=8;
+    right at T=128), so a forced CPU FlexAttention stays exact rather than fast."""
+    global _compiled_flex_attention
+    from torch.nn.attention.flex_attention import flex_attention as kernel
+
+    if q.device.type == "cpu":
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+            return kernel(q, k, v, score_mod=score_mod, scale=scale)
+    if _compiled_flex_attention is None:
+        _compiled_flex_attention = torch.compile(kernel)
+    return _compiled_flex_attention(q, k, v, score_mod=score_mod, scale=scale)
+
+
+# A FlexAttention score_mod: (score, batch, head, query, key) -> score.
+ScoreMod = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | ScoreMod | None,
+           dropout_p: float, return_probs: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """softmax(q k^T / sqrt(D) + mask) v for (B, H, T, D) queries, keys and values, with dropout on the
+    probabilities, and the probabilities themselves when `return_probs`.
+
+    `mask` is None, boolean (B, 1, 1, T) (True = attend), an additive float (B or 1, H or 1, T, T) in the dtype of
+    the queries, or a FlexAttention score_mod holding the position bias and the key padding (the caller checked
+    that dropout is off: FlexAttention has none). The kernel: FlexAttention for a score_mod; the explicit math
+    when the probabilities are wanted, or with dropout on CPU, where SDPA has no fused kernel and draws its
+    (B, H, T, T) mask with `bernoulli_` (the same math with `dropout` here, bert-mini shapes, forward + backward,
+    bf16: 52 ms against 87 ms at T=128, 180 ms against 467 ms at T=512); SDPA otherwise."""
+    scale = q.shape[-1] ** -0.5
+    if callable(mask):
+        return flex_attention(q, k, v, mask, scale), None
+    explicit = return_probs or (dropout_p > 0 and q.device.type == "cpu" and not torch.compiler.is_compiling())
+    if not explicit:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p), None
+    scores = (q * scale) @ k.transpose(-2, -1)  # (B, H, T, T)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min) if mask.dtype == torch.bool \
+            else scores + mask
+    probs = scores.softmax(dim=-1)
+    return dropout(probs, dropout_p) @ v, probs if return_probs else None
