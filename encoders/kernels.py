@@ -124,7 +124,7 @@ def flex_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, score_mod,
     return _compiled_flex_attention(q, k, v, score_mod=score_mod, scale=scale)
 
 
-# A FlexAttention score_mod: (score, batch, head, query, key) -> score.
+# FlexAttention's score modification: (score, batch index, head index, query index, key index) -> new score.
 ScoreMod = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 

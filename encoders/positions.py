@@ -20,13 +20,13 @@ instead counts only non-padding tokens, which agrees for right padding).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from encoders.choices import check_choice
+from encoders.kernels import ScoreMod
 
 if TYPE_CHECKING:  # annotations only: config.py imports POSITIONS to validate `position`
     from encoders.config import EncoderConfig
@@ -51,10 +51,6 @@ class PositionScheme(nn.Module):
         """The bias as a FlexAttention `score_mod` (score, batch, head, query, key) -> score, computed inside the
         attention kernel instead of read from a (H, q, k) tensor; None for schemes without a bias."""
         return None
-
-
-# FlexAttention's score modification: (score, batch index, head index, query index, key index) -> new score.
-ScoreMod = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 class NoPositions(PositionScheme):

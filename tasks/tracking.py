@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import netrc
 import os
+import tempfile
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlparse
 
+import lightning as L
 from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import WandbLogger as LightningWandbLogger
 from lightning.pytorch.utilities import rank_zero_info
@@ -100,3 +102,38 @@ class LogConfigCallback(SaveConfigCallback):
         # Runs on rank 0 only: nothing here may communicate (`trainer.log_dir` broadcasts, so it is not used).
         for logger in trainer.loggers:
             logger.log_hyperparams({"config": self.config.as_dict()})
+
+
+class AttentionMaps(L.Callback):
+    """After every validation, draws the attention probabilities of every layer and head for one fixed sentence
+    (`encoders.plots.plot_attention`) and logs the picture to W&B as `attention/maps`, so a run shows how its
+    attention patterns form. Add it with `--trainer.callbacks+=tasks.tracking.AttentionMaps`; it needs matplotlib,
+    a W&B logger and a datamodule with a tokenizer, and says so at the start of training when one is missing.
+
+    Args:
+        sentence: The sentence drawn at every validation.
+    """
+
+    def __init__(self, sentence: str = "The movie was not good, but the actors saved it.") -> None:
+        self.sentence = sentence
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        from encoders.plots import _pyplot
+
+        _pyplot()  # ImportError with the install command when matplotlib is missing
+        if not isinstance(trainer.logger, LightningWandbLogger):
+            found = "none" if trainer.logger is None else type(trainer.logger).__name__
+            raise ValueError(f"AttentionMaps logs pictures to W&B, but the run's logger is {found}; use the default "
+                             f"W&B logger or remove the callback.")
+        if getattr(trainer.datamodule, "tokenizer", None) is None:
+            raise ValueError("AttentionMaps needs the datamodule's tokenizer to encode its sentence; this "
+                             "datamodule has none.")
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.sanity_checking or not trainer.is_global_zero:
+            return
+        from encoders.plots import plot_attention
+
+        with tempfile.TemporaryDirectory() as folder:
+            path = plot_attention(pl_module.encoder, trainer.datamodule.tokenizer, Path(folder), self.sentence)
+            trainer.logger.log_image("attention/maps", [str(path)], step=trainer.global_step)

@@ -387,3 +387,18 @@ def test_ddp_two_processes_match_one(env, minilm, tmp_path):
     (single,) = trainer.validate(model, datamodule=data, verbose=False)
     assert ddp["val/accuracy"] == single["val/accuracy"]
     assert ddp["val/loss"] == pytest.approx(single["val/loss"], rel=1e-6)
+
+
+def test_attention_maps_are_logged_to_wandb_at_every_validation(env, minilm, tmp_path):
+    pytest.importorskip("matplotlib")
+    run("configs/glue/rte.yaml", tmp_path, "--model.pretrained", minilm, "--trainer.max_steps", "4",
+        "--trainer.val_check_interval", "2", "--trainer.limit_val_batches", "1", "--data.max_length", "64",
+        "--trainer.callbacks+=tasks.tracking.AttentionMaps", "--export", "false")
+    history = wandb_history(tmp_path)
+    # Validations at steps 2 and 4, and the best checkpoint's validation after fitting.
+    images = [row for row in history if "attention/maps/_type" in row]
+    assert [row["attention/maps/_type"] for row in images] == ["images/separated"] * 3, images
+    assert len(list((tmp_path / "wandb").rglob("media/images/attention/*.png"))) == 3
+    with pytest.raises(ValueError, match="AttentionMaps logs pictures to W&B, but the run's logger is none"):
+        run("configs/glue/rte.yaml", tmp_path / "off", "--model.pretrained", minilm, "--trainer.max_steps", "1",
+            "--trainer.logger", "false", "--trainer.callbacks+=tasks.tracking.AttentionMaps")
