@@ -357,7 +357,9 @@ def run(cli: LitbertCLI) -> dict[str, float]:
         print(f"litbert: best checkpoint  {best or '(none saved: no validation during fit; final weights used)'}")
         print(f"litbert: last checkpoint  {last or '(none saved)'}")
         if config.export:
-            print(f"litbert: exported model   {export_dir}")
+            kind = "litbert format: this configuration has no transformers equivalent" \
+                if (export_dir / "litbert.json").exists() else "transformers format"
+            print(f"litbert: exported model   {export_dir} ({kind})")
         for path in submission:
             print(f"litbert: test predictions {path}")
         for logger in trainer.loggers:

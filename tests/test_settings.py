@@ -203,6 +203,9 @@ ENCODER_VALUES = {"preset": "bert-mini", "vocab_size": 40000, "hidden_size": 64,
                   "t5_max_distance": 64, "norm": "rmsnorm", "norm_placement": "pre", "norm_eps": 1e-6,
                   "activation": "relu", "bias": False, "hidden_dropout": 0.2, "attention_dropout": 0.2,
                   "initializer_range": 0.05, "unpad_below": 0.5, "flex_attention": True}
+SECOND_ENCODER_VALUES = {"preset": "bert-small", "position": "alibi", "norm_placement": "post", "norm": "layernorm",
+                         "activation": "gelu", "hidden_dropout": 0.3, "attention_dropout": 0.3, "bias": True,
+                         "num_layers": 3, "hidden_size": 96, "num_heads": 3, "intermediate_size": 384}
 CHOICES = {"pooling": "mean", "schedule": "cosine",
            "truncation": {"longest_first": "error", "head": "tail", "head+tail": "head"},
            "packing": "segments", "masking": "static", "tag_scheme": "iob2", "task": "wnli", "kind": "byte_level_bpe"}
@@ -221,7 +224,8 @@ def alternative(key: str, value: Any, assets: dict[str, str]) -> Any:
         choice = CHOICES[name]
         return choice.get(value, choice) if isinstance(choice, dict) else choice
     if ".encoder." in key or ".student." in key:
-        return ENCODER_VALUES[name]
+        # A config may already hold the usual alternative (the quickstart trains with RoPE and pre-norm).
+        return ENCODER_VALUES[name] if ENCODER_VALUES[name] != value else SECOND_ENCODER_VALUES[name]
     if name in paths and value is None or name in ("pretrained", "teacher", "tokenizer", "data_root", "data_dir"):
         return paths[name]
     if isinstance(value, bool):

@@ -194,7 +194,7 @@ def quickstart_overrides(root: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def quickstart(env, tmp_path_factory):
-    """The README's quickstart, scaled down: tokenizer training, bert-mini MLM on real IMDB reviews."""
+    """The README's quickstart, scaled down: tokenizer training, MLM of its 4 x 128 encoder on real IMDB reviews."""
     root = tmp_path_factory.mktemp("quickstart")
     cli = run("configs/quickstart.yaml", root, *quickstart_overrides(root), "--trainer.max_steps", "60",
               "--trainer.log_every_n_steps", "5")
@@ -222,17 +222,21 @@ def test_quickstart_trains_exports_and_tracks(quickstart):
     assert series(history, "val/loss")[-1] == pytest.approx(metrics["val/loss"], rel=1e-5)
     assert metrics["val/perplexity"] == pytest.approx(torch.tensor(metrics["val/loss"]).exp().item(), rel=1e-4)
     # The resolved config is saved with the run, and one best checkpoint.
-    assert "bert-mini" in (root / "config.yaml").read_text()
+    assert "position: rope" in (root / "config.yaml").read_text()
     assert len(list(root.rglob("best-*.ckpt"))) == 1
-    # The export is a transformers BertForMaskedLM with the trained tokenizer beside it.
-    from transformers import AutoModelForMaskedLM, AutoTokenizer
+    # The export: RoPE and pre-norm have no transformers equivalent, so litbert's format, with the trained
+    # tokenizer and the MLM head beside the encoder.
+    from transformers import AutoTokenizer
 
-    exported = AutoModelForMaskedLM.from_pretrained(root / "model")
+    assert (root / "model" / "litbert.json").exists()
+    exported = Encoder.from_pretrained(root / "model")
     tokenizer = AutoTokenizer.from_pretrained(root / "model")
     assert exported.config.vocab_size == len(tokenizer) == 4000
-    assert exported.config.num_hidden_layers == 4 and exported.config.hidden_size == 256
-    torch.testing.assert_close(exported.bert.embeddings.word_embeddings.weight,
-                               cli.model.encoder.embeddings.word.weight.float())
+    assert (exported.config.num_layers, exported.config.hidden_size) == (4, 128)
+    assert (exported.config.position, exported.config.norm_placement) == ("rope", "pre")
+    torch.testing.assert_close(exported.embeddings.word.weight, cli.model.encoder.embeddings.word.weight.float())
+    head = MaskedLMHead.from_pretrained(root / "model", exported)
+    torch.testing.assert_close(head.bias, cli.model.head.bias.float())
 
 
 @pytest.mark.slow  # minutes on 2 cores: run by .ci/run with -m slow
@@ -258,8 +262,8 @@ def test_quickstart_sst2_fine_tunes_the_quickstart_model(quickstart, tmp_path):
     # The tokenizer came from the pretrained folder, and the export carries the label names.
     assert cli.datamodule.vocab_size == 4000
     assert set(cli.metrics) == {"val/loss", "val/accuracy"}
-    config = json.loads((tmp_path / "model" / "config.json").read_text())
-    assert config["id2label"] == {"0": "negative", "1": "positive"}
+    meta = json.loads((tmp_path / "model" / "litbert.json").read_text())  # RoPE, pre-norm: litbert's format
+    assert meta["label_names"] == ["negative", "positive"] and meta["head"]["kind"] == "sequence_classification"
 
 
 @pytest.fixture(scope="module")
@@ -301,7 +305,7 @@ def test_distillation_learns_and_leaves_the_teacher_unchanged(quickstart, tmp_pa
               "--data.train_split", "unsupervised", "--data.val_split", "test", "--data.max_documents", "300",
               "--data.max_val_documents", "30", "--data.max_length", "128", "--trainer.max_steps", "30",
               "--trainer.log_every_n_steps", "2", "--trainer.val_check_interval", "30",
-              "--model.student", "{preset: bert-mini, num_layers: 2}")
+              "--model.student", "{preset: bert-tiny}")
     # A fresh student (the quickstart teacher is too weak for a teacher-initialised student to move in 30 steps;
     # initialisation from every other teacher layer is tested in test_tasks.py).
     history = wandb_history(tmp_path)
