@@ -43,6 +43,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
 from data.sources import DataError
+from encoders.checkpoints import LITBERT_CONFIG
 from tasks.base import DivergenceError, EncoderTask, validation_prefixes
 from tasks.checkpointing import (
     LAST,
@@ -358,7 +359,7 @@ def run(cli: LitbertCLI) -> dict[str, float]:
         print(f"litbert: last checkpoint  {last or '(none saved)'}")
         if config.export:
             kind = "litbert format: this configuration has no transformers equivalent" \
-                if (export_dir / "litbert.json").exists() else "transformers format"
+                if (export_dir / LITBERT_CONFIG).exists() else "transformers format"
             print(f"litbert: exported model   {export_dir} ({kind})")
         for path in submission:
             print(f"litbert: test predictions {path}")

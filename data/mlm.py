@@ -314,7 +314,7 @@ class MLMDataModule(TokenizedDataModule):
         def mask(batch: dict[str, list[list[int]]], indices: list[int]) -> dict[str, list[list[int]]]:
             generator = torch.Generator().manual_seed(seed * 1_000_003 + indices[0])
             rows = batch["input_ids"]
-            padded = self.collate.pad([{"input_ids": row} for row in rows])["input_ids"]
+            padded = masks.pad([{"input_ids": row} for row in rows])["input_ids"]
             lengths = torch.tensor([len(row) for row in rows])
             attended = torch.arange(padded.shape[1]) < lengths[:, None]
             corrupted, labels = masks.mask(padded, attended, generator=generator)

@@ -81,8 +81,7 @@ def t5_data(encoder: Encoder, max_distance: int | None = None) -> dict[str, Any]
     limit = max_distance or scheme.max_distance
     distances = torch.arange(-limit, limit + 1)
     buckets = t5_relative_bucket(distances, scheme.num_buckets, scheme.max_distance)
-    with torch.no_grad():
-        bias = scheme.relative_bias.weight.detach()[buckets].T.float()  # (H, 2L+1)
+    bias = scheme.relative_bias.weight.detach()[buckets].T.float()  # (H, 2L+1)
     return {"distances": distances, "buckets": buckets, "bias": bias}
 
 
@@ -90,8 +89,7 @@ def learned_data(encoder: Encoder, num_positions: int | None = None) -> dict[str
     """The cosine similarity of every pair of the first `num_positions` rows of the learned table (the rows tokens
     use: past RoBERTa's padding offset)."""
     scheme = encoder.position
-    with torch.no_grad():
-        rows = scheme.table.weight[scheme.offset:].detach().float()
+    rows = scheme.table.weight[scheme.offset:].detach().float()
     if num_positions is not None:
         rows = rows[:num_positions]
     unit = torch.nn.functional.normalize(rows, dim=-1)
@@ -114,7 +112,8 @@ def attention_data(encoder: Encoder, tokenizer, sentence: str = SENTENCE) -> dic
 # ---- the figures ---------------------------------------------------------------------------------------------
 
 
-def _pyplot():
+def pyplot():
+    """matplotlib's pyplot on the file-only Agg backend, or an ImportError that says how to install it."""
     try:
         import matplotlib
     except ImportError as error:
@@ -128,12 +127,12 @@ def _pyplot():
 def _save(figure, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110, bbox_inches="tight")
-    _pyplot().close(figure)
+    pyplot().close(figure)
     return path
 
 
 def plot_sinusoidal(out: Path, dim: int = 128) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     data = sinusoidal_data(dim=dim)
     figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4))
     image = left.imshow(data["table"].numpy(), aspect="auto", cmap="RdBu", vmin=-1, vmax=1)
@@ -147,7 +146,7 @@ def plot_sinusoidal(out: Path, dim: int = 128) -> Path:
 
 
 def plot_rope(config: EncoderConfig, out: Path) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     data = rope_data(config)
     figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4))
     left.plot(data["distances"].numpy(), data["scores"].numpy())
@@ -159,7 +158,7 @@ def plot_rope(config: EncoderConfig, out: Path) -> Path:
 
 
 def plot_alibi(config: EncoderConfig, out: Path) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     data = alibi_data(config)
     heads = data["bias"].shape[0]
     columns = min(heads, 4)
@@ -178,7 +177,7 @@ def plot_alibi(config: EncoderConfig, out: Path) -> Path:
 
 
 def plot_t5(encoder: Encoder, out: Path) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     data = t5_data(encoder)
     figure, axis = plt.subplots(figsize=(8, 4))
     for h, row in enumerate(data["bias"]):
@@ -191,7 +190,7 @@ def plot_t5(encoder: Encoder, out: Path) -> Path:
 
 
 def plot_learned(encoder: Encoder, out: Path, num_positions: int | None = None) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     data = learned_data(encoder, num_positions)
     figure, axis = plt.subplots(figsize=(6, 5))
     image = axis.imshow(data["similarity"].numpy(), cmap="RdBu", vmin=-1, vmax=1)
@@ -201,7 +200,7 @@ def plot_learned(encoder: Encoder, out: Path, num_positions: int | None = None) 
 
 
 def plot_attention(encoder: Encoder, tokenizer, out: Path, sentence: str = SENTENCE) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     data = attention_data(encoder, tokenizer, sentence)
     layers, heads, length, _ = data["attentions"].shape
     figure, axes = plt.subplots(layers, heads, figsize=(2.2 * heads, 2.2 * layers), squeeze=False)

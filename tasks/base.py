@@ -88,7 +88,8 @@ class Optimization:
         if self.decay is not None and self.decay <= 0:
             raise ValueError(f"Optimization.decay={self.decay} must be > 0.")
 
-    def steps(self, length: float, total: int) -> int:
+    @staticmethod
+    def steps(length: float, total: int) -> int:
         """A length given as a fraction of the run (< 1) or a number of steps, in steps, within [1, total]."""
         return max(1, min(int(length * total) if length < 1 else int(length), total))
 

@@ -118,9 +118,9 @@ class AttentionMaps(L.Callback):
         self.sentence = sentence
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        from encoders.plots import _pyplot
+        from encoders.plots import pyplot
 
-        _pyplot()  # ImportError with the install command when matplotlib is missing
+        pyplot()  # ImportError with the install command when matplotlib is missing
         if not isinstance(trainer.logger, LightningWandbLogger):
             found = "none" if trainer.logger is None else type(trainer.logger).__name__
             raise ValueError(f"AttentionMaps logs pictures to W&B, but the run's logger is {found}; use the default "
