@@ -26,12 +26,16 @@ MODEL_COLUMNS = ("input_ids", "attention_mask", "token_type_ids", "labels", "exa
 
 
 class TokenizedDataModule(L.LightningDataModule):
-    """Base of the datamodules: loads the tokenizer at construction so that `vocab_size`, `pad_token_id` and
-    `mask_token_id` are known before `setup()` (LightningCLI links them into the model config)."""
+    """The skeleton of the datamodules. It loads the tokenizer at construction, so that `vocab_size`, `pad_token_id`
+    and `mask_token_id` are known before `setup()` (LightningCLI links them into the model config); `setup` builds
+    the splits a stage needs (`stage_splits`) with the subclass's `_build(split)`; the loaders serve them; the label
+    map (`label_state`) travels in every checkpoint, so a model is reloaded with its own."""
 
-    def __init__(self, tokenizer: str | None, max_length: int, batch_size: int, eval_batch_size: int | None,
-                 num_workers: int, data_root: str | None, cache_dir: str | None, group_by_length: bool,
-                 seed: int) -> None:
+    label_state: tuple[str, ...] = ()  # attributes holding the label map, saved in checkpoints; `label_names` last
+
+    def __init__(self, tokenizer: str | None, *, max_length: int, batch_size: int = 32,
+                 eval_batch_size: int | None = None, num_workers: int = 0, data_root: str | None = None,
+                 cache_dir: str | None = None, group_by_length: bool = False, seed: int = 0) -> None:
         super().__init__()
         if tokenizer is None:
             raise DataError(
@@ -58,6 +62,7 @@ class TokenizedDataModule(L.LightningDataModule):
         self.mask_token_id: int | None = self.tokenizer.mask_token_id
         self.uses_token_types = "token_type_ids" in self.tokenizer.model_input_names
         self.datasets: dict[str, datasets.Dataset] = {}
+        self.val_split_names: list[str] = ["validation"]
         self.collate: Callable[[Sequence[dict[str, Any]]], dict[str, Any]] = PaddingCollator(self.pad_token_id)
 
     def check_model(self, config: ModelLimits) -> None:
@@ -77,6 +82,39 @@ class TokenizedDataModule(L.LightningDataModule):
         if self.uses_token_types:
             row["token_type_ids"] = types
         return row
+
+    # ---- the label map travels with checkpoints ---------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        return {name: list(getattr(self, name)) for name in self.label_state}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        for name in self.label_state:
+            setattr(self, name, list(state_dict[name]))
+        if self.label_state:
+            self.num_labels = len(self.label_names)
+
+    # ---- splits ---------------------------------------------------------------------------------------------
+
+    @property
+    def has_test_split(self) -> bool:
+        """Whether there is a labelled `test` split to run."""
+        return True
+
+    def stage_splits(self, stage: str | None) -> list[str]:
+        """The splits `stage` needs (every stage's for None)."""
+        splits = {"fit": ["train", *self.val_split_names], "validate": self.val_split_names,
+                  "test": ["test"] if self.has_test_split else []}
+        return [split for name, names in splits.items() if stage in (None, name) for split in names]
+
+    def _build(self, split: str) -> datasets.Dataset:
+        """The tokenized examples of one split."""
+        raise NotImplementedError
+
+    def setup(self, stage: str | None = None) -> None:
+        for split in self.stage_splits(stage):
+            if split not in self.datasets:
+                self.datasets[split] = self._build(split)
 
     # ---- loaders ----------------------------------------------------------------------------------------------
 
@@ -115,3 +153,13 @@ class TokenizedDataModule(L.LightningDataModule):
         dataset = self._model_view(self.datasets[split])
         batch_size = self.batch_size if train else self.eval_batch_size
         return self.loader(dataset, self.batch_sampler(dataset, train, batch_size))
+
+    def train_dataloader(self) -> ResumableLoader:
+        return self._loader("train", train=True)
+
+    def val_dataloader(self) -> ResumableLoader | list[ResumableLoader]:
+        loaders = [self._loader(split, train=False) for split in self.val_split_names]
+        return loaders[0] if len(loaders) == 1 else loaders
+
+    def test_dataloader(self) -> ResumableLoader:
+        return self._loader("test", train=False)

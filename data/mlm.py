@@ -190,8 +190,8 @@ class MLMDataModule(TokenizedDataModule):
             identity, source = self._source(train_split, train_files)
             ensure_trained(tokenizer, train_tokenizer, lambda: self._documents(train_split, source, "train"),
                            fingerprint(identity, max_documents, text_column, blank_line_documents))
-        super().__init__(tokenizer, max_length, batch_size, eval_batch_size, num_workers, data_root, cache_dir,
-                         group_by_length=False, seed=seed)
+        super().__init__(tokenizer, max_length=max_length, batch_size=batch_size, eval_batch_size=eval_batch_size,
+                         num_workers=num_workers, data_root=data_root, cache_dir=cache_dir, seed=seed)
         self.save_hyperparameters()
         if self.mask_token_id is None:
             raise DataError(f"Tokenizer {tokenizer} has no mask token; MLM needs one ([MASK] or <mask>).")
@@ -346,9 +346,6 @@ class MLMDataModule(TokenizedDataModule):
         batches = SameLengthBatchSampler(sampler, self.batch_size if train else self.eval_batch_size,
                                          drop_last=False, lengths=lengths)
         return self.loader(dataset, batches)
-
-    def train_dataloader(self) -> ResumableLoader:
-        return self._loader("train", train=True)
 
     def val_dataloader(self) -> ResumableLoader | list[ResumableLoader]:
         return self._loader("validation", train=False) if "validation" in self.datasets else []

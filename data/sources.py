@@ -61,18 +61,32 @@ def cache_root(explicit: str | os.PathLike[str] | None = None) -> Path:
 
 @dataclass(frozen=True)
 class LocalCopy:
-    """Where a hub dataset lives under the data root."""
+    """Where a hub dataset lives under the data root: the one place that says so for every known dataset."""
 
     folder: str  # relative to the data root; `{config}` is replaced by `configs[config_name]`
     splits: Mapping[str, str] = field(default_factory=dict)  # hub split name -> file name inside the folder
     configs: Mapping[str, str] | None = None  # hub config name -> value for `{config}`; None: one version only
     hub_configs: tuple[str, ...] = ()  # with one version only: the hub's names for it, accepted as dataset_config
+    config_splits: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # a config's own split files
+    quoting: bool = True  # False: TSVs read as GLUE's processors read them, a quote being an ordinary character
     note: str = ""  # logged when the copy is used, for copies that differ from the hub version
 
+    def split_files(self, config: str | None) -> Mapping[str, str]:
+        return self.config_splits.get(config or "", self.splits)
 
-_GLUE_CONFIGS = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B", "qqp": "QQP", "mnli": "MNLI",
-                 "qnli": "QNLI", "rte": "RTE", "wnli": "WNLI", "ax": "diagnostic"}
-_GLUE = LocalCopy("glue/{config}", configs=_GLUE_CONFIGS)
+
+_GLUE = LocalCopy(
+    "glue/{config}", {"train": "train.tsv", "validation": "dev.tsv", "test": "test.tsv"},
+    configs={"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "stsb": "STS-B", "qqp": "QQP", "mnli": "MNLI",
+             "qnli": "QNLI", "rte": "RTE", "wnli": "WNLI", "ax": "diagnostic"},
+    config_splits={
+        "mnli": {"train": "train.tsv", "validation_matched": "dev_matched.tsv",
+                 "validation_mismatched": "dev_mismatched.tsv", "test_matched": "test_matched.tsv",
+                 "test_mismatched": "test_mismatched.tsv"},
+        "ax": {"test": "diagnostic.tsv"},
+    },
+    quoting=False,
+)
 _IMDB = LocalCopy("imdb", {"train": "train.csv", "test": "test.csv", "unsupervised": "unsup.csv"},
                   hub_configs=("plain_text",))
 _CONLL = LocalCopy("conll2003", {"train": "train.txt", "validation": "valid.txt", "test": "test.txt"},
@@ -121,6 +135,14 @@ def local_copy_folder(name: str, config: str | None, root: Path | None) -> Path 
     return path
 
 
+def split_file(name: str, config: str | None, split: str, folder: Path) -> Path:
+    """The file of one split of hub dataset `name`/`config` in its local `folder` (which need not exist)."""
+    splits = LOCAL_COPIES[name].split_files(config)
+    if split not in splits:
+        raise DataError(f"Dataset {name!r} has no split {split!r}; choose one of {sorted(splits)}.")
+    return folder / splits[split]
+
+
 def local_split_file(name: str, config: str | None, split: str, root: Path | None) -> Path | None:
     """The local file of one split of hub dataset `name`, or None when the dataset has no local copy.
 
@@ -129,11 +151,9 @@ def local_split_file(name: str, config: str | None, split: str, root: Path | Non
     folder = local_copy_folder(name, config, root)
     if folder is None:
         return None
-    splits = LOCAL_COPIES[name].splits
-    if split not in splits:
-        raise DataError(f"Dataset {name!r} has no split {split!r}; choose one of {sorted(splits)}.")
-    path = folder / splits[split]
+    path = split_file(name, config, split, folder)
     if not path.is_file():
+        splits = LOCAL_COPIES[name].split_files(config)
         present = sorted(s for s, f in splits.items() if (folder / f).is_file())
         raise FileNotFoundError(
             f"The local copy of {name!r} at {folder} has no {split!r} split (expected {path}); "

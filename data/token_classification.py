@@ -21,7 +21,6 @@ import logging
 from typing import Any, Literal
 
 import datasets
-from torch.utils.data import DataLoader
 
 from data.base import TokenizedDataModule
 from data.sources import (
@@ -91,8 +90,10 @@ class TokenClassificationDataModule(TokenizedDataModule):
         num_workers: DataLoader worker processes.
         data_root: Folder of local dataset copies (defaults to $LITBERT_DATA).
         cache_dir: Folder for tokenized caches.
-        seed: Seed (loading is deterministic; kept for symmetry).
+        seed: Seed of the training order.
     """
+
+    label_state = ("label_names",)
 
     def __init__(
         self,
@@ -115,8 +116,9 @@ class TokenClassificationDataModule(TokenizedDataModule):
         cache_dir: str | None = None,
         seed: int = 0,
     ) -> None:
-        super().__init__(tokenizer, max_length, batch_size, eval_batch_size, num_workers, data_root, cache_dir,
-                         group_by_length, seed)
+        super().__init__(tokenizer, max_length=max_length, batch_size=batch_size, eval_batch_size=eval_batch_size,
+                         num_workers=num_workers, data_root=data_root, cache_dir=cache_dir,
+                         group_by_length=group_by_length, seed=seed)
         self.save_hyperparameters(ignore=["label_names"])  # the task logs the final label names (linked from here)
         check_choice("tag_scheme", tag_scheme, TagScheme, DataError)
         check_source(dataset, train_file, {"val_file": val_file, "test_file": test_file}, data_root)
@@ -132,13 +134,6 @@ class TokenClassificationDataModule(TokenizedDataModule):
             tags = {tag for sentence in self._sentences("train") for tag in sentence.tags}
             label_names = sorted(tags, key=lambda tag: (tag != "O", tag[2:], tag))
         self.label_names = list(label_names)
-        self.num_labels = len(self.label_names)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"label_names": self.label_names}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.label_names = list(state_dict["label_names"])
         self.num_labels = len(self.label_names)
 
     # ---- reading ----------------------------------------------------------------------------------------------
@@ -271,23 +266,3 @@ class TokenClassificationDataModule(TokenizedDataModule):
     def has_test_split(self) -> bool:
         """Whether there is a labelled test set: the dataset's own, or `test_file` beside local train files."""
         return self.files["train"] is None or self.files["test"] is not None
-
-    def setup(self, stage: str | None = None) -> None:
-        wanted = {"fit": ["train", "validation"], "validate": ["validation"], "test": ["test"]}
-        for st, splits in wanted.items():
-            if stage not in (None, st):
-                continue
-            for split in splits:
-                if split == "test" and not self.has_test_split:
-                    continue
-                if split not in self.datasets:
-                    self.datasets[split] = self._build(split)
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", train=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("validation", train=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test", train=False)

@@ -184,13 +184,9 @@ def build_encoder(
 
 
 def validation_prefixes(split_names: Sequence[str]) -> list[str]:
-    """Log prefixes of the validation sets: `validation` -> `val`, MNLI's `validation_matched` -> `val`,
-    `validation_mismatched` -> `val_mismatched`."""
-    prefixes = []
-    for split in split_names:
-        suffix = split.removeprefix("validation").removeprefix("_")
-        prefixes.append("val" if suffix in ("", "matched") else f"val_{suffix}")
-    return prefixes
+    """Log prefixes of the validation sets: the first is `val` (`validation`, MNLI's `validation_matched`, IMDB's
+    `test`), each other `val_` and its name after `validation_` (MNLI's `val_mismatched`)."""
+    return ["val"] + [f"val_{split.removeprefix('validation').removeprefix('_')}" for split in split_names[1:]]
 
 
 def sequence_lengths(batch: dict[str, torch.Tensor]) -> list[int]:

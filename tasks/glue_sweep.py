@@ -22,7 +22,7 @@ import time
 import zipfile
 from pathlib import Path
 
-from data.glue import GLUE_TASKS
+from data import GLUE_TASKS
 from tasks.base import validation_prefixes
 
 REPO = Path(__file__).resolve().parents[1]
@@ -53,16 +53,16 @@ def results_table(results: list[dict]) -> str:
     for result in results:
         task = GLUE_TASKS[result["task"]]
         minutes = f"{result['seconds'] / 60:.1f} min"
+        title = Path(task.folder).name  # GLUE's own name for it: CoLA, SST-2, MNLI
         if result["status"] != 0:
-            lines.append(f"| {task.folder} | (failed, status {result['status']}) | {result['error'][:120]} | "
-                         f"{minutes} |")
+            lines.append(f"| {title} | (failed, status {result['status']}) | {result['error'][:120]} | {minutes} |")
             continue
         prefixes = validation_prefixes(task.validation_splits)
         names = [f"{prefix}/{metric}" for prefix in prefixes for metric in task.metrics]
         shown = [(name, result["metrics"].get(name)) for name in names if name in result["metrics"]]
         metric = "/".join(_label(name) for name, _ in shown)
         value = "/".join("n/a" if v is None else f"{100 * v:.2f}" for _, v in shown)
-        lines.append(f"| {task.folder} | {metric} | {value} | {minutes} |")
+        lines.append(f"| {title} | {metric} | {value} | {minutes} |")
     return "\n".join(lines) + "\n"
 
 

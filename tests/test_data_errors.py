@@ -5,7 +5,7 @@ import shutil
 import pytest
 from runs import MINILM
 
-from data import DataError, GLUEDataModule, SentimentDataModule, TokenClassificationDataModule, check_max_length
+from data import ClassificationDataModule, DataError, GLUEDataModule, TokenClassificationDataModule, check_max_length
 from data.sources import read_conll, read_delimited, read_table, read_text
 from encoders import EncoderConfig
 
@@ -28,7 +28,7 @@ def test_missing_column(tmp_path):
     path.write_text("body,label\nnice,1\n", encoding="utf-8")
     with pytest.raises(DataError, match=r"reviews.csv, header: missing column\(s\) \['text'\]; the file has "
                                         r"columns \['body', 'label'\]"):
-        SentimentDataModule(MINILM, train_file=str(path))
+        ClassificationDataModule(MINILM, train_file=str(path))
 
 
 def test_wrong_number_of_fields(shared_data, tmp_path):
@@ -48,7 +48,7 @@ def test_label_outside_the_label_set(shared_data, tmp_path):
     (folder / "dev.tsv").write_text(text, encoding="utf-8")
     dm = GLUEDataModule("rte", MINILM, data_dir=str(folder), cache_dir=str(tmp_path))
     with pytest.raises(DataError, match=r"dev.tsv, line \d+: label 'contradiction' in column 'label' is not one of "
-                                        r"rte's labels \['entailment', 'not_entailment'\]"):
+                                        r"the labels \['entailment', 'not_entailment'\]"):
         dm.setup("validate")
 
 

@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 from runs import MINILM, REPO, environment
 
-from data import GLUEDataModule
-from data.glue import GLUE_TASKS
+from data import GLUE_TASKS, GLUEDataModule
 from tasks import glue_sweep
 
 
@@ -26,7 +25,7 @@ def rows(path: Path) -> list[list[str]]:
 
 def ids_of(shared_data: Path, task: str) -> list[str]:
     spec = GLUE_TASKS[task]
-    table = rows(shared_data / "glue" / spec.folder / "test.tsv")
+    table = rows(shared_data / spec.folder / "test.tsv")
     return [row[table[0].index(spec.id_column)] for row in table[1:]]
 
 

@@ -219,7 +219,8 @@ def alternative(key: str, value: Any, assets: dict[str, str]) -> Any:
              "dirpath": "{tmp}/other_checkpoints", "label_names": None, "eval_batch_size": 7,
              "every_n_steps": 5, "max_documents": 20, "max_val_documents": 3, "dataset_config": "plain_text",
              "skip_labels": ["neg"], "val_split": "validation", "text_column": "review", "label_column": "stars",
-             "lowercase": False, "alpha_kd": 0.3, "temperature": 3.0, "decay": 0.1}
+             "lowercase": False, "alpha_kd": 0.3, "temperature": 3.0, "decay": 0.1,
+             "metrics": ["f1", "accuracy"]}
     if name in CHOICES:
         choice = CHOICES[name]
         return choice.get(value, choice) if isinstance(choice, dict) else choice
@@ -245,8 +246,8 @@ FAMILIES = {
              ("model.init_args.", "data.init_args.", "checkpoint.", "seed_everything")),
     "sentiment": ("configs/sentiment/imdb.yaml", lambda a: [
         "--model.pretrained", a["tiny"], "--data.dataset", "null", "--data.train_file", a["sentiment_a_train"],
-        "--data.val_file", a["sentiment_a_val"], "--data.test_file", a["sentiment_a_test"], "--data.text_column",
-        "review", "--data.label_column", "stars", "--data.max_length", "64"], ("data.init_args.",)),
+        "--data.val_file", a["sentiment_a_val"], "--data.test_file", a["sentiment_a_test"], "--data.text_columns",
+        '["review"]', "--data.label_column", "stars", "--data.max_length", "64"], ("data.init_args.",)),
     "ner": ("configs/ner/conll2003.yaml", lambda a: [
         "--model.pretrained", a["tiny"], "--data.dataset", "null", "--data.train_file", a["conll_a_train"],
         "--data.val_file", a["conll_a_valid"], "--data.test_file", a["conll_a_test"]],
@@ -289,7 +290,7 @@ SPECIFIC = {
     ("sentiment", "data.init_args.train_file"): "{sentiment_b_train}",
     ("sentiment", "data.init_args.val_file"): "{sentiment_b_val}",
     ("sentiment", "data.init_args.test_file"): "{sentiment_b_test}",
-    ("sentiment", "data.init_args.text_column"): "text",
+    ("sentiment", "data.init_args.text_columns"): ["text"],
     ("sentiment", "data.init_args.label_column"): "label",
     ("sentiment", "data.init_args.label_names"): ["pos", "neg"],
     ("glue", "data.init_args.data_root"): "{data_root}",

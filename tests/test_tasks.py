@@ -297,7 +297,7 @@ def test_load_from_checkpoint_restores_hyperparameters(tmp_path):
 
 
 def test_every_glue_task_has_its_metrics():
-    from data.glue import GLUE_TASKS
+    from data import GLUE_TASKS
 
     assert len(GLUE_TASKS) == 9
     for name, task in GLUE_TASKS.items():

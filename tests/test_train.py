@@ -183,6 +183,7 @@ def test_every_run_tracks_to_wandb_by_default_named_after_its_folder(env, minilm
 def test_validation_prefixes():
     assert train.validation_prefixes(["validation"]) == ["val"]
     assert train.validation_prefixes(["validation_matched", "validation_mismatched"]) == ["val", "val_mismatched"]
+    assert train.validation_prefixes(["test"]) == ["val"]  # IMDB validates on its test split
 
 
 def quickstart_overrides(root: Path) -> list[str]:

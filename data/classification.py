@@ -1,0 +1,626 @@
+"""Sequence classification data: one text or a pair of texts per example, and a class or a score.
+
+Any dataset of that shape is a YAML, no code: a hub name (with its config) or local CSV/TSV/JSON/JSONL files, the
+text column(s) and the label column. The datasets litbert knows are rows of `TEXT_SETS`, each saying which columns
+hold the texts and the label (in the local files and on the hub), the label set in the files' own spelling, the
+official metrics and the splits; where a dataset lives is `data.sources.LOCAL_COPIES`. GLUE's nine tasks (Wang et
+al., 2019) and IMDB (Maas et al., 2011) are such rows, and `GLUEDataModule` is this datamodule named by a task.
+
+Labels are read as strings and mapped to ids in the order of the row's label set, else of `label_names`, else of
+the sorted training labels (numerically sorted when they are all integers). The mapping is part of the
+datamodule's `state_dict`, which Lightning stores in every checkpoint, so a model is reloaded with its own
+mapping. Scores (`regression: true`; STS-B) are floats; STS-B's outside [0, 5] are an error, not clipped.
+
+Over-long examples are cut by an explicit strategy and counted in the log. A single text: `head`, `tail`, or
+`head+tail`, the first `head_fraction` of the budget and the end (Sun et al., 2019, "How to Fine-Tune BERT for
+Text Classification?", section 5.3: 128 + 382 tokens were their best); a pair: `longest_first`, a token at a time
+from the end of the longer text, as the GLUE baselines and transformers cut. `error` refuses them.
+
+Unlabelled test sets (GLUE's) are loaded for prediction only, and `write_submission` writes the TSVs the GLUE
+server takes (`index<TAB>prediction`, one file per test set, named as in GLUE's baseline submission: `CoLA.tsv`,
+`MNLI-m.tsv`, `AX.tsv`, ...). The diagnostic set (AX) is predicted with the MNLI model: it is a test split of MNLI.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import datasets
+from torch.utils.data import DataLoader
+
+from data.base import TokenizedDataModule
+from data.sources import (
+    LOCAL_COPIES,
+    DataError,
+    cached_map,
+    check_source,
+    data_root,
+    file_identity,
+    fingerprint,
+    load_hub_split,
+    local_copy_folder,
+    read_delimited,
+    read_table,
+    split_file,
+)
+from encoders.choices import check_choice
+
+log = logging.getLogger(__name__)
+
+Truncation = Literal["head", "tail", "head+tail", "longest_first", "error"]
+SINGLE_TRUNCATIONS = ("head", "tail", "head+tail", "longest_first", "error")  # longest_first of one text is head
+PAIR_TRUNCATIONS = ("longest_first", "error")
+
+
+@dataclass(frozen=True)
+class TextSet:
+    """A known classification dataset: its columns, label set, metrics and splits (its files: LOCAL_COPIES)."""
+
+    hub: str  # hub name, also the key of its local layout in LOCAL_COPIES
+    config: str | None  # hub config name
+    text_columns: tuple[str, ...]  # one text or a pair, as named in the local files
+    label_column: str
+    labels: tuple[str, ...] | None  # as spelled in the local files, in id order; None: a score (regression)
+    label_names: tuple[str, ...]  # readable names in id order, as on the hub
+    metrics: tuple[str, ...] = ("accuracy",)  # the first is the main metric
+    validation_splits: tuple[str, ...] = ("validation",)
+    labelled_test: bool = False  # a labelled `test` split (GLUE's test labels are not public)
+    submission: dict[str, str] = field(default_factory=dict)  # unlabelled test split -> GLUE submission file name
+    split_configs: dict[str, tuple[str, str]] = field(default_factory=dict)  # split -> (config, split) it comes from
+    id_column: str = "index"  # id column of the unlabelled test files
+    headerless: tuple[str, ...] | None = None  # column names of labelled local files without a header (CoLA)
+    hub_text_columns: tuple[str, ...] = ()  # the text columns on the hub, where they are named differently
+    score_range: tuple[float, float] | None = None  # regression: the scale's bounds
+
+    @property
+    def name(self) -> str:
+        return self.config or self.hub
+
+    @property
+    def is_regression(self) -> bool:
+        return self.labels is None
+
+    @property
+    def num_labels(self) -> int:
+        return 1 if self.labels is None else len(self.labels)
+
+    @property
+    def test_splits(self) -> tuple[str, ...]:
+        return tuple(self.submission)
+
+    @property
+    def folder(self) -> str:
+        """The folder of its local copy under the data root (`glue/RTE`, `imdb`)."""
+        copy = LOCAL_COPIES[self.hub]
+        return copy.folder.format(config=copy.configs[self.config]) if copy.configs else copy.folder
+
+
+def _glue(config: str, text_columns: tuple[str, ...], label_column: str, labels: tuple[str, ...] | None,
+          label_names: tuple[str, ...], metrics: tuple[str, ...] = ("accuracy",), **more: Any) -> TextSet:
+    submission = more.pop("submission", {"test": f"{LOCAL_COPIES['nyu-mll/glue'].configs[config]}.tsv"})
+    return TextSet("nyu-mll/glue", config, text_columns, label_column, labels, label_names, metrics,
+                   submission=submission, **more)
+
+
+_BINARY = ("0", "1")
+_ENTAILMENT = ("entailment", "not_entailment")
+_NLI = ("entailment", "neutral", "contradiction")
+_PAIR = ("sentence1", "sentence2")
+
+TEXT_SETS: dict[str, TextSet] = {
+    "cola": _glue("cola", ("sentence",), "label", _BINARY, ("unacceptable", "acceptable"), ("matthews_corrcoef",),
+                  headerless=("source", "label", "original_label", "sentence")),
+    "sst2": _glue("sst2", ("sentence",), "label", _BINARY, ("negative", "positive")),
+    "mrpc": _glue("mrpc", ("#1 String", "#2 String"), "Quality", _BINARY, ("not_equivalent", "equivalent"),
+                  ("f1", "accuracy"), hub_text_columns=_PAIR),
+    "stsb": _glue("stsb", _PAIR, "score", None, ("score",), ("pearson", "spearman"), score_range=(0.0, 5.0)),
+    "qqp": _glue("qqp", ("question1", "question2"), "is_duplicate", _BINARY, ("not_duplicate", "duplicate"),
+                 ("f1", "accuracy"), id_column="id"),
+    "mnli": _glue("mnli", _PAIR, "gold_label", _NLI, _NLI,
+                  validation_splits=("validation_matched", "validation_mismatched"),
+                  submission={"test_matched": "MNLI-m.tsv", "test_mismatched": "MNLI-mm.tsv", "test_ax": "AX.tsv"},
+                  split_configs={"test_ax": ("ax", "test")}, hub_text_columns=("premise", "hypothesis")),
+    "qnli": _glue("qnli", ("question", "sentence"), "label", _ENTAILMENT, _ENTAILMENT),
+    "rte": _glue("rte", _PAIR, "label", _ENTAILMENT, _ENTAILMENT),
+    "wnli": _glue("wnli", _PAIR, "label", _BINARY, ("not_entailment", "entailment")),
+    # IMDB has no development set; its test split is the customary place to evaluate.
+    "imdb": TextSet("stanfordnlp/imdb", None, ("text",), "label", _BINARY, ("neg", "pos"),
+                    validation_splits=("test",), labelled_test=True),
+}
+GLUE_TASKS: dict[str, TextSet] = {name: row for name, row in TEXT_SETS.items() if row.hub == "nyu-mll/glue"}
+# Names people write: GLUE's folder names, and hub names with or without the organisation.
+_ALIASES = {row.folder.lower(): name for name, row in GLUE_TASKS.items()} | {"sts-b": "stsb", "sst-2": "sst2"} | {
+    "stanfordnlp/imdb": "imdb"}
+
+
+def text_set(name: str, config: str | None = None) -> TextSet | None:
+    """The known dataset `name` (`rte`, `SST-2`, `imdb`, or a hub name with its config), or None."""
+    key = name.lower()
+    key = key if key in TEXT_SETS else _ALIASES.get(key, key)
+    if key in TEXT_SETS:
+        return TEXT_SETS[key]
+    return next((row for row in TEXT_SETS.values() if (row.hub, row.config) == (name, config)), None)
+
+
+def glue_task(name: str) -> TextSet:
+    """A GLUE task by hub config name (`mnli`) or folder name (`MNLI`, `SST-2`)."""
+    row = text_set(name)
+    if row is None or row.hub != "nyu-mll/glue":
+        raise DataError(f"Unknown GLUE task {name!r}; choose one of {sorted(GLUE_TASKS)}.")
+    return row
+
+
+def truncate(ids: list[int], budget: int, strategy: str, head_fraction: float) -> list[int]:
+    """Cut one text's `ids` to `budget` tokens by `strategy` (the caller has checked that it is too long)."""
+    if strategy in ("head", "longest_first"):
+        return ids[:budget]
+    if strategy == "tail":
+        return ids[len(ids) - budget:]
+    head = round(budget * head_fraction)
+    return ids[:head] + ids[len(ids) - (budget - head):]
+
+
+def truncate_longest_first(a: list[int], b: list[int], budget: int) -> tuple[list[int], list[int]]:
+    """Cut a pair to `budget` tokens as the `tokenizers` library's `longest_first` does: only the longer text when
+    that suffices, else each text to half the budget (the longer one keeps the odd token)."""
+    short, long = sorted((len(a), len(b)))
+    long = short if short > budget else max(short, budget - short)
+    if short + long > budget:
+        short = budget // 2
+        long = short + budget % 2
+    keep_a, keep_b = (long, short) if len(a) > len(b) else (short, long)
+    return a[:keep_a], b[:keep_b]
+
+
+def _sort_labels(values: set[str]) -> list[str]:
+    if all(v.lstrip("-").isdigit() for v in values):
+        return sorted(values, key=int)
+    return sorted(values)
+
+
+@dataclass
+class Rows:
+    """The raw rows of one split: texts per column, labels as read (None for unlabelled test sets), test ids."""
+
+    texts: list[list[Any]]
+    labels: list[Any] | None
+    ids: list[str]
+    lines: list[int]  # file line (or hub row) of each row, for messages
+    where: str  # the file or hub split, for messages
+    identity: Any  # what identifies the source for the cache
+    class_names: list[str] | None = None  # a hub ClassLabel's names, in its id order
+
+
+class ClassificationDataModule(TokenizedDataModule):
+    """Sequence classification (or regression) of one text or a pair of texts, from a known or hub dataset or local
+    files.
+
+    Args:
+        tokenizer: Path to a tokenizer folder or tokenizer.json; train.py defaults it to the folder of
+            `model.pretrained`.
+        dataset: A known dataset (`imdb`, a GLUE task such as `sst2` or `rte`) or a hub name (with `dataset_config`);
+            None to read local files.
+        dataset_config: Hub config name, for hub datasets litbert does not know.
+        train_file: Local training file (CSV, TSV, JSON or JSONL).
+        val_file: Local validation file.
+        test_file: Local labelled test file.
+        text_columns: The column of the text, or the two columns of a pair (known datasets have theirs).
+        label_column: The column of the label (known datasets have theirs).
+        label_names: The labels as spelled in the data, in id order; by default the sorted training labels.
+        regression: The label is a score (a float), predicted by regression; metrics Pearson and Spearman.
+        skip_labels: Rows with these label values are left out (e.g. IMDB's unlabelled `-1`); counted in the log.
+        metrics: Metric names (`tasks.metrics.METRICS`); by default the dataset's official ones, else accuracy
+            (Pearson and Spearman for regression).
+        max_length: Longest sequence, special tokens included.
+        truncation: `head`, `tail`, `head+tail` (one text) or `longest_first` (a pair; the default) for over-long
+            examples, or `error` to refuse them. By default `head` for one text.
+        head_fraction: Share of the budget kept from the start under `head+tail`.
+        batch_size: Training batch size.
+        eval_batch_size: Evaluation and prediction batch size (defaults to `batch_size`).
+        group_by_length: Batch similar lengths together (faster; changes the batches' composition).
+        num_workers: DataLoader worker processes.
+        data_root: Folder of local dataset copies (defaults to $LITBERT_DATA); without one, the hub is used.
+        data_dir: The folder of a known dataset in its official layout (e.g. GLUE's `RTE/`), instead of the data root.
+        cache_dir: Folder for tokenized caches (defaults to $LITBERT_CACHE or ~/.cache/litbert).
+        seed: Seed of the training order.
+    """
+
+    label_state = ("label_values", "label_names")
+
+    def __init__(
+        self,
+        tokenizer: str | None = None,
+        dataset: str | None = None,
+        dataset_config: str | None = None,
+        train_file: str | None = None,
+        val_file: str | None = None,
+        test_file: str | None = None,
+        text_columns: list[str] | None = None,
+        label_column: str | None = None,
+        label_names: list[str] | None = None,
+        regression: bool = False,
+        skip_labels: list[str] | None = None,
+        metrics: list[str] | None = None,
+        max_length: int = 128,
+        truncation: Truncation | None = None,
+        head_fraction: float = 0.25,
+        batch_size: int = 32,
+        eval_batch_size: int | None = None,
+        group_by_length: bool = False,
+        num_workers: int = 0,
+        data_root: str | None = None,
+        data_dir: str | None = None,
+        cache_dir: str | None = None,
+        seed: int = 0,
+    ) -> None:
+        super().__init__(tokenizer, max_length=max_length, batch_size=batch_size, eval_batch_size=eval_batch_size,
+                         num_workers=num_workers, data_root=data_root, cache_dir=cache_dir,
+                         group_by_length=group_by_length, seed=seed)
+        self.save_hyperparameters(ignore=["label_names"])  # the task logs the final label names (linked from here)
+        if truncation is not None:
+            check_choice("truncation", truncation, Truncation, DataError)
+        if not 0.0 <= head_fraction <= 1.0:
+            raise DataError(f"head_fraction={head_fraction} must lie in [0, 1].")
+        check_source(dataset, train_file, {"val_file": val_file, "test_file": test_file}, data_root)
+        self.spec = None if train_file else text_set(dataset or "", dataset_config)
+        spec = self.spec
+        if spec is not None:
+            self._refuse_overrides(dataset, dataset_config, text_columns, label_column, regression)
+            text_columns, label_column = list(spec.text_columns), spec.label_column
+        elif data_dir is not None:
+            raise DataError(f"data.data_dir={data_dir!r} names the folder of a known dataset in its official layout, "
+                            f"but data.dataset={dataset!r} is not one ({sorted(TEXT_SETS)}); give local files instead.")
+        elif train_file is not None and dataset_config is not None:
+            raise DataError(f"data.dataset_config={dataset_config!r} names a hub config, but the data comes from "
+                            f"local files; remove it.")
+        if data_dir is not None and data_root is not None:
+            raise DataError(f"data.data_dir={data_dir!r} names the dataset's folder itself, so data.data_root="
+                            f"{data_root!r} would not be read; set one of them.")
+        self.text_columns = list(text_columns or ["text"])
+        self.label_column = label_column or "label"
+        if len(self.text_columns) not in (1, 2):
+            raise DataError(f"data.text_columns={self.text_columns}: one text column, or two for a pair.")
+        pair = len(self.text_columns) == 2
+        self.truncation = truncation or ("longest_first" if pair else "head")
+        allowed = PAIR_TRUNCATIONS if pair else SINGLE_TRUNCATIONS
+        if self.truncation not in allowed:
+            raise DataError(f"data.truncation={self.truncation!r} cuts one text, but the examples are pairs "
+                            f"({self.text_columns}); choose one of {list(allowed)}.")
+        self.head_fraction = head_fraction
+        self.dataset, self.dataset_config, self.data_dir = dataset, dataset_config, data_dir
+        self.files = {"train": train_file, "validation": val_file, "test": test_file}
+        self.is_regression = spec.is_regression if spec is not None else regression
+        if self.is_regression and (label_names or skip_labels):
+            raise DataError("data.label_names and data.skip_labels are for class labels, but the labels are scores "
+                            "(regression); remove them.")
+        self.skip_labels = set(skip_labels or [])
+        self.metric_names = list(metrics or (spec.metrics if spec is not None else
+                                             ("pearson", "spearman") if self.is_regression else ("accuracy",)))
+        self.val_split_names = list(spec.validation_splits if spec is not None else ("validation",))
+        self.test_split_names: list[str] = []  # the unlabelled test sets set up for prediction
+        self.test_ids: dict[str, list[str]] = {}
+        self.skipped: dict[str, int] = {}
+        self.truncated: dict[str, int] = {}
+        self._rows: dict[str, Rows] = {}
+        if self.is_regression:
+            self.label_values, self.label_names = [], list(spec.label_names if spec is not None else ["score"])
+        elif label_names is not None:
+            self.label_values = [str(v) for v in label_names]
+            self.label_names = list(self.label_values)
+        elif spec is not None:
+            self.label_values, self.label_names = list(spec.labels or ()), list(spec.label_names)
+        else:  # the label set comes from the training data, so it is known before setup() for the model
+            train = self._read("train")
+            self.label_values = train.class_names or _sort_labels(set(train.labels or ()))
+            self.label_names = list(self.label_values)
+            log.info("labels found in the training data: %s", self.label_values)
+        self.num_labels = len(self.label_names)
+
+    def _refuse_overrides(self, dataset: str | None, config: str | None, text_columns: list[str] | None,
+                          label_column: str | None, regression: bool) -> None:
+        spec = self.spec
+        assert spec is not None
+        if config is not None and config != spec.config:
+            raise DataError(f"data.dataset={dataset!r} is {spec.hub} {spec.config or ''}; remove data.dataset_config="
+                            f"{config!r} (it names the config of other hub datasets).")
+        for name, value, own in (("text_columns", text_columns, list(spec.text_columns)),
+                                 ("label_column", label_column, spec.label_column)):
+            if value is not None and value != own:
+                raise DataError(f"data.{name}={value!r}, but {dataset} has {own!r}; remove data.{name} (it is for "
+                                f"local files and hub datasets litbert does not know).")
+        if regression and not spec.is_regression:
+            raise DataError(f"data.regression=true, but {dataset}'s labels are classes; remove it.")
+
+    # ---- reading ----------------------------------------------------------------------------------------------
+
+    def _folder(self, config: str | None) -> Path | None:
+        """The local folder of the known dataset's `config`: under data_dir or the data root; None: the hub."""
+        spec = self.spec
+        assert spec is not None
+        if self.data_dir is not None:
+            folder = Path(self.data_dir)
+            if not folder.is_dir():
+                raise FileNotFoundError(f"data_dir={folder} is not a folder; point it at the {spec.folder} folder of "
+                                        f"the dataset's official layout.")
+            if config == spec.config:
+                return folder
+            copy = LOCAL_COPIES[spec.hub]  # another config of the same dataset: its sibling folder (GLUE's AX)
+            return folder.parent / copy.folder.format(config=copy.configs[config]).rsplit("/", 1)[-1]
+        return local_copy_folder(spec.hub, config, data_root(self.data_root))
+
+    def _local_file(self, split: str) -> Path | None:
+        """The local file of a split of the known dataset (which may be missing), or None for the hub."""
+        spec = self.spec
+        assert spec is not None
+        config, name = spec.split_configs.get(split, (spec.config, split))
+        folder = self._folder(config)
+        return None if folder is None else split_file(spec.hub, config, name, folder)
+
+    def _read(self, split: str) -> Rows:
+        if split in self._rows:
+            return self._rows[split]
+        labelled = split not in (self.spec.submission if self.spec else {})
+        needed = [*self.text_columns, self.label_column] if labelled else \
+            [self.spec.id_column, *self.text_columns]  # type: ignore[union-attr]
+        if self.files["train"] is not None:
+            path = self.files[split]
+            if path is None:
+                raise DataError(f"No {split} file given; set data.{'val' if split == 'validation' else split}_file.")
+            rows = self._from_file(Path(path), needed, labelled, quoting=True, headerless=None)
+        elif self.spec is not None and (path := self._local_file(split)) is not None:
+            copy = LOCAL_COPIES[self.spec.hub]
+            rows = self._from_file(path, needed, labelled, copy.quoting, self.spec.headerless if labelled else None)
+        else:
+            rows = self._from_hub(split, labelled)
+        self._rows[split] = rows
+        return rows
+
+    def _from_file(self, path: Path, needed: list[str], labelled: bool, quoting: bool,
+                   headerless: tuple[str, ...] | None) -> Rows:
+        if path.suffix.lower() == ".tsv":
+            columns = read_delimited(path, "\t", needed, quoting=quoting, column_names=headerless)
+        else:
+            columns = read_table(path, needed)
+        labels = [str(v) for v in columns[self.label_column]] if labelled else None
+        ids = [] if labelled else [str(v) for v in columns[needed[0]]]
+        return Rows([columns[c] for c in self.text_columns], labels, ids, columns["_line"], str(path),
+                    file_identity(path))
+
+    def _from_hub(self, split: str, labelled: bool) -> Rows:
+        spec = self.spec
+        if spec is not None:
+            config, name = spec.split_configs.get(split, (spec.config, split))
+            hub, columns = spec.hub, list(spec.hub_text_columns or spec.text_columns)
+            label_column = "label" if spec.hub == "nyu-mll/glue" else spec.label_column
+        else:
+            hub, config, name, columns, label_column = self.dataset, self.dataset_config, split, self.text_columns, \
+                self.label_column
+        table = load_hub_split(hub, config, name)  # type: ignore[arg-type]
+        wanted = [*columns, label_column] if labelled else columns
+        missing = [c for c in wanted if c not in table.column_names]
+        if missing:
+            raise DataError(f"Hub dataset {hub!r} split {name!r} lacks column(s) {missing}; it has "
+                            f"{table.column_names}. Set text_columns / label_column.")
+        labels, class_names = None, None
+        if labelled:
+            labels = table[label_column]
+            feature = table.features[label_column]
+            if spec is not None and spec.labels is not None:  # the hub's ids count in the row's label order
+                labels = [spec.labels[v] if v >= 0 else str(v) for v in labels]
+            elif isinstance(feature, datasets.ClassLabel):
+                labels = [feature.names[v] if v >= 0 else str(v) for v in labels]
+                class_names = list(feature.names)
+            elif not self.is_regression:
+                labels = [str(v) for v in labels]
+        ids = [] if labelled else [str(i) for i in (table["idx"] if "idx" in table.column_names
+                                                    else range(len(table)))]
+        return Rows([table[c] for c in columns], labels, ids, list(range(1, len(table) + 1)), f"{hub}[{name}]",
+                    ["hub", hub, config, name, table._fingerprint], class_names)
+
+    def _label_ids(self, rows: Rows) -> tuple[list[int] | list[float], list[int]]:
+        """(label ids or scores, indices of the rows kept) of labelled rows; every bad label is an error."""
+        if self.is_regression:
+            low, high = self.spec.score_range if self.spec and self.spec.score_range else (-math.inf, math.inf)
+            scores = []
+            for value, line in zip(rows.labels, rows.lines, strict=True):  # type: ignore[arg-type]
+                try:
+                    score = float(value)
+                except (TypeError, ValueError):
+                    score = float("nan")
+                if not (math.isfinite(score) and low <= score <= high):
+                    scale = f"a similarity score in [{low:g}, {high:g}]" if math.isfinite(low) else "a finite number"
+                    raise DataError(f"{rows.where}, line {line}: {self.label_column}={value!r} is not {scale}; "
+                                    f"fix the row.")
+                scores.append(score)
+            return scores, list(range(len(scores)))
+        index = {label: i for i, label in enumerate(self.label_values)}
+        ids, kept = [], []
+        for row, (value, line) in enumerate(zip(rows.labels, rows.lines, strict=True)):  # type: ignore[arg-type]
+            if value in self.skip_labels:
+                continue
+            if value not in index:
+                raise DataError(f"{rows.where}, line {line}: label {value!r} in column {self.label_column!r} is not "
+                                f"one of the labels {self.label_values}; fix the row, or set label_names / "
+                                f"skip_labels.")
+            ids.append(index[value])
+            kept.append(row)
+        if not ids:
+            raise DataError(f"{rows.where}: no examples left (skip_labels={sorted(self.skip_labels)} removed all "
+                            f"{len(rows.lines)}); check the file and the settings.")
+        return ids, kept
+
+    # ---- tokenization -----------------------------------------------------------------------------------------
+
+    def _encode(self, batch: dict[str, list[Any]], where: str) -> dict[str, list[Any]]:
+        pieces = [self.tokenizer(batch[f"text{i}"], add_special_tokens=False, return_attention_mask=False,
+                                 return_token_type_ids=False, verbose=False)["input_ids"]
+                  for i in range(len(self.text_columns))]
+        pair = len(pieces) == 2
+        budget = self.max_length - self.template.num_special(pair=pair)
+        out: dict[str, list[Any]] = {"input_ids": [], "truncated": []}
+        if self.uses_token_types:
+            out["token_type_ids"] = []
+        for row, texts in enumerate(zip(*pieces, strict=True)):
+            length = sum(map(len, texts))
+            cut = length > budget
+            if cut and self.truncation == "error":
+                choices = "longest_first" if pair else "head, tail or head+tail"
+                raise DataError(f"{where}, line {batch['line'][row]}: {length + self.max_length - budget} tokens with "
+                                f"the special tokens, more than max_length={self.max_length}, and truncation='error'; "
+                                f"raise max_length or choose {choices}.")
+            if cut:
+                texts = truncate_longest_first(*texts, budget) if pair else \
+                    (truncate(texts[0], budget, self.truncation, self.head_fraction),)
+            for key, values in self.encode_types(*self.template.wrap(*texts)).items():
+                out[key].append(values)
+            out["truncated"].append(cut)
+        for key in ("labels", "id"):
+            if key in batch:
+                out[key] = batch[key]
+        return out
+
+    def _build(self, split: str) -> datasets.Dataset:
+        rows = self._read(split)
+        settings = (self.text_columns, self.label_column, self.max_length, self.truncation, self.head_fraction,
+                    sorted(self.skip_labels), self.label_values, self.is_regression, 2)
+        key = fingerprint(split, rows.identity, self.tokenizer_key(), settings)
+
+        def raw() -> datasets.Dataset:
+            kept = list(range(len(rows.lines)))
+            columns: dict[str, list[Any]] = {}
+            if rows.labels is not None:
+                columns["labels"], kept = self._label_ids(rows)
+            for i, texts in enumerate(rows.texts):
+                for row in kept:
+                    if not isinstance(texts[row], str):
+                        raise DataError(f"{rows.where}, line {rows.lines[row]}: {self.text_columns[i]} is "
+                                        f"{texts[row]!r}, not a string.")
+                columns[f"text{i}"] = [texts[row] for row in kept]
+            columns["line"] = [rows.lines[row] for row in kept]
+            if rows.labels is None:
+                columns["id"] = rows.ids
+            return datasets.Dataset.from_dict(columns)
+
+        name = self.spec.name if self.spec else "classification"
+        dataset = cached_map(raw, lambda batch: self._encode(batch, rows.where), cache_dir=self.cache_path,
+                             name=f"{name.replace('/', '-')}-{split}", key=key)
+        self.skipped[split] = len(rows.lines) - len(dataset)
+        if self.skipped[split]:
+            log.info("%s: skip_labels=%s left out %d of %d rows", rows.where, sorted(self.skip_labels),
+                     self.skipped[split], len(rows.lines))
+        self.truncated[split] = sum(dataset["truncated"])
+        if self.truncated[split]:
+            log.warning("%s: %d of %d examples were longer than max_length=%d and were cut (%s)", rows.where,
+                        self.truncated[split], len(dataset), self.max_length, self.truncation)
+        return dataset
+
+    # ---- splits -----------------------------------------------------------------------------------------------
+
+    @property
+    def has_test_split(self) -> bool:
+        """Whether there is a labelled `test` split to run (GLUE's test labels are not public)."""
+        if self.spec is not None:
+            return self.spec.labelled_test
+        return self.files["test"] is not None or self.files["train"] is None  # a hub dataset: its test split
+
+    def setup(self, stage: str | None = None) -> None:
+        super().setup(stage)
+        if stage in (None, "predict") and self.spec is not None:
+            for split in self.spec.test_splits:
+                if split not in self.datasets:
+                    if split in self.spec.split_configs and self._folder(self.spec.config) is not None:
+                        local = self._local_file(split)  # a set of another config, read with this task (AX)
+                        if local is None or not local.is_file():
+                            continue  # optional: a local task folder need not come with the diagnostic set
+                    self.datasets[split] = self._build(split)
+                    self.test_ids[split] = list(self.datasets[split]["id"])
+                if split not in self.test_split_names:
+                    self.test_split_names.append(split)
+
+    def predict_dataloader(self) -> DataLoader | list[DataLoader]:
+        # Unshuffled and ungrouped so predictions come back in file order, as write_submission needs.
+        loaders = [DataLoader(self._model_view(self.datasets[split]), batch_size=self.eval_batch_size, shuffle=False,
+                              collate_fn=self.collate, num_workers=self.num_workers)
+                   for split in self.test_split_names]
+        return loaders[0] if len(loaders) == 1 else loaders
+
+    def write_submission(self, predictions: dict[str, Sequence[float]], out_dir: str | os.PathLike[str]) -> list[Path]:
+        """Write the submission TSVs from predictions (class ids, or scores) per unlabelled test split."""
+        missing = set(self.test_split_names) - set(predictions)
+        if missing:
+            raise DataError(f"No predictions for test split(s) {sorted(missing)} of {self.spec.name}; the GLUE "
+                            f"server needs one file per test set.")  # type: ignore[union-attr]
+        return [write_submission(self.spec, split, self.test_ids[split], predictions[split], out_dir)  # type: ignore
+                for split in self.test_split_names]
+
+
+def write_submission(task: TextSet | str, split: str, ids: Sequence[str], predictions: Sequence[float],
+                     out_dir: str | os.PathLike[str]) -> Path:
+    """Write one GLUE-submission TSV: header `index<TAB>prediction`, labels spelled as in the training files
+    (class ids are mapped back), STS-B scores with three decimals, clipped to the scale's [0, 5]."""
+    task = glue_task(task) if isinstance(task, str) else task
+    if split not in task.submission:
+        raise DataError(f"{task.name} has no test split {split!r}; choose one of {list(task.submission)}.")
+    if len(ids) != len(predictions):
+        raise DataError(f"{task.name} {split}: {len(predictions)} predictions for {len(ids)} test examples; "
+                        f"predict the whole test set, in order, with no shuffling or dropped batches.")
+    path = Path(out_dir) / task.submission[split]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    low, high = task.score_range or (-math.inf, math.inf)
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle, delimiter="\t", lineterminator="\n")
+        writer.writerow(["index", "prediction"])
+        for example_id, prediction in zip(ids, predictions, strict=True):
+            value = f"{min(max(float(prediction), low), high):.3f}" if task.labels is None \
+                else task.labels[int(prediction)]
+            writer.writerow([example_id, value])
+    return path
+
+
+class GLUEDataModule(ClassificationDataModule):
+    """One GLUE task: train, validation (MNLI: matched and mismatched) and the unlabelled test sets for prediction.
+
+    Args:
+        task: Task name (`cola`, `sst2`, `mrpc`, `stsb`, `qqp`, `mnli`, `qnli`, `rte`, `wnli`; folder names work).
+        tokenizer: Path to a tokenizer folder or tokenizer.json; train.py defaults it to the folder of
+            `model.pretrained`.
+        max_length: Longest sequence, special tokens included.
+        batch_size: Training batch size.
+        eval_batch_size: Validation and prediction batch size (defaults to `batch_size`).
+        data_root: Folder holding `glue/<TASK>/` (defaults to $LITBERT_DATA); without one, the hub is used.
+        data_dir: A task folder in the official layout, instead of the data root.
+        truncation: `longest_first` cuts over-long examples (counted in the log); `error` refuses them.
+        group_by_length: Batch similar lengths together (faster; changes the batches' composition).
+        num_workers: DataLoader worker processes.
+        cache_dir: Folder for tokenized caches (defaults to $LITBERT_CACHE or ~/.cache/litbert).
+        seed: Seed of the training order.
+    """
+
+    def __init__(
+        self,
+        task: str,
+        tokenizer: str | None = None,
+        max_length: int = 128,
+        batch_size: int = 32,
+        eval_batch_size: int | None = None,
+        data_root: str | None = None,
+        data_dir: str | None = None,
+        truncation: Literal["longest_first", "error"] = "longest_first",
+        group_by_length: bool = False,
+        num_workers: int = 0,
+        cache_dir: str | None = None,
+        seed: int = 0,
+    ) -> None:
+        check_choice("truncation", truncation, Literal["longest_first", "error"], DataError)
+        super().__init__(tokenizer, dataset=glue_task(task).name, max_length=max_length, truncation=truncation,
+                         batch_size=batch_size, eval_batch_size=eval_batch_size, group_by_length=group_by_length,
+                         num_workers=num_workers, data_root=data_root, data_dir=data_dir, cache_dir=cache_dir,
+                         seed=seed)
+        self.save_hyperparameters()

@@ -1,0 +1,214 @@
+"""Sequence classification: SST-2 and IMDB from the data root, any CSV/JSONL or hub dataset of one text or a pair
+with string labels mapped to ids (the mapping travels in the checkpoint state) or scores, explicit head / tail /
+head+tail truncation of one text and the tokenizer's longest-first cut of pairs, and user filters counted."""
+
+import csv
+import json
+import logging
+
+import datasets
+import pytest
+from runs import MINILM
+
+from data import ClassificationDataModule, DataError, GLUEDataModule
+from data.classification import truncate, truncate_longest_first
+
+
+def test_sst2(shared_data, tmp_path):
+    dm = ClassificationDataModule(MINILM, dataset="sst2", data_root=str(shared_data), cache_dir=str(tmp_path))
+    dm.setup("validate")
+    labels = dm.datasets["validation"]["labels"]
+    assert len(labels) == 872 and labels.count(1) == 444 and dm.label_names == ["negative", "positive"]
+
+
+def imdb_slice(shared_data, tmp_path, rows: int) -> str:
+    """The first `rows` negative and positive training reviews, copied (shared data is read-only)."""
+    with (shared_data / "imdb" / "train.csv").open(encoding="utf-8", newline="") as handle:
+        reader = list(csv.DictReader(handle))
+    picked = reader[:rows] + reader[-rows:]
+    path = tmp_path / "imdb.csv"
+    with path.open("w", encoding="utf-8", newline="") as handle:
+        writer = csv.DictWriter(handle, ["id", "rating", "label", "text"])
+        writer.writeheader()
+        writer.writerows(picked)
+    return str(path)
+
+
+@pytest.mark.parametrize("strategy", ["head", "tail", "head+tail"])
+def test_imdb_truncation_strategies(strategy, shared_data, tmp_path, caplog):
+    path = imdb_slice(shared_data, tmp_path, 40)
+    dm = ClassificationDataModule(MINILM, train_file=path, val_file=path, max_length=64, truncation=strategy,
+                             cache_dir=str(tmp_path))
+    with caplog.at_level(logging.WARNING):
+        dm.setup("fit")
+    with open(path, encoding="utf-8", newline="") as handle:
+        texts = [row["text"] for row in csv.DictReader(handle)]
+    full = dm.tokenizer(texts, add_special_tokens=False)["input_ids"]
+    rows = dm.datasets["train"]["input_ids"]
+    assert len(rows) == 80 and dm.label_names == ["0", "1"] and dm.datasets["train"]["labels"][:2] == [0, 0]
+    for ids, row in zip(full, rows, strict=True):
+        expected = ids if len(ids) <= 62 else {"head": ids[:62], "tail": ids[-62:],
+                                               "head+tail": ids[:16] + ids[-46:]}[strategy]
+        assert row == [dm.tokenizer.cls_token_id, *expected, dm.tokenizer.sep_token_id]
+    cut = sum(len(ids) > 62 for ids in full)
+    assert dm.truncated["train"] == cut > 70
+    assert f"{cut} of 80 examples were longer than max_length=64 and were cut ({strategy})" in caplog.text
+
+
+def test_truncate_head_tail_split():
+    assert truncate(list(range(10)), 4, "head+tail", 0.25) == [0, 7, 8, 9]
+    assert truncate(list(range(10)), 4, "tail", 0.25) == [6, 7, 8, 9]
+
+
+def test_imdb_full_counts(shared_data, tmp_path):
+    from data.sources import read_table
+
+    for split in ("train", "test"):
+        labels = read_table(shared_data / "imdb" / f"{split}.csv", ["text", "label"])["label"]
+        assert len(labels) == 25000 and labels.count("1") == labels.count("0") == 12500
+    assert len(read_table(shared_data / "imdb" / "unsup.csv", ["text"])["text"]) == 50000
+
+
+def test_jsonl_string_labels_mapping_and_state(tmp_path, caplog):
+    rows = [{"review": f"review {i}", "stars": ["bad", "good", "meh", "unlabelled"][i % 4]} for i in range(20)]
+    path = tmp_path / "reviews.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+    dm = ClassificationDataModule(MINILM, train_file=str(path), val_file=str(path), text_columns=["review"],
+                             label_column="stars", skip_labels=["unlabelled"], cache_dir=str(tmp_path))
+    assert dm.label_names == ["bad", "good", "meh", "unlabelled"]  # known before setup, sorted
+    dm = ClassificationDataModule(MINILM, train_file=str(path), val_file=str(path), text_columns=["review"],
+                             label_column="stars", label_names=["meh", "bad", "good"], skip_labels=["unlabelled"],
+                             cache_dir=str(tmp_path))
+    with caplog.at_level(logging.INFO):
+        dm.setup("fit")
+    assert dm.num_labels == 3 and dm.skipped["train"] == 5
+    assert "skip_labels=['unlabelled'] left out 5 of 20 rows" in caplog.text
+    assert dm.datasets["train"]["labels"][:3] == [1, 2, 0]
+    state = dm.state_dict()
+    assert state == {"label_values": ["meh", "bad", "good"], "label_names": ["meh", "bad", "good"]}
+    fresh = ClassificationDataModule(MINILM, train_file=str(path), text_columns=["review"], label_column="stars",
+                                label_names=["x", "y"], cache_dir=str(tmp_path))
+    fresh.load_state_dict(state)
+    assert fresh.label_names == ["meh", "bad", "good"] and fresh.num_labels == 3
+
+
+def test_csv_label_outside_the_set(tmp_path):
+    train = tmp_path / "train.csv"
+    train.write_text("text,label\ngood film,pos\nbad film,neg\n", encoding="utf-8")
+    val = tmp_path / "val.csv"
+    val.write_text("text,label\nfine,pos\nodd,neutral\n", encoding="utf-8")
+    dm = ClassificationDataModule(MINILM, train_file=str(train), val_file=str(val), cache_dir=str(tmp_path))
+    with pytest.raises(DataError, match=r"val.csv, line 3: label 'neutral' in column 'label' is not one of the "
+                                        r"labels \['neg', 'pos'\]"):
+        dm.setup("fit")
+
+
+@pytest.mark.parametrize("max_length", [24, 40, 64])
+def test_pairs_are_cut_as_the_tokenizer_cuts_them(max_length, shared_data, tmp_path):
+    """Both texts tokenized alone and wrapped in the special tokens give the tokenizer's own pair encoding,
+    `longest_first` truncation included (RTE's premises are long, so most pairs are cut at these lengths)."""
+    dm = GLUEDataModule("rte", MINILM, max_length=max_length, data_root=str(shared_data), cache_dir=str(tmp_path))
+    dm.setup("validate")
+    with (shared_data / "glue" / "RTE" / "dev.tsv").open(encoding="utf-8") as handle:
+        rows = [line.rstrip("\n").split("\t") for line in handle][1:]
+    expected = dm.tokenizer([r[1] for r in rows], [r[2] for r in rows], truncation="longest_first",
+                            max_length=max_length)
+    assert dm.datasets["validation"]["input_ids"] == expected["input_ids"]
+    assert dm.datasets["validation"]["token_type_ids"] == expected["token_type_ids"]
+    assert dm.truncated["validation"] > 90  # of 277 pairs
+
+
+def test_truncate_longest_first_cases():
+    a, b = list(range(10)), list(range(100, 103))
+    assert truncate_longest_first(a, b, 8) == (a[:5], b)  # only the longer text, down to what the budget leaves
+    assert truncate_longest_first(b, a, 8) == (b, a[:5])
+    assert truncate_longest_first(a, a, 7) == (a[:3], a[:4])  # both cut: halves, the odd token to the second
+    assert truncate_longest_first(a, b, 5) == (a[:3], b[:2])
+
+
+PAIR_YAML = """\
+seed_everything: 0
+trainer:
+  max_steps: 12
+  log_every_n_steps: 2
+  logger: false
+model:
+  class_path: tasks.classification.SequenceClassification
+  init_args:
+    optimization:
+      learning_rate: 1.0e-4
+data:
+  class_path: data.ClassificationDataModule
+  init_args:
+    train_file: {train}
+    val_file: {dev}
+    text_columns: [question, passage]
+    label_column: answer
+    batch_size: 8
+"""
+
+
+def test_a_pair_dataset_from_csv_fine_tunes_from_a_yaml_alone(shared_data, minilm, tmp_path, monkeypatch):
+    """A BoolQ-like CSV (question, passage, yes/no) is a config file, no code: pairs with token types, labels
+    mapped from strings, the exported model's id2label spelled as in the file."""
+    import train
+
+    monkeypatch.setenv("LITBERT_CACHE", str(tmp_path / "cache"))
+    with (shared_data / "glue" / "RTE" / "train.tsv").open(encoding="utf-8") as handle:
+        rows = [line.rstrip("\n").split("\t") for line in handle][1:201]
+    for name, part in (("train", rows[:160]), ("dev", rows[160:])):
+        with (tmp_path / f"{name}.csv").open("w", encoding="utf-8", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["question", "passage", "answer"])
+            writer.writerows([r[2], r[1], "yes" if r[3] == "entailment" else "no"] for r in part)
+    config = tmp_path / "boolq-like.yaml"
+    config.write_text(PAIR_YAML.format(train=tmp_path / "train.csv", dev=tmp_path / "dev.csv"))
+    cli = train.main(["--config", str(config), "--model.pretrained", minilm, "--trainer.default_root_dir",
+                      str(tmp_path / "run"), "--trainer.enable_progress_bar", "false"])
+    data = cli.datamodule
+    assert data.label_names == ["no", "yes"] and data.metric_names == ["accuracy"]
+    assert any(1 in types for types in data.datasets["train"]["token_type_ids"])  # the passage is segment B
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert set(metrics) == {"val/loss", "val/accuracy"} and 0.0 <= metrics["val/accuracy"] <= 1.0
+    exported = json.loads((tmp_path / "run" / "model" / "config.json").read_text())
+    assert exported["id2label"] == {"0": "no", "1": "yes"}
+
+
+def test_regression_from_jsonl(tmp_path):
+    path = tmp_path / "scores.jsonl"
+    path.write_text("\n".join(json.dumps({"a": f"first {i}", "b": f"second {i}", "y": i / 4}) for i in range(8)))
+    dm = ClassificationDataModule(MINILM, train_file=str(path), val_file=str(path), text_columns=["a", "b"],
+                                  label_column="y", regression=True, cache_dir=str(tmp_path))
+    dm.setup("fit")
+    assert dm.num_labels == 1 and dm.metric_names == ["pearson", "spearman"] and dm.is_regression
+    assert dm.datasets["train"]["labels"] == [i / 4 for i in range(8)]
+    path.write_text(json.dumps({"a": "x", "b": "y", "y": "high"}) + "\n")
+    bad = ClassificationDataModule(MINILM, train_file=str(path), val_file=str(path), text_columns=["a", "b"],
+                                   label_column="y", regression=True, cache_dir=str(tmp_path / "bad"))
+    with pytest.raises(DataError, match=r"scores.jsonl, line 1: y='high' is not a finite number"):
+        bad.setup("fit")
+
+
+def test_a_hub_pair_dataset_keeps_its_class_label_order(monkeypatch, tmp_path):
+    def fake_load_dataset(name, config, split):
+        assert (name, config) == ("someone/nli", None)
+        features = datasets.Features({"premise": datasets.Value("string"), "hypothesis": datasets.Value("string"),
+                                      "label": datasets.ClassLabel(names=["entailment", "neutral", "contradiction"])})
+        return datasets.Dataset.from_dict({"premise": ["a b", "c", "d"], "hypothesis": ["e", "f g", "h"],
+                                           "label": [2, 0, -1]}, features=features)
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    dm = ClassificationDataModule(MINILM, dataset="someone/nli", text_columns=["premise", "hypothesis"],
+                                  skip_labels=["-1"], cache_dir=str(tmp_path))
+    assert dm.label_names == ["entailment", "neutral", "contradiction"]
+    dm.setup("fit")
+    assert dm.datasets["train"]["labels"] == [2, 0] and dm.skipped["train"] == 1
+
+
+def test_settings_that_do_not_apply_are_refused(tmp_path):
+    with pytest.raises(DataError, match=r"truncation='head' cuts one text, but the examples are pairs"):
+        ClassificationDataModule(MINILM, dataset="rte", truncation="head")
+    with pytest.raises(DataError, match=r"data.text_columns=\['body'\], but rte has \['sentence1', 'sentence2'\]"):
+        ClassificationDataModule(MINILM, dataset="rte", text_columns=["body"])
+    with pytest.raises(DataError, match=r"one text column, or two for a pair"):
+        ClassificationDataModule(MINILM, train_file=str(tmp_path / "x.csv"), text_columns=["a", "b", "c"])
