@@ -1,4 +1,5 @@
-"""Reading and writing checkpoints: transformers-format BERT, RoBERTa and DistilBERT, and litbert's own format.
+"""Reading and writing checkpoints: transformers-format BERT, RoBERTa, DistilBERT and ELECTRA (its discriminator
+encoder), and litbert's own format.
 
 A transformers checkpoint is a directory with `config.json` and weights (`model.safetensors`, a sharded
 `model.safetensors.index.json`, or `pytorch_model.bin`, read with `torch.load(weights_only=True)`). Each family's
@@ -26,6 +27,7 @@ from torch import nn
 
 from encoders.choices import check_choice
 from encoders.config import EncoderConfig
+from encoders.positions import sinusoidal_table
 
 log = logging.getLogger(__name__)
 
@@ -40,19 +42,39 @@ class CheckpointError(ValueError):
 
 @dataclass(frozen=True)
 class Layout:
-    """Where one transformers family keeps each litbert parameter (names without `.weight` / `.bias`)."""
+    """One transformers family as data: its config.json keys, its conventions, and where it keeps each litbert
+    parameter (names without `.weight` / `.bias`). Loading and exporting read this table and nothing else."""
 
     model_type: str
+    class_prefix: str  # transformers' class names: `{class_prefix}Model`, `{class_prefix}ForMaskedLM`, ...
     prefix: str  # the base model's attribute in the task models: `bert.`, `roberta.`, `distilbert.`
+    config_keys: dict[str, str]  # EncoderConfig field -> the family's config.json key
+    defaults: dict[str, Any]  # EncoderConfig field -> its value when config.json lacks the key
     embeddings: dict[str, str]
     layer: str  # the per-layer prefix, with `{i}` for the index
-    qkv: tuple[str, str, str]
+    qkv: tuple[str, ...]  # the query, key and value projections, or one fused projection
     block: dict[str, str]
-    mlm: dict[str, str]  # head parameters, relative to the task model's root
-    sequence_classification: dict[str, str]
-    pooler_activation: str
+    heads: dict[str, dict[str, str]]  # head kind -> its parameters, relative to the task model's root
+    pooler_activation: str = "tanh"
+    fixed: dict[str, Any] = field(default_factory=dict)  # EncoderConfig values the family has and does not store
+    activation_key: str = "hidden_act"
+    activations: tuple[str, ...] = ("gelu", "gelu_tanh", "relu")  # litbert activations it can express
+    positions: tuple[str, ...] = ("learned",)  # position schemes it stores
+    sinusoidal_key: str | None = None  # the config.json flag that selects sinusoidal positions
+    offset_from_pad: bool = False  # positions start at pad_token_id + 1 (RoBERTa)
+    token_types: bool = True  # has a token-type table (type_vocab_size >= 1)
+    required: dict[str, Any] = field(default_factory=dict)  # config.json values it must have to load (and writes)
+    same_as: dict[str, str] = field(default_factory=dict)  # config.json key -> the EncoderConfig field it must equal
 
 
+_POST_NORM = {"norm_placement": "post", "norm": "layernorm", "bias": True}
+_BERT_KEYS = {"vocab_size": "vocab_size", "hidden_size": "hidden_size", "num_layers": "num_hidden_layers",
+              "num_heads": "num_attention_heads", "intermediate_size": "intermediate_size",
+              "max_position_embeddings": "max_position_embeddings", "type_vocab_size": "type_vocab_size",
+              "pad_token_id": "pad_token_id", "norm_eps": "layer_norm_eps", "hidden_dropout": "hidden_dropout_prob",
+              "attention_dropout": "attention_probs_dropout_prob", "initializer_range": "initializer_range"}
+_BERT_DEFAULTS = {"type_vocab_size": 2, "pad_token_id": 0, "norm_eps": 1e-12, "hidden_dropout": 0.1,
+                  "attention_dropout": 0.1, "initializer_range": 0.02}
 _BERT_BLOCK = {
     "attention.out": "attention.output.dense",
     "attention_norm": "attention.output.LayerNorm",
@@ -66,37 +88,56 @@ _BERT_EMBEDDINGS = {
     "embeddings.norm": "embeddings.LayerNorm",
     "position.table": "embeddings.position_embeddings",
 }
-_BERT_QKV = ("attention.self.query", "attention.self.key", "attention.self.value")
+_BERT = dict(config_keys=_BERT_KEYS, embeddings=_BERT_EMBEDDINGS, layer="encoder.layer.{i}.",
+             qkv=("attention.self.query", "attention.self.key", "attention.self.value"), block=_BERT_BLOCK,
+             fixed=_POST_NORM, required={"position_embedding_type": "absolute"})
 
 LAYOUTS: dict[str, Layout] = {
     "bert": Layout(
-        model_type="bert", prefix="bert.", embeddings=_BERT_EMBEDDINGS, layer="encoder.layer.{i}.", qkv=_BERT_QKV,
-        block=_BERT_BLOCK,
-        mlm={"dense": "cls.predictions.transform.dense", "norm": "cls.predictions.transform.LayerNorm",
-             "bias": "cls.predictions.bias"},
-        sequence_classification={"pooler.0": "bert.pooler.dense", "classifier": "classifier"},
-        pooler_activation="tanh",
+        "bert", "Bert", "bert.", defaults=_BERT_DEFAULTS, **_BERT,
+        heads={"mlm": {"dense": "cls.predictions.transform.dense", "norm": "cls.predictions.transform.LayerNorm",
+                       "bias": "cls.predictions.bias"},
+               "sequence_classification": {"pooler.0": "bert.pooler.dense", "classifier": "classifier"},
+               "token_classification": {"classifier": "classifier"}},
     ),
     "roberta": Layout(
-        model_type="roberta", prefix="roberta.", embeddings=_BERT_EMBEDDINGS, layer="encoder.layer.{i}.",
-        qkv=_BERT_QKV, block=_BERT_BLOCK,
-        mlm={"dense": "lm_head.dense", "norm": "lm_head.layer_norm", "bias": "lm_head.bias"},
-        sequence_classification={"pooler.0": "classifier.dense", "classifier": "classifier.out_proj"},
-        pooler_activation="tanh",
+        "roberta", "Roberta", "roberta.", defaults=_BERT_DEFAULTS | {"pad_token_id": 1}, offset_from_pad=True,
+        **_BERT,
+        heads={"mlm": {"dense": "lm_head.dense", "norm": "lm_head.layer_norm", "bias": "lm_head.bias"},
+               "sequence_classification": {"pooler.0": "classifier.dense", "classifier": "classifier.out_proj"},
+               "token_classification": {"classifier": "classifier"}},
     ),
     "distilbert": Layout(
-        model_type="distilbert", prefix="distilbert.",
+        "distilbert", "DistilBert", "distilbert.",
+        config_keys={"vocab_size": "vocab_size", "hidden_size": "dim", "num_layers": "n_layers",
+                     "num_heads": "n_heads", "intermediate_size": "hidden_dim",
+                     "max_position_embeddings": "max_position_embeddings", "pad_token_id": "pad_token_id",
+                     "hidden_dropout": "dropout", "attention_dropout": "attention_dropout",
+                     "initializer_range": "initializer_range"},
+        defaults={"pad_token_id": 0, "hidden_dropout": 0.1, "attention_dropout": 0.1, "initializer_range": 0.02},
         embeddings={"embeddings.word": "embeddings.word_embeddings", "embeddings.norm": "embeddings.LayerNorm",
                     "position.table": "embeddings.position_embeddings"},
         layer="transformer.layer.{i}.", qkv=("attention.q_lin", "attention.k_lin", "attention.v_lin"),
         block={"attention.out": "attention.out_lin", "attention_norm": "sa_layer_norm",
                "feed_forward.up": "ffn.lin1", "feed_forward.down": "ffn.lin2",
                "feed_forward_norm": "output_layer_norm"},
-        mlm={"dense": "vocab_transform", "norm": "vocab_layer_norm", "bias": "vocab_projector.bias"},
-        sequence_classification={"pooler.0": "pre_classifier", "classifier": "classifier"},
+        heads={"mlm": {"dense": "vocab_transform", "norm": "vocab_layer_norm", "bias": "vocab_projector.bias"},
+               "sequence_classification": {"pooler.0": "pre_classifier", "classifier": "classifier"},
+               "token_classification": {"classifier": "classifier"}},
         pooler_activation="relu",
+        fixed=_POST_NORM | {"type_vocab_size": 0, "norm_eps": 1e-12},  # DistilBERT hard-codes its LayerNorm epsilon
+        activation_key="activation", activations=("gelu", "relu"), positions=("learned", "sinusoidal"),
+        sinusoidal_key="sinusoidal_pos_embds", token_types=False,
+    ),
+    # ELECTRA's discriminator (Clark et al., 2020) is BERT's encoder under another name; loaded when its embeddings
+    # are as wide as its hidden states (no `embeddings_project`). Its heads are not BERT's, so only the encoder.
+    "electra": Layout(
+        "electra", "Electra", "electra.", defaults=_BERT_DEFAULTS, **_BERT, heads={},
+        same_as={"embedding_size": "hidden_size"},
     ),
 }
+# The families an export may take, in the order tried: ELECTRA would only repeat BERT.
+EXPORT_FAMILIES = ("bert", "roberta", "distilbert")
 
 _HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
 _EXPORT_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "relu": "relu"}
@@ -181,43 +222,32 @@ def read_weights(directory: Path) -> dict[str, torch.Tensor]:
 
 
 def config_from_transformers(hf: dict[str, Any], source: str) -> EncoderConfig:
-    """An `EncoderConfig` equal to a transformers `config.json` of a BERT, RoBERTa or DistilBERT model."""
-    model_type = hf.get("model_type")
-    if model_type not in LAYOUTS:
-        raise ValueError(f"{source}: model_type={model_type!r} is not supported; litbert loads {sorted(LAYOUTS)}.")
-    if model_type == "distilbert":
-        activation = hf.get("activation", "gelu")
-        values = dict(
-            vocab_size=hf["vocab_size"], hidden_size=hf["dim"], num_layers=hf["n_layers"], num_heads=hf["n_heads"],
-            intermediate_size=hf["hidden_dim"], max_position_embeddings=hf["max_position_embeddings"],
-            type_vocab_size=0, pad_token_id=hf.get("pad_token_id", 0),
-            position="sinusoidal" if hf.get("sinusoidal_pos_embds") else "learned",
-            norm_eps=1e-12,  # DistilBERT hard-codes its LayerNorm epsilon
-            hidden_dropout=hf.get("dropout", 0.1), attention_dropout=hf.get("attention_dropout", 0.1),
-        )
-    else:
-        activation = hf.get("hidden_act", "gelu")
-        if hf.get("position_embedding_type", "absolute") != "absolute":
-            raise ValueError(
-                f"{source}: position_embedding_type={hf['position_embedding_type']!r} has no litbert equivalent; "
-                f"only 'absolute' checkpoints load."
-            )
-        pad = hf.get("pad_token_id", 0 if model_type == "bert" else 1)
-        values = dict(
-            vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"], num_layers=hf["num_hidden_layers"],
-            num_heads=hf["num_attention_heads"], intermediate_size=hf["intermediate_size"],
-            max_position_embeddings=hf["max_position_embeddings"], type_vocab_size=hf.get("type_vocab_size", 2),
-            pad_token_id=pad, position_offset=pad + 1 if model_type == "roberta" else 0,
-            norm_eps=hf.get("layer_norm_eps", 1e-12),
-            hidden_dropout=hf.get("hidden_dropout_prob", 0.1),
-            attention_dropout=hf.get("attention_probs_dropout_prob", 0.1),
-            initializer_range=hf.get("initializer_range", 0.02),
-        )
+    """An `EncoderConfig` equal to a transformers `config.json` of a family in `LAYOUTS`."""
+    layout = LAYOUTS.get(hf.get("model_type"))  # type: ignore[arg-type]
+    if layout is None:
+        raise ValueError(f"{source}: model_type={hf.get('model_type')!r} is not supported; litbert loads "
+                         f"{sorted(LAYOUTS)}.")
+    for key, value in layout.required.items():
+        if hf.get(key, value) != value:
+            raise ValueError(f"{source}: {key}={hf[key]!r} has no litbert equivalent; only {value!r} checkpoints "
+                             f"load.")
+    values = {name: hf[key] if name not in layout.defaults else hf.get(key, layout.defaults[name])
+              for name, key in layout.config_keys.items()}
+    for key, name in layout.same_as.items():
+        if hf.get(key, values[name]) != values[name]:
+            raise ValueError(f"{source}: {key}={hf[key]} differs from {layout.config_keys[name]}={values[name]}; "
+                             f"litbert's embeddings are as wide as its hidden states.")
+    values.update(layout.fixed)
+    if layout.offset_from_pad:
+        values["position_offset"] = values["pad_token_id"] + 1
+    if layout.sinusoidal_key is not None and hf.get(layout.sinusoidal_key):
+        values["position"] = "sinusoidal"
+    activation = hf.get(layout.activation_key, "gelu")
     if activation not in _HF_ACTIVATIONS:
         raise ValueError(
             f"{source}: activation {activation!r} is not supported; litbert maps {sorted(_HF_ACTIVATIONS)}."
         )
-    return EncoderConfig(**values, activation=_HF_ACTIVATIONS[activation], name=model_type)
+    return EncoderConfig(**values, activation=_HF_ACTIVATIONS[activation], name=layout.model_type)
 
 
 def _weight_names(names: list[str], base: str) -> list[str]:
@@ -271,8 +301,8 @@ def _from_transformers(directory: Path) -> Checkpoint:
         take(ours, theirs)
     for i in range(config.num_layers):
         layer = layout.layer.format(i=i)
-        for suffix in ("weight", "bias"):
-            parts = [base.pop(f"{layer}{name}.{suffix}") for name in layout.qkv]
+        for suffix in ("weight", "bias") if config.bias else ("weight",):
+            parts = [base.pop(f"{layer}{name}.{suffix}") for name in layout.qkv]  # one part when fused
             encoder[f"blocks.{i}.attention.qkv.{suffix}"] = torch.cat(parts, dim=0)
         for ours, theirs in layout.block.items():
             take(f"blocks.{i}.{ours}", layer + theirs)
@@ -281,23 +311,23 @@ def _from_transformers(directory: Path) -> Checkpoint:
         raise ValueError(f"{directory}: weights litbert cannot place: {leftover[:8]}; the architecture differs.")
 
     heads: dict[str, dict[str, torch.Tensor]] = {}
-    for kind, table in (("mlm", layout.mlm), ("sequence_classification", layout.sequence_classification),
-                        ("token_classification", {"classifier": "classifier"})):
+    for kind, table in layout.heads.items():
         head: dict[str, torch.Tensor] = {}
         for ours, theirs in table.items():
             for name in _weight_names(list(top), theirs):
                 head[ours + name[len(theirs):]] = top[name]
         heads[kind] = head
-    if "bias" not in heads["mlm"] and "cls.predictions.decoder.bias" in top:  # older BERT checkpoints
-        heads["mlm"]["bias"] = top["cls.predictions.decoder.bias"]
-    if "dense.weight" not in heads["mlm"]:
-        del heads["mlm"]
+    mlm = heads.get("mlm", {})
+    if mlm and "bias" not in mlm and "cls.predictions.decoder.bias" in top:  # older BERT checkpoints
+        mlm["bias"] = top["cls.predictions.decoder.bias"]
+    if "dense.weight" not in mlm:
+        heads.pop("mlm", None)
     # A token classifier and a sequence classifier share the name `classifier` in BERT and DistilBERT; which one
     # a checkpoint holds is stated by its `architectures` entry.
     architecture = " ".join(hf_config.get("architectures") or [])
     if "TokenClassification" not in architecture:
-        del heads["token_classification"]
-    if "SequenceClassification" not in architecture:
+        heads.pop("token_classification", None)
+    if "SequenceClassification" not in architecture and "sequence_classification" in heads:
         heads["sequence_classification"] = {k: v for k, v in heads["sequence_classification"].items()
                                             if k.startswith("pooler.")}
     heads = {kind: state for kind, state in heads.items() if state}
@@ -342,71 +372,58 @@ def load_checkpoint(directory: str | Path | Checkpoint) -> Checkpoint:
 # ----------------------------------------------------------------------------------------------------- writing
 
 
+def _mismatches(config: EncoderConfig, layout: Layout) -> list[str]:
+    """What in `config` the family `layout` cannot express, each with the reason."""
+    family = layout.class_prefix
+    reasons = [f"{name}={getattr(config, name)!r} ({family} has {value!r})" for name, value in layout.fixed.items()
+               if getattr(config, name) != value]
+    if config.position not in layout.positions:
+        reasons.append(f"position={config.position!r} ({family} stores {' or '.join(layout.positions)} positions)")
+    if config.activation not in layout.activations:
+        reasons.append(f"activation={config.activation!r} ({family}: {', '.join(layout.activations)})")
+    if layout.token_types and config.type_vocab_size == 0:
+        reasons.append(f"type_vocab_size=0 ({family} has token types)")
+    offset = config.pad_token_id + 1 if layout.offset_from_pad else 0
+    if config.position_offset != offset:
+        reasons.append(f"position_offset={config.position_offset} ({family} counts positions from {offset})")
+    return reasons
+
+
 def transformers_layout(config: EncoderConfig) -> Layout:
-    """The transformers family that expresses `config` exactly; `ValueError` saying why when none does."""
-    reasons = []
-    if config.position not in ("learned", "sinusoidal"):
-        reasons.append(f"position={config.position!r} (transformers' BERT family has absolute positions only)")
-    if config.norm_placement != "post":
-        reasons.append("norm_placement='pre' (BERT, RoBERTa and DistilBERT are post-norm)")
-    if config.norm != "layernorm":
-        reasons.append(f"norm={config.norm!r} (they use LayerNorm)")
-    if config.activation not in _EXPORT_ACTIVATIONS:
-        reasons.append(f"activation={config.activation!r} (they have no gated feed-forward)")
-    if not config.bias:
-        reasons.append("bias=False (they always have biases)")
-    if config.type_vocab_size == 0:
-        if config.position_offset:
-            reasons.append("position_offset without token types (neither RoBERTa nor DistilBERT)")
-        if config.norm_eps != 1e-12:
-            reasons.append(f"norm_eps={config.norm_eps} with no token types (DistilBERT fixes it at 1e-12)")
-        if config.activation not in ("gelu", "relu"):
-            reasons.append(f"activation={config.activation!r} with no token types (DistilBERT: gelu or relu)")
-        layout = LAYOUTS["distilbert"]
-    elif config.position == "sinusoidal":
-        reasons.append("position='sinusoidal' with token types (only DistilBERT has sinusoidal positions)")
-        layout = LAYOUTS["bert"]
-    elif config.position_offset:
-        if config.position_offset != config.pad_token_id + 1:
-            reasons.append(f"position_offset={config.position_offset} != pad_token_id + 1 (RoBERTa's convention)")
-        layout = LAYOUTS["roberta"]
-    else:
-        layout = LAYOUTS["bert"]
-    if reasons:
-        raise ValueError(
-            "This configuration has no transformers equivalent: " + "; ".join(reasons)
-            + ". Save it with format='litbert' (or 'auto') instead."
-        )
-    return layout
+    """The first family of EXPORT_FAMILIES that expresses `config` exactly; `ValueError` saying, for the closest
+    family, what it cannot express."""
+    found = {name: _mismatches(config, LAYOUTS[name]) for name in EXPORT_FAMILIES}
+    for name, reasons in found.items():
+        if not reasons:
+            return LAYOUTS[name]
+    closest = min(found, key=lambda name: len(found[name]))
+    raise ValueError(
+        "This configuration has no transformers equivalent: " + "; ".join(found[closest])
+        + f" (the closest family is {LAYOUTS[closest].class_prefix}). Save it with format='litbert' (or 'auto') "
+        "instead."
+    )
 
 
 def _transformers_config(config: EncoderConfig, layout: Layout, architecture: str, extra: dict) -> dict[str, Any]:
-    common = dict(model_type=layout.model_type, architectures=[architecture], vocab_size=config.vocab_size,
-                  max_position_embeddings=config.max_position_embeddings, pad_token_id=config.pad_token_id,
-                  initializer_range=config.initializer_range, **extra)
-    if layout.model_type == "distilbert":
-        return dict(common, dim=config.hidden_size, n_layers=config.num_layers, n_heads=config.num_heads,
-                    hidden_dim=config.intermediate_size, activation=_EXPORT_ACTIVATIONS[config.activation],
-                    dropout=config.hidden_dropout, attention_dropout=config.attention_dropout,
-                    sinusoidal_pos_embds=config.position == "sinusoidal")
-    return dict(common, hidden_size=config.hidden_size, num_hidden_layers=config.num_layers,
-                num_attention_heads=config.num_heads, intermediate_size=config.intermediate_size,
-                hidden_act=_EXPORT_ACTIVATIONS[config.activation], hidden_dropout_prob=config.hidden_dropout,
-                attention_probs_dropout_prob=config.attention_dropout, type_vocab_size=config.type_vocab_size,
-                layer_norm_eps=config.norm_eps, position_embedding_type="absolute")
+    values = {key: getattr(config, name) for name, key in layout.config_keys.items()}
+    values |= {key: getattr(config, name) for key, name in layout.same_as.items()}
+    if layout.sinusoidal_key is not None:
+        values[layout.sinusoidal_key] = config.position == "sinusoidal"
+    return dict(model_type=layout.model_type, architectures=[architecture], **values, **layout.required,
+                **{layout.activation_key: _EXPORT_ACTIVATIONS[config.activation]}, **extra)
+
+
+HEAD_KINDS = ("mlm", "sequence_classification", "token_classification")  # each head class's `kind`
 
 
 def _head_kind(head: nn.Module | None) -> str | None:
-    from encoders.heads import MaskedLMHead, SequenceClassificationHead, TokenClassificationHead
-
-    kinds = {MaskedLMHead: "mlm", SequenceClassificationHead: "sequence_classification",
-             TokenClassificationHead: "token_classification"}
     if head is None:
         return None
-    for cls, kind in kinds.items():
-        if isinstance(head, cls):
-            return kind
-    raise TypeError(f"Cannot save a head of type {type(head).__name__}; expected one of litbert's heads.")
+    kind = getattr(head, "kind", None)
+    if kind not in HEAD_KINDS:
+        raise TypeError(f"Cannot save a head of type {type(head).__name__}; expected one of litbert's heads "
+                        f"(kinds {list(HEAD_KINDS)}).")
+    return kind
 
 
 def _head_options(head: nn.Module) -> dict[str, Any]:
@@ -424,25 +441,23 @@ def _to_transformers(encoder: nn.Module, head: nn.Module | None, kind: str | Non
             if f"{mine}.{suffix}" in ours:
                 state[f"{prefix}{theirs}.{suffix}"] = ours[f"{mine}.{suffix}"]
     if config.position == "sinusoidal":
-        from encoders.positions import sinusoidal_table
-
         state[f"{prefix}embeddings.position_embeddings.weight"] = sinusoidal_table(
             config.max_position_embeddings, config.hidden_size)
     for i in range(config.num_layers):
         layer = prefix + layout.layer.format(i=i)
-        for suffix in ("weight", "bias"):
-            for name, part in zip(layout.qkv, ours[f"blocks.{i}.attention.qkv.{suffix}"].chunk(3, dim=0), strict=True):
+        for suffix in ("weight", "bias") if config.bias else ("weight",):
+            qkv = ours[f"blocks.{i}.attention.qkv.{suffix}"].chunk(len(layout.qkv), dim=0)  # one part when fused
+            for name, part in zip(layout.qkv, qkv, strict=True):
                 state[f"{layer}{name}.{suffix}"] = part
             for mine, theirs in layout.block.items():
                 state[f"{layer}{theirs}.{suffix}"] = ours[f"blocks.{i}.{mine}.{suffix}"]
 
     extra: dict[str, Any] = {}
-    base_class = {"bert": "Bert", "roberta": "Roberta", "distilbert": "DistilBert"}[layout.model_type]
+    base_class = layout.class_prefix
     architecture = f"{base_class}Model"
     if kind is not None:
         head_state = {k: v.detach().cpu() for k, v in head.state_dict().items()}
-        table = {"mlm": layout.mlm, "sequence_classification": layout.sequence_classification,
-                 "token_classification": {"classifier": "classifier"}}[kind]
+        table = layout.heads[kind]
         for mine, theirs in table.items():
             for name, value in head_state.items():
                 if name == mine or name.startswith(mine + "."):

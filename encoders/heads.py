@@ -14,25 +14,24 @@ after the pooler, which is identical at evaluation time and loads the same weigh
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from encoders.checkpoints import Checkpoint, load_checkpoint
 from encoders.choices import check_choice
 from encoders.config import EncoderConfig
 from encoders.layers import Dropout, activation_spec, build_norm
-
-if TYPE_CHECKING:
-    from encoders.checkpoints import Checkpoint
-
 
 Pooling = Literal["cls", "mean"]  # the first token through BERT's pooler, or the mean over real tokens
 PoolerActivation = Literal["tanh", "relu"]  # BERT's, DistilBERT's pre-classifier
 
 
 class MaskedLMHead(nn.Module):
+    kind = "mlm"  # its name in checkpoints (encoders.checkpoints.HEAD_KINDS)
+
     def __init__(self, config: EncoderConfig, word_embeddings: nn.Embedding | None = None) -> None:
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
@@ -66,14 +65,14 @@ class MaskedLMHead(nn.Module):
     @classmethod
     def from_pretrained(cls, directory: str | Path | Checkpoint, encoder: nn.Module) -> MaskedLMHead:
         """The MLM head stored beside the encoder in `directory`, tied to `encoder`'s word embeddings."""
-        from encoders.checkpoints import load_checkpoint
-
         head = cls(encoder.config, encoder.embeddings.word)
         _load_head(head, load_checkpoint(directory), "mlm")
         return head
 
 
 class SequenceClassificationHead(nn.Module):
+    kind = "sequence_classification"  # its name in checkpoints (encoders.checkpoints.HEAD_KINDS)
+
     def __init__(
         self,
         hidden_size: int,
@@ -116,8 +115,6 @@ class SequenceClassificationHead(nn.Module):
     ) -> SequenceClassificationHead:
         """The pooler (and, when present with a matching size, the classifier) stored in `directory`; a classifier
         absent from the checkpoint is freshly initialised, as when fine-tuning starts from a pretrained encoder."""
-        from encoders.checkpoints import load_checkpoint
-
         checkpoint = load_checkpoint(directory)
         state, num_labels = _classifier_state(checkpoint, "sequence_classification", num_labels, "classifier")
         kwargs.setdefault("pooler_activation", checkpoint.head_options.get("pooler_activation", "tanh"))
@@ -127,6 +124,8 @@ class SequenceClassificationHead(nn.Module):
 
 
 class TokenClassificationHead(nn.Module):
+    kind = "token_classification"  # its name in checkpoints (encoders.checkpoints.HEAD_KINDS)
+
     def __init__(
         self, hidden_size: int, num_labels: int, dropout: float = 0.1, initializer_range: float = 0.02
     ) -> None:
@@ -147,8 +146,6 @@ class TokenClassificationHead(nn.Module):
     def from_pretrained(
         cls, directory: str | Path | Checkpoint, num_labels: int | None = None, **kwargs
     ) -> TokenClassificationHead:
-        from encoders.checkpoints import load_checkpoint
-
         checkpoint = load_checkpoint(directory)
         state, num_labels = _classifier_state(checkpoint, "token_classification", num_labels, "token classifier")
         head = cls(checkpoint.config.hidden_size, num_labels, **kwargs)

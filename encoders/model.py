@@ -9,18 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import torch
 from torch import nn
 
+from encoders.checkpoints import Checkpoint, load_checkpoint, save_checkpoint
 from encoders.config import EncoderConfig
 from encoders.kernels import Dropout, Unpadded
 from encoders.layers import AttentionInputs, Block, build_norm
 from encoders.positions import build_position
-
-if TYPE_CHECKING:
-    from encoders.checkpoints import Checkpoint
 
 
 def compute_dtype(x: torch.Tensor) -> torch.dtype:
@@ -212,8 +210,6 @@ class Encoder(nn.Module):
     def from_pretrained(cls, directory: str | Path | Checkpoint) -> Encoder:
         """Load a litbert checkpoint or a transformers-format BERT, RoBERTa or DistilBERT checkpoint directory
         (or a `Checkpoint` already read from one)."""
-        from encoders.checkpoints import load_checkpoint
-
         checkpoint = load_checkpoint(directory)
         encoder = cls(checkpoint.config)
         encoder.load_state_dict(checkpoint.encoder_state, strict=True)
@@ -231,6 +227,4 @@ class Encoder(nn.Module):
         `"auto"` picks transformers whenever it can express the configuration. `label_names` (a classifier head's
         labels in id order) are stored as transformers' `id2label`.
         """
-        from encoders.checkpoints import save_checkpoint
-
         return save_checkpoint(self, Path(directory), head=head, format=format, label_names=label_names)

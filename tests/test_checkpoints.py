@@ -73,6 +73,23 @@ def test_base_model_parity(tmp_path, family, base, hidden_act):
     assert max_diff_on_real_tokens(ours, expected, mask) < 1e-5
 
 
+def test_a_family_is_a_table_entry_electra_discriminator(tmp_path):
+    """ELECTRA's discriminator encoder is one `LAYOUTS` row and nothing else: it loads with BERT's numbers, and
+    loading refuses an ELECTRA whose embeddings are narrower than its hidden states (an embeddings projection)."""
+    config = transformers.ElectraConfig(**SIZES, embedding_size=32, type_vocab_size=2, hidden_act="gelu")
+    reference = random_weights(transformers.ElectraModel(config))
+    reference.save_pretrained(tmp_path)
+    encoder = Encoder.from_pretrained(tmp_path).eval()
+    ids, mask, types = inputs("bert", 0)
+    with torch.no_grad():
+        expected = reference(input_ids=ids, attention_mask=mask, token_type_ids=types).last_hidden_state
+        assert max_diff_on_real_tokens(encoder(ids, mask, types), expected, mask) < 1e-5
+    narrow = tmp_path / "narrow"
+    transformers.ElectraModel(transformers.ElectraConfig(**SIZES, embedding_size=16)).save_pretrained(narrow)
+    with pytest.raises(ValueError, match="embedding_size=16 differs from hidden_size=32"):
+        Encoder.from_pretrained(narrow)
+
+
 @pytest.mark.parametrize(("family", "_", "mlm"), FAMILIES)
 def test_masked_lm_parity(tmp_path, family, _, mlm):
     reference = random_weights(getattr(transformers, mlm)(hf_config(family)))
