@@ -1,0 +1,293 @@
+"""What each position scheme does: the same encoder pretrained with each scheme, then measured side by side.
+
+For every seed and scheme (`learned`, `sinusoidal`, `rope`, `alibi`, `t5`, `none`; the schemes alternate inside
+each seed), one run at a time:
+
+1. pretrain through train.py with the README job's recipe (`configs/quickstart.yaml`: 4 x 128, pre-norm, RMSNorm,
+   GeGLU, 30% masking, lr 3e-3), only the position scheme changed, for a fixed number of steps at length 128
+   (the same token budget for every scheme; `learned` gets a table of exactly 128 rows);
+2. evaluate masked-LM loss and accuracy on held-out IMDB reviews (the test split, fixed masks at 15%) packed into
+   blocks of 1x, 2x, 4x and 8x the training length (the same documents at every length); a learned table cannot
+   encode positions past its rows, so those cells read "impossible";
+3. fine-tune the model on SST-2 (a fixed number of steps from the training set, full dev set) and on RTE
+   (`configs/quickstart-sst2.yaml`'s recipe, random batches), and keep dev accuracy (the first seed's models
+   only, by default: on 2 CPU cores the fine-tunes cost as much as the pretraining).
+
+Then the training step time of each scheme (`bench/mlm_shapes.py`'s measurement, schemes alternating) and the
+table, the loss curves and loss against evaluation length (PNG, `--figures`). Results go to `--out` as JSON after
+every run, and a rerun with the same `--out` skips the runs already there.
+
+    LITBERT_DATA=../shared/data python bench/positions.py --seeds 0 1 --write BENCHMARKS.md
+
+On a GPU the same command scales with `--steps`, `--eval-documents` and `--sst2-steps`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from mlm_shapes import step_time  # noqa: E402
+
+from data import MLMDataModule  # noqa: E402
+from encoders import POSITIONS  # noqa: E402
+from encoders.plots import pyplot  # noqa: E402
+from tasks.mlm import MaskedLM  # noqa: E402
+
+SCHEMES = ("learned", "sinusoidal", "rope", "alibi", "t5", "none")
+TRAIN_LENGTH = 128
+SECTION = "positions"
+# The README job's encoder (configs/quickstart.yaml), for the step-time measurement.
+SHAPE = dict(preset="bert-tiny", num_layers=4, norm_placement="pre", norm="rmsnorm", activation="geglu",
+             intermediate_size=344, bias=False, hidden_dropout=0.0, attention_dropout=0.0)
+
+
+def train(args: list[str], root: Path) -> float:
+    """Runs train.py with `args` into `root`; returns its seconds."""
+    command = [sys.executable, str(REPO / "train.py"), *args, "--trainer.default_root_dir", str(root),
+               "--trainer.enable_progress_bar", "false"]
+    start = time.perf_counter()
+    subprocess.run(command, check=True, cwd=REPO)
+    return time.perf_counter() - start
+
+
+def pretrain(scheme: str, seed: int, options: argparse.Namespace, root: Path) -> dict:
+    args = ["--config", str(REPO / "configs" / "quickstart.yaml"), "--seed_everything", str(seed),
+            "--model.encoder.position", scheme, "--trainer.max_steps", str(options.steps),
+            "--trainer.max_time", "null", "--trainer.val_check_interval", str(max(1, options.steps // 3)),
+            "--data.tokenizer", str(options.root / "tokenizer"),
+            "--trainer.logger", "lightning.pytorch.loggers.CSVLogger", "--trainer.logger.save_dir", str(root)]
+    if scheme == "learned":  # a table for the training length exactly: no untrained rows to extrapolate into
+        args += ["--model.encoder.max_position_embeddings", str(TRAIN_LENGTH)]
+    if options.max_documents is not None:
+        args += ["--data.max_documents", str(options.max_documents)]
+    seconds = train(args, root)
+    with loss_log(root).open(newline="") as handle:
+        curve = [(int(row["step"]), float(row["train/loss"])) for row in csv.DictReader(handle)
+                 if row.get("train/loss")]
+    return {"seconds": seconds, "curve": curve, **json.loads((root / "metrics.json").read_text())}
+
+
+def loss_log(root: Path) -> Path:
+    logs = sorted(root.glob("**/version_*/metrics.csv"))
+    if not logs:
+        raise FileNotFoundError(f"No CSVLogger metrics.csv under {root}.")
+    return logs[-1]
+
+
+@torch.no_grad()
+def evaluate(model_dir: Path, tokenizer: Path, factors: list[int], documents: int) -> dict[str, dict | None]:
+    """{length: {"loss", "accuracy", "tokens"}} on the first `documents` IMDB test reviews; None where the scheme
+    cannot encode that length."""
+    model = MaskedLM(pretrained=str(model_dir)).eval()
+    limit = model.encoder.position.max_length
+    results: dict[str, dict | None] = {}
+    for factor in factors:
+        length = factor * TRAIN_LENGTH
+        if limit is not None and length > limit:
+            results[str(length)] = None
+            continue
+        data = MLMDataModule(tokenizer=str(tokenizer), dataset="stanfordnlp/imdb", train_split="unsupervised",
+                             val_split="test", max_val_documents=documents, max_length=length,
+                             eval_batch_size=max(1, 4096 // length))
+        data.setup("validate")
+        loss_sum, correct, count = 0.0, 0, 0
+        for batch in data.val_dataloader():
+            loss, logits, targets = model(batch)
+            loss_sum += float(loss) * targets.numel()
+            correct += int((logits.argmax(-1) == targets).sum())
+            count += targets.numel()
+        results[str(length)] = {"loss": loss_sum / count, "accuracy": correct / count, "tokens": count}
+    return results
+
+
+def fine_tune(model_dir: Path, task: str, seed: int, options: argparse.Namespace, root: Path) -> float:
+    args = ["--config", str(REPO / "configs" / "quickstart-sst2.yaml"), "--model.pretrained", str(model_dir),
+            "--data.task", task, "--data.group_by_length", "false", "--seed_everything", str(seed),
+            "--export", "false", "--predict", "false", "--trainer.logger", "false"]
+    if task == "sst2":  # a fixed number of random batches from the 67k training sentences; the full dev set
+        args += ["--trainer.max_steps", str(options.sst2_steps)]
+    else:
+        args += ["--trainer.max_epochs", str(options.pair_epochs)]
+    if options.finetune_steps is not None:  # the test's tiny budget
+        args += ["--trainer.max_steps", str(options.finetune_steps)]
+    train(args, root)
+    return json.loads((root / "metrics.json").read_text())["val/accuracy"]
+
+
+def step_times(schemes: list[str], vocab: int, rounds: int, repeats: int) -> dict[str, float]:
+    """Median seconds per training step (batch 32 x 128) of each scheme, the schemes alternating."""
+    times: dict[str, list[float]] = {scheme: [] for scheme in schemes}
+    for _ in range(rounds):
+        for scheme in schemes:
+            extra = {"max_position_embeddings": TRAIN_LENGTH} if scheme == "learned" else {}
+            times[scheme].append(step_time(vocab=vocab, rate=0.3, repeats=repeats, position=scheme, **SHAPE,
+                                           **extra))
+    return {scheme: statistics.median(values) for scheme, values in times.items()}
+
+
+def mean_sd(values: list[float]) -> str:
+    if not values:
+        return "-"
+    spread = f" ± {statistics.stdev(values):.3f}" if len(values) > 1 else ""
+    return f"{statistics.mean(values):.3f}{spread}"
+
+
+def table(results: dict, options: argparse.Namespace) -> str:
+    runs = results["runs"]
+    lengths = [str(f * TRAIN_LENGTH) for f in options.factors]
+    seeds = sorted({run["seed"] for run in runs.values()})
+    times = results.get("step_seconds", {})
+    lines = [
+        f"Each scheme pretrained {options.steps} steps x 32 x {TRAIN_LENGTH} tokens (the README job's recipe, only "
+        f"the scheme changed), seeds {', '.join(map(str, seeds))}; masked-token accuracy / loss on the first "
+        f"{options.eval_documents} IMDB test reviews (fixed 15% masks) packed at each length; SST-2 after "
+        f"{options.sst2_steps} fine-tuning steps, RTE after {options.pair_epochs} epochs (dev accuracy; models of "
+        f"seed(s) {', '.join(map(str, sorted({r['seed'] for r in runs.values() if 'sst2' in r}))) or '-'}); "
+        f"step time of a training step (batch 32 x {TRAIN_LENGTH}), relative to `none` (or the fastest scheme).",
+        "",
+        "| scheme | " + " | ".join(f"acc @ {n}" for n in lengths) + " | " + " | ".join(f"loss @ {n}" for n in lengths)
+        + " | SST-2 | RTE | step time |",
+        "|---|" + "---|" * (2 * len(lengths) + 3),
+    ]
+    for scheme in options.schemes:
+        mine = [run for run in runs.values() if run["scheme"] == scheme]
+        if not mine:
+            continue
+        cells = []
+        for key in ("accuracy", "loss"):
+            for n in lengths:
+                values = [run["eval"][n][key] for run in mine if run["eval"].get(n)]
+                cells.append(mean_sd(values) if values else "impossible")
+        for task in ("sst2", "rte"):
+            cells.append(mean_sd([run[task] for run in mine if task in run]))
+        step, base = times.get(scheme), times.get("none", min(times.values(), default=None))
+        cells.append(f"{step * 1000:.0f} ms ({step / base:.2f}x)" if step and base else "-")
+        lines.append(f"| {scheme} | " + " | ".join(cells) + " |")
+    lines += ["", "    LITBERT_DATA=../shared/data python bench/positions.py " + options.command]
+    return "\n".join(lines)
+
+
+def figures(results: dict, options: argparse.Namespace, out: Path) -> list[Path]:
+    plt = pyplot()
+    out.mkdir(parents=True, exist_ok=True)
+    runs = results["runs"]
+    paths = []
+    figure, ax = plt.subplots(figsize=(6.4, 4.2))
+    for scheme in options.schemes:
+        curves = [run["curve"] for run in runs.values() if run["scheme"] == scheme and run.get("curve")]
+        if not curves:
+            continue
+        steps = [s for s, _ in curves[0]]
+        mean = [statistics.mean(c[i][1] for c in curves if i < len(c)) for i in range(len(steps))]
+        ax.plot(steps, mean, label=scheme)
+    ax.set_xlabel("training step")
+    ax.set_ylabel("training MLM loss (mean over seeds)")
+    ax.set_title(f"Pretraining loss by position scheme (length {TRAIN_LENGTH})")
+    ax.legend()
+    paths.append(out / "positions-loss-curves.png")
+    figure.savefig(paths[-1], dpi=110, bbox_inches="tight")
+    plt.close(figure)
+
+    figure, ax = plt.subplots(figsize=(6.4, 4.2))
+    for scheme in options.schemes:
+        mine = [run for run in runs.values() if run["scheme"] == scheme]
+        points = []
+        for factor in options.factors:
+            values = [run["eval"][str(factor * TRAIN_LENGTH)]["loss"] for run in mine
+                      if run["eval"].get(str(factor * TRAIN_LENGTH))]
+            if values:
+                points.append((factor * TRAIN_LENGTH, statistics.mean(values)))
+        if points:
+            ax.plot(*zip(*points, strict=True), marker="o", label=scheme)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel(f"evaluation length (trained at {TRAIN_LENGTH})")
+    ax.set_ylabel("held-out MLM loss (15% masks)")
+    ax.set_title("Length extrapolation")
+    ax.legend()
+    paths.append(out / "positions-extrapolation.png")
+    figure.savefig(paths[-1], dpi=110, bbox_inches="tight")
+    plt.close(figure)
+    return paths
+
+
+def write_section(path: Path, text: str) -> None:
+    content = path.read_text()
+    begin, end = f"<!-- {SECTION}:begin -->", f"<!-- {SECTION}:end -->"
+    if begin not in content:
+        raise SystemExit(f"{path} has no {begin} ... {end} markers to write between.")
+    head, rest = content.split(begin, 1)
+    path.write_text(f"{head}{begin}\n{text}\n{end}{rest.split(end, 1)[1]}")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--schemes", nargs="+", default=list(SCHEMES), choices=sorted(POSITIONS))
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--steps", type=int, default=450, help="pretraining steps per run")
+    parser.add_argument("--factors", type=int, nargs="+", default=[1, 2, 4, 8],
+                        help="evaluation lengths as multiples of the training length (128)")
+    parser.add_argument("--eval-documents", type=int, default=1000)
+    parser.add_argument("--sst2-steps", type=int, default=300)
+    parser.add_argument("--pair-epochs", type=int, default=3)
+    parser.add_argument("--finetune-seeds", type=int, nargs="*",
+                        help="the seeds whose models are fine-tuned (default: the first seed; none: no fine-tunes)")
+    parser.add_argument("--max-documents", type=int, help="pretrain on the first N reviews only (tests)")
+    parser.add_argument("--finetune-steps", type=int, help="cap every fine-tune at N steps (tests)")
+    parser.add_argument("--timing-repeats", type=int, default=10)
+    parser.add_argument("--root", type=Path, default=REPO / "runs" / "positions")
+    parser.add_argument("--out", type=Path, help="results JSON (default: <root>/results.json)")
+    parser.add_argument("--figures", type=Path, help="folder for the PNG figures")
+    parser.add_argument("--write", type=Path, help="BENCHMARKS.md: replace the section between its markers")
+    options = parser.parse_args(argv)
+    options.command = " ".join(argv if argv is not None else sys.argv[1:])
+    out = options.out or options.root / "results.json"
+    results = json.loads(out.read_text()) if out.exists() else {"runs": {}}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    finetune_seeds = options.seeds[:1] if options.finetune_seeds is None else options.finetune_seeds
+
+    for seed in options.seeds:
+        order = options.schemes if seed % 2 == 0 else list(reversed(options.schemes))  # alternate the order
+        for scheme in order:
+            key = f"{scheme}-{seed}"
+            if key in results["runs"]:
+                continue
+            root = options.root / key
+            run = {"scheme": scheme, "seed": seed, **pretrain(scheme, seed, options, root / "pretrain")}
+            run["eval"] = evaluate(root / "pretrain" / "model", options.root / "tokenizer", options.factors,
+                                   options.eval_documents)
+            if seed in finetune_seeds:
+                for task in ("sst2", "rte"):
+                    run[task] = fine_tune(root / "pretrain" / "model", task, seed, options, root / task)
+            results["runs"][key] = run
+            out.write_text(json.dumps(results, indent=1))
+            print(f"{key}: " + ", ".join(f"{n}: {r['accuracy']:.3f}" if r else f"{n}: impossible"
+                                         for n, r in run["eval"].items()), flush=True)
+
+    vocab = MaskedLM(pretrained=str(options.root / f"{options.schemes[0]}-{options.seeds[0]}" / "pretrain"
+                                    / "model")).encoder.config.vocab_size
+    results["step_seconds"] = step_times(options.schemes, vocab, rounds=2, repeats=options.timing_repeats)
+    out.write_text(json.dumps(results, indent=1))
+    text = table(results, options)
+    print(text)
+    if options.figures:
+        for path in figures(results, options, options.figures):
+            print(f"figure: {path}")
+    if options.write:
+        write_section(options.write, text)
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,37 @@
+"""bench/positions.py end to end on a tiny budget: pretraining through train.py per scheme, evaluation at several
+lengths (a learned table reported impossible past its rows, not crashed), the fine-tunes, step times, the table
+written between BENCHMARKS.md-style markers, and the figures."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow  # about 3 minutes on 2 cores: run by .ci/run with -m slow
+def test_the_position_study_runs_end_to_end(shared_data, tmp_path):
+    target = tmp_path / "BENCHMARKS.md"
+    target.write_text("before\n<!-- positions:begin -->\nold\n<!-- positions:end -->\nafter\n")
+    env = dict(os.environ, LITBERT_DATA=str(shared_data), LITBERT_CACHE=str(tmp_path / "cache"))
+    subprocess.run([sys.executable, str(REPO / "bench" / "positions.py"), "--schemes", "learned", "alibi",
+                    "--seeds", "0", "--steps", "3", "--max-documents", "150", "--eval-documents", "15",
+                    "--finetune-steps", "2", "--factors", "1", "2", "--timing-repeats", "1", "--root",
+                    str(tmp_path / "runs"), "--figures", str(tmp_path / "figures"), "--write", str(target)],
+                   check=True, cwd=REPO, env=env, timeout=900)
+    results = json.loads((tmp_path / "runs" / "results.json").read_text())
+    learned, alibi = results["runs"]["learned-0"], results["runs"]["alibi-0"]
+    assert learned["eval"]["256"] is None and learned["eval"]["128"]["tokens"] > 100  # impossible, not crashed
+    assert alibi["eval"]["256"]["tokens"] > 100 and 0 < alibi["eval"]["256"]["loss"] < 20
+    for run in (learned, alibi):
+        assert 0.0 <= run["sst2"] <= 1.0 and 0.0 <= run["rte"] <= 1.0 and run["curve"] is not None
+    assert set(results["step_seconds"]) == {"learned", "alibi"} and min(results["step_seconds"].values()) > 0
+    text = target.read_text()
+    assert text.startswith("before\n<!-- positions:begin -->\n") and text.endswith("<!-- positions:end -->\nafter\n")
+    assert "| learned | " in text and "impossible" in text and "| alibi | " in text and "old" not in text
+    for name in ("positions-loss-curves.png", "positions-extrapolation.png"):
+        assert (tmp_path / "figures" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
