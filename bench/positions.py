@@ -40,7 +40,7 @@ sys.path.insert(0, str(REPO))
 
 from mlm_shapes import step_time  # noqa: E402
 
-from data import MLMDataModule  # noqa: E402
+from data import MLMDataModule, load_tokenizer  # noqa: E402
 from encoders import POSITIONS  # noqa: E402
 from encoders.plots import pyplot  # noqa: E402
 from tasks.mlm import MaskedLM  # noqa: E402
@@ -275,8 +275,7 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"{key}: " + ", ".join(f"{n}: {r['accuracy']:.3f}" if r else f"{n}: impossible"
                                          for n, r in run["eval"].items()), flush=True)
 
-    vocab = MaskedLM(pretrained=str(options.root / f"{options.schemes[0]}-{options.seeds[0]}" / "pretrain"
-                                    / "model")).encoder.config.vocab_size
+    vocab = len(load_tokenizer(str(options.root / "tokenizer")))  # what the runs linked as vocab_size
     results["step_seconds"] = step_times(options.schemes, vocab, rounds=2, repeats=options.timing_repeats)
     out.write_text(json.dumps(results, indent=1))
     text = table(results, options)

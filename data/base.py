@@ -31,7 +31,7 @@ class TokenizedDataModule(L.LightningDataModule):
     the splits a stage needs (`stage_splits`) with the subclass's `_build(split)`; the loaders serve them; the label
     map (`label_state`) travels in every checkpoint, so a model is reloaded with its own."""
 
-    label_state: tuple[str, ...] = ()  # attributes holding the label map, saved in checkpoints; `label_names` last
+    label_state: tuple[str, ...] = ()  # attributes holding the label map, saved in checkpoints
 
     def __init__(self, tokenizer: str | None, *, max_length: int, batch_size: int = 32,
                  eval_batch_size: int | None = None, num_workers: int = 0, data_root: str | None = None,

@@ -463,7 +463,8 @@ class ClassificationDataModule(TokenizedDataModule):
                                  return_token_type_ids=False, verbose=False)["input_ids"]
                   for i in range(len(self.text_columns))]
         pair = len(pieces) == 2
-        budget = self.max_length - self.template.num_special(pair=pair)
+        special = self.template.num_special(pair=pair)
+        budget = self.max_length - special
         out: dict[str, list[Any]] = {"input_ids": [], "truncated": []}
         if self.uses_token_types:
             out["token_type_ids"] = []
@@ -472,7 +473,7 @@ class ClassificationDataModule(TokenizedDataModule):
             cut = length > budget
             if cut and self.truncation == "error":
                 choices = "longest_first" if pair else "head, tail or head+tail"
-                raise DataError(f"{where}, line {batch['line'][row]}: {length + self.max_length - budget} tokens with "
+                raise DataError(f"{where}, line {batch['line'][row]}: {length + special} tokens with "
                                 f"the special tokens, more than max_length={self.max_length}, and truncation='error'; "
                                 f"raise max_length or choose {choices}.")
             if cut:
