@@ -16,7 +16,7 @@ import json
 import logging
 import pickle
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -367,6 +367,28 @@ def load_checkpoint(directory: str | Path | Checkpoint) -> Checkpoint:
         raise CheckpointError(f"{directory} holds neither {LITBERT_CONFIG} (litbert) nor config.json (transformers).")
     checkpoint.source = str(directory)
     return checkpoint
+
+
+def select_layers(checkpoint: Checkpoint, layers: Sequence[int] | str) -> Checkpoint:
+    """The checkpoint with only these encoder blocks, in this order ("every_other": DistilBERT's half-depth student);
+    embeddings, position tables, the final norm and the heads are kept as they are."""
+    depth = checkpoint.config.num_layers
+    if isinstance(layers, str):
+        if layers != "every_other":
+            raise ValueError(f"layers={layers!r}: give 'every_other' or a list of layer indices.")
+        layers = range(0, depth, 2)  # 3 of 6 layers, 6 of 12
+    layers = list(layers)
+    wrong = [i for i in layers if not 0 <= i < depth]
+    if not layers or wrong or len(set(layers)) != len(layers):
+        raise ValueError(f"layers={layers} must be distinct indices of the {depth} layers of {checkpoint.source} "
+                         f"(0 to {depth - 1}), at least one.")
+    state = {k: v for k, v in checkpoint.encoder_state.items() if not k.startswith("blocks.")}
+    for new, old in enumerate(layers):
+        prefix = f"blocks.{old}."
+        state.update({f"blocks.{new}.{k[len(prefix):]}": v
+                      for k, v in checkpoint.encoder_state.items() if k.startswith(prefix)})
+    config = replace(checkpoint.config, num_layers=len(layers))
+    return replace(checkpoint, config=config, encoder_state=state)
 
 
 # ----------------------------------------------------------------------------------------------------- writing

@@ -20,7 +20,7 @@ from lightning.pytorch.strategies import FSDPStrategy
 from torch import nn
 
 from encoders import Encoder, EncoderConfig
-from encoders.checkpoints import Checkpoint, load_checkpoint
+from encoders.checkpoints import Checkpoint, load_checkpoint, select_layers
 from encoders.choices import check_choice
 
 log = logging.getLogger(__name__)
@@ -30,9 +30,16 @@ class DivergenceError(RuntimeError):
     """Training produced a non-finite loss or gradient norm; the optimizer step that would apply it was not taken."""
 
 
-def read_pretrained(pretrained: str | None) -> Checkpoint | None:
-    """The checkpoint directory a task starts from, read once for the encoder and its heads."""
-    return load_checkpoint(pretrained) if pretrained is not None else None
+def read_pretrained(pretrained: str | None, layers: Sequence[int] | str | None = None) -> Checkpoint | None:
+    """The checkpoint directory a task starts from, read once for the encoder and its heads; `layers` keeps only
+    those encoder blocks ("every_other": DistilBERT's half-depth student; `model.pretrained_layers`)."""
+    if pretrained is None:
+        if layers is not None:
+            raise ValueError(f"model.pretrained_layers={layers!r} picks layers of a pretrained checkpoint, but "
+                             f"model.pretrained is not set; set it, or remove model.pretrained_layers.")
+        return None
+    checkpoint = load_checkpoint(pretrained)
+    return checkpoint if layers is None else select_layers(checkpoint, layers)
 
 
 def _encoder_spec_fields() -> list[tuple[str, typing.Any, dataclasses.Field]]:

@@ -36,6 +36,7 @@ class SequenceClassification(EncoderTask):
         label_names: Sequence[str] | None = None,
         encoder: EncoderSpec | None = None,
         pretrained: str | None = None,
+        pretrained_layers: Sequence[int] | Literal["every_other"] | None = None,
         vocab_size: int | None = None,
         pooling: Literal["cls", "mean"] = "cls",
         classifier_dropout: float = 0.1,
@@ -52,6 +53,8 @@ class SequenceClassification(EncoderTask):
             label_names: the labels in id order, stored with the exported model; linked from the datamodule.
             encoder: preset and overrides for a new encoder (ignored when `pretrained` is given).
             pretrained: a litbert or transformers-format checkpoint directory to fine-tune.
+            pretrained_layers: keep only these layers of `pretrained`, in order: "every_other" makes DistilBERT's
+                half-depth student of it (layers 0, 2, 4, ...), e.g. of a fine-tuned teacher; or a list of indices.
             vocab_size: the tokenizer's vocabulary size; linked from the datamodule.
             pooling: "cls" (BERT's pooler on the first token) or "mean" over real tokens.
             classifier_dropout: dropout before the classifier.
@@ -77,7 +80,7 @@ class SequenceClassification(EncoderTask):
             raise ValueError(f"{len(label_names)} label_names {list(label_names)} for num_labels={num_labels}.")
         self.label_names = list(label_names) if label_names is not None else None
         self.regression = num_labels == 1
-        checkpoint = read_pretrained(pretrained)
+        checkpoint = read_pretrained(pretrained, pretrained_layers)
         self.encoder = build_encoder(encoder, checkpoint, vocab_size)
         self.head = _head_from(checkpoint, SequenceClassificationHead, "sequence_classification",
                                self.encoder.config.hidden_size, num_labels, pooling=pooling,
@@ -168,6 +171,7 @@ class TokenClassification(EncoderTask):
         label_names: Sequence[str] = ("O",),
         encoder: EncoderSpec | None = None,
         pretrained: str | None = None,
+        pretrained_layers: Sequence[int] | Literal["every_other"] | None = None,
         vocab_size: int | None = None,
         classifier_dropout: float = 0.1,
         optimization: Optimization | None = None,
@@ -177,6 +181,8 @@ class TokenClassification(EncoderTask):
             label_names: the tag set in id order (IOB2, e.g. O, B-PER, I-PER, ...); linked from the datamodule.
             encoder: preset and overrides for a new encoder (ignored when `pretrained` is given).
             pretrained: a litbert or transformers-format checkpoint directory to fine-tune.
+            pretrained_layers: keep only these layers of `pretrained`, in order: "every_other" makes DistilBERT's
+                half-depth student of it (layers 0, 2, 4, ...), e.g. of a fine-tuned teacher; or a list of indices.
             vocab_size: the tokenizer's vocabulary size; linked from the datamodule.
             classifier_dropout: dropout before the classifier.
             optimization: AdamW and learning-rate schedule.
@@ -184,7 +190,7 @@ class TokenClassification(EncoderTask):
         super().__init__(optimization)
         self.save_hyperparameters()
         self.label_names = list(label_names)
-        checkpoint = read_pretrained(pretrained)
+        checkpoint = read_pretrained(pretrained, pretrained_layers)
         self.encoder = build_encoder(encoder, checkpoint, vocab_size)
         self.head = _head_from(checkpoint, TokenClassificationHead, "token_classification",
                                self.encoder.config.hidden_size, len(self.label_names), dropout=classifier_dropout)

@@ -21,7 +21,7 @@ from torch import nn
 from torchmetrics import MeanMetric
 
 from encoders import Encoder, MaskedLMHead, SequenceClassificationHead
-from encoders.checkpoints import load_checkpoint
+from encoders.checkpoints import Checkpoint, load_checkpoint, select_layers
 from tasks.base import EncoderSpec, EncoderTask, Optimization, check_scheme_settings, sequence_lengths
 from tasks.mlm import masked_lm_loss, vocab_cross_entropy
 
@@ -29,15 +29,9 @@ from tasks.mlm import masked_lm_loss, vocab_cross_entropy
 def student_from_teacher(teacher: Encoder, teacher_head: MaskedLMHead) -> tuple[Encoder, MaskedLMHead]:
     """A student with half the teacher's layers: embeddings, positions, the final norm and the MLM head copied,
     block i copied from teacher block 2 * i."""
-    config = dataclasses.replace(teacher.config, num_layers=(teacher.config.num_layers + 1) // 2,
-                                 name=f"{teacher.config.name}-student")
-    student = Encoder(config)
-    state = {k: v for k, v in teacher.state_dict().items() if not k.startswith("blocks.")}
-    for i in range(config.num_layers):
-        for name, value in teacher.blocks[2 * i].state_dict().items():
-            state[f"blocks.{i}.{name}"] = value
-    student.load_state_dict(state)
-    head = MaskedLMHead(config, student.embeddings.word)
+    config = dataclasses.replace(teacher.config, name=f"{teacher.config.name}-student")
+    student = Encoder.from_pretrained(select_layers(Checkpoint(config, teacher.state_dict()), "every_other"))
+    head = MaskedLMHead(student.config, student.embeddings.word)
     head.load_state_dict(teacher_head.state_dict())
     head.decoder.weight = student.embeddings.word.weight  # load_state_dict copied values; keep the tie
     return student, head

@@ -220,7 +220,7 @@ def alternative(key: str, value: Any, assets: dict[str, str]) -> Any:
              "every_n_steps": 5, "max_documents": 20, "max_val_documents": 3, "dataset_config": "plain_text",
              "skip_labels": ["neg"], "val_split": "validation", "text_column": "review", "label_column": "stars",
              "lowercase": False, "alpha_kd": 0.3, "temperature": 3.0, "decay": 0.1,
-             "metrics": ["f1", "accuracy"]}
+             "metrics": ["f1", "accuracy"], "pretrained_layers": "every_other"}
     if name in CHOICES:
         choice = CHOICES[name]
         return choice.get(value, choice) if isinstance(choice, dict) else choice

@@ -201,6 +201,25 @@ def test_student_is_initialised_from_every_other_teacher_layer(teacher_dir):
     assert head.decoder.weight is student.embeddings.word.weight
 
 
+def test_a_classifier_student_keeps_the_chosen_layers_of_its_pretrained_checkpoint(teacher_dir):
+    """`pretrained_layers` builds DistilBERT's student of any checkpoint: the same blocks as the MLM student, and
+    explicit indices in the order given; a wrong index or a missing checkpoint is refused with the setting named."""
+    teacher = Encoder.from_pretrained(teacher_dir)
+    student = SequenceClassification(pretrained=str(teacher_dir), pretrained_layers="every_other").encoder
+    reference, _ = student_from_teacher(teacher, MaskedLMHead.from_pretrained(teacher_dir, teacher))
+    assert student.config.num_layers == 3
+    for (name, ours), theirs in zip(student.state_dict().items(), reference.state_dict().values(), strict=True):
+        assert torch.equal(ours, theirs), name
+    picked = SequenceClassification(pretrained=str(teacher_dir), pretrained_layers=[5, 1]).encoder
+    assert picked.config.num_layers == 2
+    assert torch.equal(picked.blocks[0].attention.qkv.weight, teacher.blocks[5].attention.qkv.weight)
+    assert torch.equal(picked.blocks[1].attention.qkv.weight, teacher.blocks[1].attention.qkv.weight)
+    with pytest.raises(ValueError, match=r"layers=\[0, 6\] must be distinct indices of the 6 layers"):
+        SequenceClassification(pretrained=str(teacher_dir), pretrained_layers=[0, 6])
+    with pytest.raises(ValueError, match="model.pretrained is not set"):
+        SequenceClassification(pretrained_layers="every_other")
+
+
 def test_distillation_loss_terms_match_a_hand_computation(teacher_dir):
     model = Distillation(teacher=str(teacher_dir), temperature=2.0).eval()
     batch = mlm_batches(1, batch=2, seq=8)[0]
