@@ -341,8 +341,8 @@ def test_logit_distillation_from_a_fine_tuned_classifier(sst2, tmp_path):
               "--model.encoder.preset", "bert-mini", "--model.optimization.learning_rate", "5e-4",
               "--trainer.max_steps", "150", "--trainer.log_every_n_steps", "2")
     history = wandb_history(tmp_path)
-    # Length-grouped batches come in megabatches of 50, longest first, and the loss follows the length: compare whole
-    # megabatches (25 logged values each), the first with the last.
+    # A KD step's loss is noisy from batch to batch: compare the means of the first and last 50 steps (25 logged
+    # values each).
     losses = series(history, "train/loss")
     assert len(losses) == 75 and sum(losses[-25:]) / 25 < sum(losses[:25]) / 25 - 0.02, losses
     assert json.loads((tmp_path / "metrics.json").read_text())["val/accuracy"] > 0.6  # majority class: 0.509
