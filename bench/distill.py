@@ -38,38 +38,45 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import csv
 import io
 import json
 import math
 import shlex
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from common import MINILM, device_name, print_table, setup_run
+from common import (
+    MINILM,
+    REPO,
+    alternate,
+    csv_log,
+    device_name,
+    mean_sd,
+    print_table,
+    setup_run,
+    train_py,
+    write_section,
+)
 
 from data import GLUEDataModule
 from encoders import Encoder, SequenceClassificationHead
 from encoders.checkpoints import load_checkpoint
 
-REPO = Path(__file__).resolve().parents[1]
 STUDENTS = ("kd", "no-teacher", "random")
 # The shape of MiniLM-L6 at half depth, for the student from random weights (everything else is bert-base's preset,
 # which MiniLM follows: learned positions, post-norm LayerNorm, GELU).
 RANDOM_SHAPE = {"hidden_size": 384, "num_heads": 12, "intermediate_size": 1536, "num_layers": 3}
 
 
-def train(args: list[str], root: Path) -> dict:
-    """Runs train.py with `args` into `root`; its metrics.json plus the seconds the process took."""
-    command = [sys.executable, str(REPO / "train.py"), *args, "--trainer.default_root_dir", str(root),
-               "--trainer.enable_progress_bar", "false", "--trainer.logger", "false", "--predict", "false"]
-    start = time.perf_counter()
-    subprocess.run(command, check=True, cwd=REPO)
-    seconds = time.perf_counter() - start
+def train(args: list[str], root: Path, logger: Sequence[str] = ("--trainer.logger", "false")) -> dict:
+    """Runs train.py into `root` with `logger` (after `args`: a config file's logger settings would apply over
+    flags before it) and no test-set predictions; its metrics.json plus the seconds the process took."""
+    seconds = train_py([*args, *logger, "--predict", "false"], root)
     return {**json.loads((root / "metrics.json").read_text()), "seconds": seconds}
 
 
@@ -109,18 +116,15 @@ def run_general(options: argparse.Namespace, root: Path) -> dict:
     """The teacher (the README job's model), its distilled student, and each fine-tuned on SST-2 and STS-B."""
     teacher = options.mlm_teacher
     if not (teacher / "model").is_dir():
-        train(["--config", str(REPO / "configs/quickstart.yaml"), "--trainer.logger", "true"], teacher)
+        train(["--config", str(REPO / "configs/quickstart.yaml")], teacher)
     record = root / "distillation.json"  # a finished distillation in --root is reused (more fine-tuning seeds)
     if not record.exists():
-        start = time.perf_counter()
-        command = [sys.executable, str(REPO / "train.py"), "--config", str(REPO / "configs/distill/quickstart.yaml"),
-                   "--model.teacher", str(teacher / "model"), "--trainer.default_root_dir", str(root / "student"),
-                   "--trainer.enable_progress_bar", "false", "--trainer.logger",
-                   "lightning.pytorch.loggers.CSVLogger", "--trainer.logger.save_dir", str(root / "student")]
-        subprocess.run(command, check=True, cwd=REPO)
-        record.write_text(json.dumps({**json.loads((root / "student" / "metrics.json").read_text()),
-                                      "seconds": time.perf_counter() - start,
-                                      "curves": loss_curves(root / "student")}) + "\n")
+        student = root / "student"
+        distilled = train(["--config", str(REPO / "configs/distill/quickstart.yaml"), "--model.teacher",
+                           str(teacher / "model")], student,
+                          logger=("--trainer.logger", "lightning.pytorch.loggers.CSVLogger",
+                                  "--trainer.logger.save_dir", str(student)))
+        record.write_text(json.dumps({**distilled, "curves": loss_curves(student)}) + "\n")
     results = {"distillation": json.loads(record.read_text()),
                "teacher_mlm": json.loads((teacher / "metrics.json").read_text()), "fine_tunes": []}
     # name -> (checkpoint, layers kept): the undistilled half-depth student is the teacher's every other layer.
@@ -137,11 +141,8 @@ def run_general(options: argparse.Namespace, root: Path) -> dict:
 
 def loss_curves(root: Path) -> dict[str, list[tuple[int, float]]]:
     """The logged training losses of a CSVLogger run: name -> [(step, value)]."""
-    import csv
-
-    (log,) = sorted(root.glob("**/version_*/metrics.csv"))
     curves: dict[str, list[tuple[int, float]]] = {}
-    with log.open() as file:
+    with csv_log(root).open(newline="") as file:
         for row in csv.DictReader(file):
             for name in ("train/loss", "train/loss_kl", "train/loss_mlm", "train/loss_cosine"):
                 if row.get(name):
@@ -161,29 +162,19 @@ def inference_seconds(models: dict[str, Path], repeats: int) -> dict[str, float]
     data.setup("validate")
     batches = list(data.val_dataloader())
     loaded = {name: load_classifier(path) for name, path in models.items()}
-    times: dict[str, list[float]] = {name: [] for name in models}
 
     @torch.inference_mode()
-    def one_pass(encoder, head) -> None:
+    def one_pass(encoder, head) -> float:
+        start = time.perf_counter()
         for batch in batches:
             mask = batch["attention_mask"]
             head(encoder(batch["input_ids"], mask, batch.get("token_type_ids")), mask)
+        return time.perf_counter() - start
 
-    for model in loaded.values():
+    for model in loaded.values():  # warm-up
         one_pass(*model)
-    for repeat in range(repeats):
-        order = list(loaded) if repeat % 2 == 0 else list(reversed(loaded))
-        for name in order:
-            start = time.perf_counter()
-            one_pass(*loaded[name])
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in times.items()}
-
-
-def mean_sd(values: list[float]) -> str:
-    if len(values) == 1:
-        return f"{values[0]:.3f}"
-    return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}"
+    timings = alternate({name: lambda model=model: one_pass(*model) for name, model in loaded.items()}, repeats)
+    return {name: timings.median(name) for name in loaded}
 
 
 def table(results: dict) -> str:
@@ -255,28 +246,22 @@ def figure(results: dict, out: Path) -> None:
     plt.close(fig)
 
 
-def write_section(path: Path, results: dict) -> None:
+def section(results: dict) -> tuple[str, str]:
+    """(marker name, text) of the results' section: the command that made them and their table."""
     options = results["options"]
     seeds = " ".join(map(str, options["seeds"]))
     if options.get("general"):
-        begin, end = "<!-- distill-general:begin -->", "<!-- distill-general:end -->"
-        block = (f"{begin}\n`LITBERT_DATA=../shared/data python bench/distill.py --general --seeds {seeds}` on "
-                 f"{results['device']} (fine-tuning seeds {seeds}; distillation "
-                 f"{results['distillation']['seconds'] / 60:.1f} min):\n\n{general_table(results)}{end}")
-    else:
-        section = options.get("section", "sst2")
-        begin, end = f"<!-- distill-{section}:begin -->", f"<!-- distill-{section}:end -->"
-        extra = f" --student-args {shlex.quote(shlex.join(options['student_args']))}" \
-            if options.get("student_args") else ""
-        block = (f"{begin}\n`LITBERT_DATA=../shared/data python bench/distill.py --seeds {seeds} "
-                 f"--train-batches {options['train_batches']} --epochs {options['epochs']}{extra}` "
-                 f"on {results['device']} "
-                 f"(student seeds {seeds}; one teacher, seed {options['seeds'][0]}; {options['train_batches']} "
-                 f"random batches of 32 per epoch):\n\n{table(results)}{end}")
-    text = path.read_text()
-    if begin not in text or end not in text:
-        raise ValueError(f"{path} has no {begin} ... {end} markers; add them where the table belongs.")
-    path.write_text(text[: text.index(begin)] + block + text[text.index(end) + len(end):])
+        return "distill-general", (
+            f"`LITBERT_DATA=../shared/data python bench/distill.py --general --seeds {seeds}` on {results['device']} "
+            f"(fine-tuning seeds {seeds}; distillation {results['distillation']['seconds'] / 60:.1f} min):\n\n"
+            f"{general_table(results).rstrip()}")
+    extra = f" --student-args {shlex.quote(shlex.join(options['student_args']))}" \
+        if options.get("student_args") else ""
+    return f"distill-{options.get('section', 'sst2')}", (
+        f"`LITBERT_DATA=../shared/data python bench/distill.py --seeds {seeds} "
+        f"--train-batches {options['train_batches']} --epochs {options['epochs']}{extra}` on {results['device']} "
+        f"(student seeds {seeds}; one teacher, seed {options['seeds'][0]}; {options['train_batches']} "
+        f"random batches of 32 per epoch):\n\n{table(results).rstrip()}")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -346,7 +331,7 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         print(table(results))
     for path in options.write:
-        write_section(path, results)
+        write_section(path, *section(results))
     return results
 
 

@@ -28,9 +28,7 @@ import argparse
 import csv
 import json
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -38,6 +36,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from common import csv_log, mean_sd, train_py, write_section  # noqa: E402
 from mlm_shapes import step_time  # noqa: E402
 
 from data import MLMDataModule, load_tokenizer  # noqa: E402
@@ -53,15 +52,6 @@ SHAPE = dict(preset="bert-tiny", num_layers=4, norm_placement="pre", norm="rmsno
              intermediate_size=344, bias=False, hidden_dropout=0.0, attention_dropout=0.0)
 
 
-def train(args: list[str], root: Path) -> float:
-    """Runs train.py with `args` into `root`; returns its seconds."""
-    command = [sys.executable, str(REPO / "train.py"), *args, "--trainer.default_root_dir", str(root),
-               "--trainer.enable_progress_bar", "false"]
-    start = time.perf_counter()
-    subprocess.run(command, check=True, cwd=REPO)
-    return time.perf_counter() - start
-
-
 def pretrain(scheme: str, seed: int, options: argparse.Namespace, root: Path) -> dict:
     args = ["--config", str(REPO / "configs" / "quickstart.yaml"), "--seed_everything", str(seed),
             "--model.encoder.position", scheme, "--trainer.max_steps", str(options.steps),
@@ -72,18 +62,11 @@ def pretrain(scheme: str, seed: int, options: argparse.Namespace, root: Path) ->
         args += ["--model.encoder.max_position_embeddings", str(TRAIN_LENGTH)]
     if options.max_documents is not None:
         args += ["--data.max_documents", str(options.max_documents)]
-    seconds = train(args, root)
-    with loss_log(root).open(newline="") as handle:
+    seconds = train_py(args, root)
+    with csv_log(root).open(newline="") as handle:
         curve = [(int(row["step"]), float(row["train/loss"])) for row in csv.DictReader(handle)
                  if row.get("train/loss")]
     return {"seconds": seconds, "curve": curve, **json.loads((root / "metrics.json").read_text())}
-
-
-def loss_log(root: Path) -> Path:
-    logs = sorted(root.glob("**/version_*/metrics.csv"))
-    if not logs:
-        raise FileNotFoundError(f"No CSVLogger metrics.csv under {root}.")
-    return logs[-1]
 
 
 @torch.no_grad()
@@ -122,7 +105,7 @@ def fine_tune(model_dir: Path, task: str, seed: int, options: argparse.Namespace
         args += ["--trainer.max_epochs", str(options.pair_epochs)]
     if options.finetune_steps is not None:  # the test's tiny budget
         args += ["--trainer.max_steps", str(options.finetune_steps)]
-    train(args, root)
+    train_py(args, root)
     return json.loads((root / "metrics.json").read_text())["val/accuracy"]
 
 
@@ -135,13 +118,6 @@ def step_times(schemes: list[str], vocab: int, rounds: int, repeats: int) -> dic
             times[scheme].append(step_time(vocab=vocab, rate=0.3, repeats=repeats, position=scheme, **SHAPE,
                                            **extra))
     return {scheme: statistics.median(values) for scheme, values in times.items()}
-
-
-def mean_sd(values: list[float]) -> str:
-    if not values:
-        return "-"
-    spread = f" ± {statistics.stdev(values):.3f}" if len(values) > 1 else ""
-    return f"{statistics.mean(values):.3f}{spread}"
 
 
 def table(results: dict, options: argparse.Namespace) -> str:
@@ -222,15 +198,6 @@ def figures(results: dict, options: argparse.Namespace, out: Path) -> list[Path]
     return paths
 
 
-def write_section(path: Path, text: str) -> None:
-    content = path.read_text()
-    begin, end = f"<!-- {SECTION}:begin -->", f"<!-- {SECTION}:end -->"
-    if begin not in content:
-        raise SystemExit(f"{path} has no {begin} ... {end} markers to write between.")
-    head, rest = content.split(begin, 1)
-    path.write_text(f"{head}{begin}\n{text}\n{end}{rest.split(end, 1)[1]}")
-
-
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--schemes", nargs="+", default=list(SCHEMES), choices=sorted(POSITIONS))
@@ -284,7 +251,7 @@ def main(argv: list[str] | None = None) -> dict:
         for path in figures(results, options, options.figures):
             print(f"figure: {path}")
     if options.write:
-        write_section(options.write, text)
+        write_section(options.write, SECTION, text)
     return results
 
 

@@ -16,30 +16,26 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from common import REPO, train_py, write_section
+
 SECTION = "quickstart-sst2"
 
 
 def fine_tune(model: Path, seed: int, pretrained: bool, root: Path) -> tuple[float, float]:
     """(SST-2 dev accuracy, seconds) of one quickstart-sst2 run."""
-    args = [sys.executable, str(REPO / "train.py"), "--config", str(REPO / "configs" / "quickstart-sst2.yaml"),
-            "--trainer.default_root_dir", str(root), "--seed_everything", str(seed), "--export", "false",
-            "--trainer.logger", "false", "--trainer.enable_progress_bar", "false"]
+    args = ["--config", str(REPO / "configs" / "quickstart-sst2.yaml"), "--seed_everything", str(seed),
+            "--export", "false", "--trainer.logger", "false"]
     if pretrained:
         args += ["--model.pretrained", str(model)]
     else:  # the same encoder settings and tokenizer, new weights
         args += ["--model.pretrained", "null", "--data.tokenizer", str(model)]
         args += [f"--model.encoder.{key}={value if isinstance(value, str) else json.dumps(value)}"
                  for key, value in encoder_settings(model).items()]
-    start = time.perf_counter()
-    subprocess.run(args, check=True, cwd=REPO)
-    seconds = time.perf_counter() - start
+    seconds = train_py(args, root)
     return json.loads((root / "metrics.json").read_text())["val/accuracy"], seconds
 
 
@@ -95,13 +91,7 @@ def main() -> None:
     ])
     print(table)
     if args.write:
-        text = args.write.read_text()
-        begin, end = f"<!-- {SECTION}:begin -->", f"<!-- {SECTION}:end -->"
-        if begin not in text:
-            raise SystemExit(f"{args.write} has no {begin} ... {end} markers to write between.")
-        head, rest = text.split(begin, 1)
-        tail = rest.split(end, 1)[1]
-        args.write.write_text(f"{head}{begin}\n{table}\n{end}{tail}")
+        write_section(args.write, SECTION, table)
 
 
 if __name__ == "__main__":
