@@ -97,9 +97,10 @@ class LitbertCLI(LightningCLI):
                             help="A checkpoint (.ckpt, local path or URL) to resume fitting from, at the same step "
                                  "and batch; `last` resumes from <default_root_dir>/checkpoints/last.ckpt when it "
                                  "exists and starts afresh when it does not (for requeued jobs).")
-        parser.add_argument("--base", type=str | None, default=None,
-                            help="Inside a config file: the config it extends (a path relative to it), loaded "
-                                 "before it, so that the file holds only what differs.")
+        parser.add_argument("--base", type=str | list[str] | None, default=None,
+                            help="Inside a config file: the config it extends (a path relative to it, or a list "
+                                 "of them applied in order), loaded before it, so that the file holds only what "
+                                 "differs.")
         parser.add_argument("--export", type=bool, default=True,
                             help="Save the trained model with save_pretrained at the end of the run.")
         parser.add_argument("--export_dir", type=str | None, default=None,
@@ -376,10 +377,28 @@ def _config_file(value: str) -> Path | None:
     return path if path.suffix in (".yaml", ".yml", ".json") and path.is_file() else None
 
 
+def _bases(path: Path, chain: list[Path]) -> list[str]:
+    """The files `path` extends, in the order they apply: each `base` (one path or a list, relative to `path`)
+    preceded by its own bases."""
+    with path.open() as handle:
+        content = yaml.safe_load(handle)
+    names = content.get("base") if isinstance(content, dict) else None
+    out: list[str] = []
+    for name in [] if names is None else names if isinstance(names, list) else [names]:
+        base = (path.parent / str(name)).resolve()
+        if base in chain or not base.is_file():
+            problem = "extends itself" if base in chain else "does not exist"
+            raise ValueError(f"{path}: base: {name} {problem}; `base` names the config file (or a list of them) "
+                             f"this one extends, relative to it.")
+        out += [*_bases(base, [*chain, base]), str(base)]
+    return out
+
+
 def with_bases(args: Sequence[str]) -> list[str]:
-    """`--config F` preceded by `--config B` for the `base: B` that F names (a path relative to F; recursively), so
-    that a config holds only what differs from the config it extends. jsonargparse composes several `--config`
-    files key by key, later ones winning; a config cannot include another by itself."""
+    """`--config F` preceded by `--config B` for the `base: B` that F names (a path relative to F, or a list of them
+    applied in order; recursively), so that a config holds only what differs from the configs it extends.
+    jsonargparse composes several `--config` files key by key, later ones winning; a config cannot include another
+    by itself."""
     out: list[str] = []
     arguments = list(args)
     for index, arg in enumerate(arguments):
@@ -392,21 +411,7 @@ def with_bases(args: Sequence[str]) -> list[str]:
         if value is None or (path := _config_file(value)) is None:
             out.append(arg)
             continue
-        bases, seen = [], [path.resolve()]
-        while True:
-            with path.open() as handle:
-                content = yaml.safe_load(handle)
-            base = content.get("base") if isinstance(content, dict) else None
-            if base is None:
-                break
-            path = (path.parent / base).resolve()
-            if path in seen or not path.is_file():
-                problem = "extends itself" if path in seen else "does not exist"
-                raise ValueError(f"{seen[-1]}: base: {base} {problem}; `base` names the config file this one "
-                                 f"extends, relative to it.")
-            seen.append(path)
-            bases.append(str(path))
-        for base in reversed(bases):
+        for base in _bases(path, [path.resolve()]):
             out += [base, "--config"] if arg == value else [f"--config={base}"]
         out.append(arg)
     return out

@@ -80,25 +80,34 @@ def train(args: list[str], root: Path, logger: Sequence[str] = ("--trainer.logge
     return {**json.loads((root / "metrics.json").read_text()), "seconds": seconds}
 
 
+# Per task: the metrics reported (the first is the one the table's ratio column leads with) and the default budget,
+# (random training batches per epoch or None for all of them, epochs or None for the config's own).
+TASKS = {"sst2": (("accuracy",), (600, 1)), "mrpc": (("accuracy", "f1"), (None, None))}
+
+
 def budget(options: argparse.Namespace, seed: int) -> list[str]:
-    return ["--seed_everything", str(seed), "--trainer.max_epochs", str(options.epochs),
-            "--trainer.limit_train_batches", str(options.train_batches)]
+    out = ["--seed_everything", str(seed)]
+    if options.epochs is not None:
+        out += ["--trainer.max_epochs", str(options.epochs)]
+    if options.train_batches is not None:
+        out += ["--trainer.limit_train_batches", str(options.train_batches)]
+    return out
 
 
 def run_teacher(options: argparse.Namespace, root: Path) -> dict:
-    return train(["--config", str(REPO / "configs/glue/sst2.yaml"), "--model.pretrained", MINILM,
+    return train(["--config", str(REPO / f"configs/glue/{options.task}.yaml"), "--model.pretrained", MINILM,
                   *budget(options, options.seeds[0])], root)
 
 
 def run_student(kind: str, seed: int, teacher: Path, options: argparse.Namespace, root: Path) -> dict:
+    recipe = str(REPO / f"configs/glue/{options.task}.yaml")
     if kind == "kd":
-        args = ["--config", str(REPO / "configs/distill/sst2.yaml"), "--model.pretrained", str(teacher),
+        args = ["--config", str(REPO / f"configs/distill/{options.task}.yaml"), "--model.pretrained", str(teacher),
                 "--model.teacher", str(teacher)]
     elif kind == "no-teacher":
-        args = ["--config", str(REPO / "configs/glue/sst2.yaml"), "--model.pretrained", str(teacher),
-                "--model.pretrained_layers", "every_other"]
+        args = ["--config", recipe, "--model.pretrained", str(teacher), "--model.pretrained_layers", "every_other"]
     else:
-        args = ["--config", str(REPO / "configs/glue/sst2.yaml"), "--data.tokenizer", str(teacher),
+        args = ["--config", recipe, "--data.tokenizer", str(teacher),
                 *[arg for name, value in RANDOM_SHAPE.items() for arg in (f"--model.encoder.{name}", str(value))]]
     return train([*args, *budget(options, seed), *options.student_args], root)
 
@@ -156,9 +165,9 @@ def load_classifier(directory: Path) -> tuple[Encoder, SequenceClassificationHea
     return encoder, SequenceClassificationHead.from_pretrained(checkpoint).eval()
 
 
-def inference_seconds(models: dict[str, Path], repeats: int) -> dict[str, float]:
+def inference_seconds(task: str, models: dict[str, Path], repeats: int) -> dict[str, float]:
     """Median seconds of one pass over the dev set per model, passes alternating after a warm-up pass."""
-    data = GLUEDataModule("sst2", tokenizer=str(next(iter(models.values()))), eval_batch_size=128)
+    data = GLUEDataModule(task, tokenizer=str(next(iter(models.values()))), eval_batch_size=128)
     data.setup("validate")
     batches = list(data.val_dataloader())
     loaded = {name: load_classifier(path) for name, path in models.items()}
@@ -178,23 +187,31 @@ def inference_seconds(models: dict[str, Path], repeats: int) -> dict[str, float]
 
 
 def table(results: dict) -> str:
-    teacher = results["teacher"]["val/accuracy"]
+    task = results["options"].get("task", "sst2")
+    metrics = TASKS[task][0]
+    teacher = {name: results["teacher"][f"val/{name}"] for name in metrics}
     speed = results["inference_seconds"]
-    rows = [["teacher (MiniLM-L6 fine-tuned)", 6, "MiniLM-L6", "-", f"{teacher:.3f}", "100%",
-             "-" if math.isnan(results["teacher"]["seconds"]) else f"{results['teacher']['seconds']:.0f}", "1.00x"]]
+    seconds = results["teacher"]["seconds"]
+    rows = [["teacher (MiniLM-L6 fine-tuned)", 6, "MiniLM-L6", "-",
+             *[cell for name in metrics for cell in (f"{teacher[name]:.3f}", "100%")],
+             "-" if math.isnan(seconds) else f"{seconds:.0f}", "1.00x"]]
     names = {"kd": ("student, distilled", "every other teacher layer", "yes"),
              "no-teacher": ("student, no teacher", "every other teacher layer", "no"),
              "random": ("student, random init", "random", "no")}
     for kind in (kind for kind in STUDENTS if results["students"].get(kind)):
         runs = results["students"][kind]
-        accuracy = [run["val/accuracy"] for run in runs]
-        rows.append([names[kind][0], 3, names[kind][1], names[kind][2], mean_sd(accuracy),
-                     f"{100 * statistics.mean(accuracy) / teacher:.1f}%",
+        cells = []
+        for name in metrics:
+            values = [run[f"val/{name}"] for run in runs]
+            cells += [mean_sd(values), f"{100 * statistics.mean(values) / teacher[name]:.1f}%"]
+        rows.append([*names[kind][:1], 3, *names[kind][1:], *cells,
                      f"{statistics.median(run['seconds'] for run in runs):.0f}",
                      f"{speed['teacher'] / speed['student']:.2f}x"])
+    label = {"sst2": "SST-2", "mrpc": "MRPC"}[task]
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
-        print_table(["model", "layers", "initialised from", "teacher", "SST-2 dev accuracy", "of teacher",
+        print_table(["model", "layers", "initialised from", "teacher",
+                     *[cell for name in metrics for cell in (f"{label} dev {name.replace('f1', 'F1')}", "of teacher")],
                      "train s (process, median)", "dev inference speed-up"], rows)
     return buffer.getvalue()
 
@@ -257,19 +274,29 @@ def section(results: dict) -> tuple[str, str]:
             f"{general_table(results).rstrip()}")
     extra = f" --student-args {shlex.quote(shlex.join(options['student_args']))}" \
         if options.get("student_args") else ""
-    return f"distill-{options.get('section', 'sst2')}", (
-        f"`LITBERT_DATA=../shared/data python bench/distill.py --seeds {seeds} "
-        f"--train-batches {options['train_batches']} --epochs {options['epochs']}{extra}` on {results['device']} "
-        f"(student seeds {seeds}; one teacher, seed {options['seeds'][0]}; {options['train_batches']} "
-        f"random batches of 32 per epoch):\n\n{table(results).rstrip()}")
+    task = options.get("task", "sst2")
+    batches, epochs = options["train_batches"], options["epochs"]
+    flags = ("" if task == "sst2" else f" --task {task}") + f" --seeds {seeds}"
+    flags += "" if batches is None else f" --train-batches {batches}"
+    flags += "" if epochs is None else f" --epochs {epochs}"
+    epochs_text = f"{epochs} epochs" if epochs is not None else f"the epochs of configs/glue/{task}.yaml"
+    budget = f"{batches} random batches of 32 per epoch" if batches is not None else \
+        f"every training batch, {epochs_text}"
+    return f"distill-{options.get('section', task)}", (
+        f"`LITBERT_DATA=../shared/data python bench/distill.py{flags}{extra}` on "
+        f"{results['device']} (student seeds {seeds}; one teacher, seed {options['seeds'][0]}; {budget}):\n\n"
+        f"{table(results).rstrip()}")
 
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--task", choices=sorted(TASKS), default="sst2", help="the GLUE task (a pair task: mrpc)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--students", nargs="+", choices=STUDENTS, default=list(STUDENTS))
-    parser.add_argument("--train-batches", type=int, default=600, help="random training batches per epoch")
-    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--train-batches", type=int, default=None,
+                        help="random training batches per epoch (default: 600 for sst2, all of them for mrpc)")
+    parser.add_argument("--epochs", type=int, default=None,
+                        help="(default: 1 for sst2, the task config's own for mrpc)")
     parser.add_argument("--student-args", type=shlex.split, default=[],
                         help="train.py overrides for every student run, one quoted string: "
                              "'--model.optimization.learning_rate 5e-5'")
@@ -280,12 +307,16 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--json", type=Path, default=None, help="write every run's results here")
     parser.add_argument("--from-json", type=Path, default=None, help="rewrite the table from recorded results")
     parser.add_argument("--write", type=Path, nargs="*", default=[], help="files whose section to update")
-    parser.add_argument("--section", default="sst2", help="--write replaces the distill-<section> markers' text")
+    parser.add_argument("--section", default=None,
+                        help="--write replaces the distill-<section> markers' text (default: the task)")
     parser.add_argument("--general", action="store_true", help="general (MLM) distillation of the README job's model")
     parser.add_argument("--mlm-teacher", type=Path, default=REPO / "runs" / "quickstart",
                         help="the README job's run folder (trained there first when it holds no model)")
     parser.add_argument("--figure", type=Path, default=REPO / "docs" / "figures" / "distill-quickstart-losses.png")
     options = parser.parse_args(argv)
+    batches, epochs = TASKS[options.task][1]
+    options.train_batches = batches if options.train_batches is None else options.train_batches
+    options.epochs = epochs if options.epochs is None else options.epochs
 
     if options.from_json is not None:
         results = json.loads(options.from_json.read_text())
@@ -302,9 +333,10 @@ def main(argv: list[str] | None = None) -> dict:
         with tempfile.TemporaryDirectory() as scratch:
             root = options.root or Path(scratch)
             results = {"device": device_name(torch.device("cpu")),
-                       "options": {"seeds": options.seeds, "train_batches": options.train_batches,
-                                   "epochs": options.epochs, "student_args": options.student_args,
-                                   "section": options.section},
+                       "options": {"task": options.task, "seeds": options.seeds,
+                                   "train_batches": options.train_batches, "epochs": options.epochs,
+                                   "student_args": options.student_args,
+                                   "section": options.section or options.task},
                        "students": {k: [] for k in options.students}}
             if options.teacher_dir is None:
                 results["teacher"] = run_teacher(options, root / "teacher")
@@ -321,7 +353,7 @@ def main(argv: list[str] | None = None) -> dict:
                     results["students"][kind].append({"seed": seed, **result})
                     print(f"{kind} seed {seed}: {result}", flush=True)
             student = root / f"{options.students[0]}-{options.seeds[0]}" / "model"
-            results["inference_seconds"] = inference_seconds({"teacher": teacher, "student": student},
+            results["inference_seconds"] = inference_seconds(options.task, {"teacher": teacher, "student": student},
                                                              options.repeats)
         if options.json is not None:
             options.json.write_text(json.dumps(results, indent=1) + "\n")

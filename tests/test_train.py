@@ -26,8 +26,11 @@ from tasks.base import EncoderSpec, Optimization
 from tasks.classification import SequenceClassification
 
 REPO = Path(__file__).resolve().parents[1]
-# The runnable configs; a `base.yaml` is the part its folder's configs share, built through them.
-CONFIGS = sorted(str(p.relative_to(REPO)) for p in (REPO / "configs").rglob("*.yaml") if p.name != "base.yaml")
+# The runnable configs. A file other configs extend (`base:`) is the part they share (glue/base.yaml, distill/kd.yaml,
+# a layer over any classification config), built through them.
+LAYERS = {"configs/glue/base.yaml", "configs/distill/kd.yaml"}
+CONFIGS = sorted(str(p.relative_to(REPO)) for p in (REPO / "configs").rglob("*.yaml")
+                 if str(p.relative_to(REPO)) not in LAYERS)
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +61,8 @@ def test_every_shipped_config_instantiates(config, env, minilm, tmp_path):
     overrides = ["--trainer.default_root_dir", str(tmp_path)]
     if config == "configs/quickstart.yaml" or "pretrain/" in config:  # do not train a tokenizer to instantiate
         overrides += ["--data.tokenizer", minilm, "--data.train_tokenizer", "null"]
-    elif config == "configs/distill/sst2.yaml":  # a fine-tuned classifier is the teacher and the student's source
+    elif config in ("configs/distill/sst2.yaml", "configs/distill/mrpc.yaml"):  # a fine-tuned classifier is the
+        # teacher and the student's source
         teacher = tmp_path / "teacher"
         encoder = Encoder.from_pretrained(minilm)
         encoder.save_pretrained(teacher, head=SequenceClassificationHead(encoder.config.hidden_size, 2))
@@ -81,10 +85,12 @@ def test_every_shipped_config_instantiates(config, env, minilm, tmp_path):
         assert list(model.hparams.metrics) == data.metric_names
         expected = ["val", "val_mismatched"] if data.spec.name == "mnli" else ["val"]
         assert model.validation_names == expected
-    if config == "configs/distill/sst2.yaml":  # its own learning rate over the GLUE recipe, which it keeps
+    if config in ("configs/distill/sst2.yaml", "configs/distill/mrpc.yaml"):  # kd.yaml over the task's GLUE recipe:
+        # its own learning rate, the recipe's warmup and epochs
         assert model.encoder.config.num_layers == 3 and model.teacher.encoder.config.num_layers == 6
         assert (model.optimization.learning_rate, model.optimization.warmup) == (5e-5, 0.1)
-        assert (model.temperature, model.alpha_kd, cli.trainer.max_epochs) == (2.0, 0.5, 3)
+        assert (model.temperature, model.alpha_kd) == (2.0, 0.5)
+        assert (data.spec.name, cli.trainer.max_epochs) == (("sst2", 3) if "sst2" in config else ("mrpc", 5))
     if hasattr(model, "label_names") and not hasattr(model, "regression"):  # token classification
         assert model.label_names == data.label_names and len(model.label_names) == 9
 
@@ -133,6 +139,14 @@ def _restated(values: dict, defaults: dict, where: str) -> list[str]:
     return found
 
 
+def _merged(first: dict, second: dict) -> dict:
+    """`second` over `first`, key by key, as jsonargparse composes two config files."""
+    out = dict(first)
+    for key, value in second.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
 @pytest.mark.parametrize("config", sorted(str(p.relative_to(REPO)) for p in (REPO / "configs").rglob("*.yaml")))
 def test_shipped_configs_restate_no_defaults(config):
     """A config holds only what its recipe changes: no value equal to the constructor's default or to its base's."""
@@ -145,7 +159,9 @@ def test_shipped_configs_restate_no_defaults(config):
             cls = getattr(importlib.import_module(module), name)
             found += _restated(part.get("init_args"), _signature_defaults(cls.__init__), section)
     if "base" in text:
-        base = yaml.safe_load((REPO / config).parent.joinpath(text["base"]).read_text())
+        base: dict = {}
+        for name in text["base"] if isinstance(text["base"], list) else [text["base"]]:
+            base = _merged(base, yaml.safe_load((REPO / config).parent.joinpath(name).read_text()))
         for section in ("trainer", "model", "data"):
             found += _restated(text.get(section), base.get(section) or {}, f"{section} (as in the base)")
     assert not found, f"{config} restates defaults: {found}"
@@ -160,14 +176,40 @@ def test_config_bases_expand_before_the_file_and_are_checked(tmp_path):
         str(tmp_path / "c.yaml"), "--x", "1"]
     assert train.with_bases([f"--config={tmp_path / 'b.yaml'}"]) == [f"--config={tmp_path / 'a.yaml'}",
                                                                      f"--config={tmp_path / 'b.yaml'}"]
+    # a list of bases applies in order, each after its own bases
+    (tmp_path / "d.yaml").write_text("trainer:\n  max_steps: 4\n")
+    (tmp_path / "e.yaml").write_text("base: [b.yaml, d.yaml]\n")
+    assert train.with_bases(["--config", str(tmp_path / "e.yaml")]) == [
+        "--config", str(tmp_path / "a.yaml"), "--config", str(tmp_path / "b.yaml"), "--config",
+        str(tmp_path / "d.yaml"), "--config", str(tmp_path / "e.yaml")]
     (tmp_path / "loop.yaml").write_text("base: loop.yaml\n")
     with pytest.raises(ValueError, match="base: loop.yaml extends itself"):
         train.with_bases(["--config", str(tmp_path / "loop.yaml")])
     (tmp_path / "lost.yaml").write_text("base: nowhere.yaml\n")
     with pytest.raises(ValueError, match="base: nowhere.yaml does not exist"):
         train.with_bases(["--config", str(tmp_path / "lost.yaml")])
+    (tmp_path / "lost2.yaml").write_text("base: [a.yaml, nowhere.yaml]\n")
+    with pytest.raises(ValueError, match="lost2.yaml: base: nowhere.yaml does not exist"):
+        train.with_bases(["--config", str(tmp_path / "lost2.yaml")])
     with pytest.raises(ValueError, match="--base is read inside a config file"):
         train.with_bases(["--base", str(tmp_path / "a.yaml")])
+
+
+def test_the_distillation_layer_applies_over_any_classification_config(env, minilm, tmp_path):
+    """configs/distill/kd.yaml after a task's config makes that task's half-depth student: the task's data, epochs and
+    warmup, kd.yaml's layers, temperature, alpha and learning rate."""
+    teacher = tmp_path / "teacher"
+    encoder = Encoder.from_pretrained(minilm)
+    encoder.save_pretrained(teacher, head=SequenceClassificationHead(encoder.config.hidden_size, 2))
+    cli = train.make_cli(["--config", str(REPO / "configs/glue/rte.yaml"), "--config",
+                          str(REPO / "configs/distill/kd.yaml"), "--model.pretrained", str(teacher),
+                          "--model.teacher", str(teacher), "--data.tokenizer", minilm,
+                          "--trainer.default_root_dir", str(tmp_path / "run")])
+    model = cli.model
+    assert cli.datamodule.spec.name == "rte" and cli.trainer.max_epochs == 3
+    assert model.encoder.config.num_layers == 3 and model.teacher.encoder.config.num_layers == 6
+    assert (model.optimization.learning_rate, model.optimization.warmup) == (5e-5, 0.1)
+    assert (model.temperature, model.alpha_kd) == (2.0, 0.5)
 
 
 def test_every_run_tracks_to_wandb_by_default_named_after_its_folder(env, minilm, tmp_path, monkeypatch):
