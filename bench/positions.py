@@ -44,7 +44,10 @@ from encoders import POSITIONS  # noqa: E402
 from encoders.plots import pyplot  # noqa: E402
 from tasks.mlm import MaskedLM  # noqa: E402
 
-SCHEMES = ("learned", "sinusoidal", "rope", "alibi", "t5", "none")
+SCHEMES = ("learned", "sinusoidal", "sinusoidal-scaled", "rope", "alibi", "t5", "none")
+# Rows that are a scheme with settings of its own: name -> (scheme, EncoderConfig overrides). The sinusoidal table
+# scaled to the size of the token embeddings (0.02 x sqrt 2 = 0.028: the table's entries have RMS 1/sqrt 2).
+VARIANTS = {"sinusoidal-scaled": ("sinusoidal", {"sinusoidal_scale": 0.028})}
 TRAIN_LENGTH = 128
 SECTION = "positions"
 # The README job's encoder (configs/quickstart.yaml), for the step-time measurement.
@@ -52,7 +55,13 @@ SHAPE = dict(preset="bert-tiny", num_layers=4, norm_placement="pre", norm="rmsno
              intermediate_size=344, bias=False, hidden_dropout=0.0, attention_dropout=0.0)
 
 
-def pretrain(scheme: str, seed: int, options: argparse.Namespace, root: Path) -> dict:
+def encoder_settings(name: str) -> tuple[str, dict[str, float]]:
+    """The position scheme of a row and its own settings."""
+    return VARIANTS.get(name, (name, {}))
+
+
+def pretrain(name: str, seed: int, options: argparse.Namespace, root: Path) -> dict:
+    scheme, settings = encoder_settings(name)
     args = ["--config", str(REPO / "configs" / "quickstart.yaml"), "--seed_everything", str(seed),
             "--model.encoder.position", scheme, "--trainer.max_steps", str(options.steps),
             "--trainer.max_time", "null", "--trainer.val_check_interval", str(max(1, options.steps // 3)),
@@ -60,6 +69,7 @@ def pretrain(scheme: str, seed: int, options: argparse.Namespace, root: Path) ->
             "--trainer.logger", "lightning.pytorch.loggers.CSVLogger", "--trainer.logger.save_dir", str(root)]
     if scheme == "learned":  # a table for the training length exactly: no untrained rows to extrapolate into
         args += ["--model.encoder.max_position_embeddings", str(TRAIN_LENGTH)]
+    args += [arg for field, value in settings.items() for arg in (f"--model.encoder.{field}", str(value))]
     if options.max_documents is not None:
         args += ["--data.max_documents", str(options.max_documents)]
     seconds = train_py(args, root)
@@ -113,10 +123,12 @@ def step_times(schemes: list[str], vocab: int, rounds: int, repeats: int) -> dic
     """Median seconds per training step (batch 32 x 128) of each scheme, the schemes alternating."""
     times: dict[str, list[float]] = {scheme: [] for scheme in schemes}
     for _ in range(rounds):
-        for scheme in schemes:
-            extra = {"max_position_embeddings": TRAIN_LENGTH} if scheme == "learned" else {}
-            times[scheme].append(step_time(vocab=vocab, rate=0.3, repeats=repeats, position=scheme, **SHAPE,
-                                           **extra))
+        for name in schemes:
+            scheme, extra = encoder_settings(name)
+            if scheme == "learned":
+                extra = {"max_position_embeddings": TRAIN_LENGTH}
+            times[name].append(step_time(vocab=vocab, rate=0.3, repeats=repeats, position=scheme, **SHAPE,
+                                         **extra))
     return {scheme: statistics.median(values) for scheme, values in times.items()}
 
 
@@ -200,7 +212,7 @@ def figures(results: dict, options: argparse.Namespace, out: Path) -> list[Path]
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--schemes", nargs="+", default=list(SCHEMES), choices=sorted(POSITIONS))
+    parser.add_argument("--schemes", nargs="+", default=list(SCHEMES), choices=sorted([*POSITIONS, *VARIANTS]))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--steps", type=int, default=450, help="pretraining steps per run")
     parser.add_argument("--factors", type=int, nargs="+", default=[1, 2, 4, 8],

@@ -125,7 +125,8 @@ LAYOUTS: dict[str, Layout] = {
                "sequence_classification": {"pooler.0": "pre_classifier", "classifier": "classifier"},
                "token_classification": {"classifier": "classifier"}},
         pooler_activation="relu",
-        fixed=_POST_NORM | {"type_vocab_size": 0, "norm_eps": 1e-12},  # DistilBERT hard-codes its LayerNorm epsilon
+        # DistilBERT hard-codes its LayerNorm epsilon, and adds its sinusoidal table unscaled
+        fixed=_POST_NORM | {"type_vocab_size": 0, "norm_eps": 1e-12, "sinusoidal_scale": 1.0},
         activation_key="activation", activations=("gelu", "relu"), positions=("learned", "sinusoidal"),
         sinusoidal_key="sinusoidal_pos_embds", token_types=False,
     ),

@@ -10,9 +10,10 @@ each a no-op in the base class. References: learned tables (Devlin et al., 2019;
 Liu et al., 2019), sinusoidal (Vaswani et al., 2017, Sec. 3.5), RoPE (Su et al., 2021; the rotate-half channel
 layout used by transformers), ALiBi (Press et al., 2022), T5 relative buckets (Raffel et al., 2020).
 
-Deliberate deviations: sinusoidal embeddings are added unscaled (no sqrt(d) factor), as BERT adds its learned
-table; ALiBi uses the symmetric distance |i - j| because the encoder is bidirectional; the T5 bias is added to
-scaled dot products (T5 itself does not scale), so the bias learns on the same footing as the other schemes.
+Deliberate deviations: the sinusoidal table is added unscaled by default, as DistilBERT adds it (Vaswani et al.
+instead multiply the token embeddings by sqrt(d)); `sinusoidal_scale` scales the table to the tokens' size. ALiBi
+uses the symmetric distance |i - j| because the encoder is bidirectional; the T5 bias is added to scaled dot products
+(T5 itself does not scale), so the bias learns on the same footing as the other schemes.
 Positions count from the first token of the row, so batches are padded on the right (transformers' RoBERTa
 instead counts only non-padding tokens, which agrees for right padding).
 """
@@ -91,15 +92,21 @@ def sinusoidal_table(length: int, dim: int, device: torch.device | None = None) 
 
 
 class SinusoidalPositions(PositionScheme):
+    """The fixed table times `sinusoidal_scale`, added to the token embeddings."""
+
+    settings = ("sinusoidal_scale",)
+
     def __init__(self, config: EncoderConfig) -> None:
         super().__init__()
         self.dim = config.hidden_size
+        self.scale = config.sinusoidal_scale
         self.register_buffer("table", sinusoidal_table(config.max_position_embeddings, self.dim), persistent=False)
 
     def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         if positions.numel() > self.table.shape[0]:  # longer than ever seen: grow the cache, no limit
             self.table = sinusoidal_table(2 * positions.numel(), self.dim, device=x.device)
-        return x + self.table[positions].to(x.dtype)
+        table = self.table[positions]
+        return x + (table if self.scale == 1.0 else self.scale * table).to(x.dtype)
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:

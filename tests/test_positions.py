@@ -110,6 +110,10 @@ def test_sinusoidal_equals_formula():
     encoder = Encoder(tiny_config(position="sinusoidal"))
     x = torch.zeros(1, 40, 32)
     torch.testing.assert_close(encoder.position.embed(x, torch.arange(40))[0], sinusoidal_table(40, 32))
+    scaled = Encoder(tiny_config(position="sinusoidal", sinusoidal_scale=0.028))  # the tokens' size, not 35x it
+    torch.testing.assert_close(scaled.position.embed(x, torch.arange(40))[0], 0.028 * sinusoidal_table(40, 32))
+    with pytest.raises(ValueError, match="sinusoidal_scale must be > 0"):
+        tiny_config(position="sinusoidal", sinusoidal_scale=0.0)
 
 
 def test_rope_scores_depend_only_on_relative_offset():
