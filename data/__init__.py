@@ -22,7 +22,7 @@ from data.loading import (
     ShardSampler,
 )
 from data.masking import MLMCollator, mask_tokens
-from data.mlm import MLMDataModule, pack_blocks
+from data.mlm import MLMDataModule, block_documents, pack_blocks
 from data.sources import DataError, data_root
 from data.token_classification import TokenClassificationDataModule, iob1_to_iob2
 from data.tokenizers import SpecialTokenTemplate, load_tokenizer, save_tokenizer, train_tokenizer
@@ -52,6 +52,7 @@ __all__ = [
     "iob1_to_iob2",
     "load_tokenizer",
     "mask_tokens",
+    "block_documents",
     "pack_blocks",
     "save_tokenizer",
     "text_set",

@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 
 # Columns a batch hands to the model; a dataset may hold more (word ids, sentence index) for later use.
 # `example_index` keys an example's dynamic MLM masks; the collator removes it.
-MODEL_COLUMNS = ("input_ids", "attention_mask", "token_type_ids", "labels", "example_index")
+MODEL_COLUMNS = ("input_ids", "attention_mask", "token_type_ids", "labels", "example_index", "document_ids")
 
 
 class TokenizedDataModule(L.LightningDataModule):

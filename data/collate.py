@@ -17,6 +17,7 @@ PAD_VALUES: dict[str, int | str] = {
     "special_tokens_mask": 1,
     "labels": -100,  # the ignore index of torch's cross-entropy
     "word_ids": -1,
+    "document_ids": -1,  # the packed document of each token (MLMDataModule's document_mask); -1 is padding
 }
 
 

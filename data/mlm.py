@@ -99,6 +99,30 @@ def pack_blocks(token_ids: pa.ListArray, block_length: int, prefix: list[int], s
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(blocks.astype(np.int32)))
 
 
+def block_documents(token_ids: pa.ListArray, block_length: int, prefix: list[int], suffix: list[int]) -> pa.ListArray:
+    """For the blocks `pack_blocks` makes of the same documents: each token's document, numbered from 0 within its
+    block. A separator belongs to the document it ends, the prefix to the block's first document and the suffix to
+    its last."""
+    lengths = pc.list_value_length(token_ids).to_numpy(zero_copy_only=False).astype(np.int64)
+    separators = np.zeros(int(lengths.sum()) + len(lengths) - 1, dtype=np.int64)
+    separators[np.cumsum(lengths)[:-1] + np.arange(len(lengths) - 1)] = 1
+    document = np.cumsum(separators) - separators  # separators before each position of the stream
+    content = block_length - len(prefix) - len(suffix)
+    full = len(document) // content
+
+    def wrap(body: np.ndarray) -> np.ndarray:  # (n, L) stream documents -> (n, block) numbered within the row
+        body = body - body[:, :1]
+        return np.concatenate([np.zeros((len(body), len(prefix)), np.int64), body,
+                               np.repeat(body[:, -1:], len(suffix), axis=1)], axis=1)
+
+    values = wrap(document[: full * content].reshape(full, content)).reshape(-1)
+    offsets = np.arange(full + 1, dtype=np.int32) * block_length
+    if len(document) > full * content:
+        values = np.concatenate([values, wrap(document[full * content:][None]).reshape(-1)])
+        offsets = np.append(offsets, len(values)).astype(np.int32)
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values.astype(np.int16)))
+
+
 class MLMDataModule(TokenizedDataModule):
     """Masked-language-model pretraining data from local text files or a (local copy of a) hub dataset.
 
@@ -120,6 +144,10 @@ class MLMDataModule(TokenizedDataModule):
         packing: `full_sentences` (RoBERTa blocks, no padding) or `segments` (BERT's A/B segment examples).
         masking: `dynamic` (new masks each epoch, RoBERTa) or `static` (masks fixed once from `seed`, BERT).
         whole_word_masking: Mask all pieces of a word together.
+        document_mask: With `full_sentences` packing, keep attention within each packed document: the batches carry
+            each token's document (`document_ids`) and the encoder attends only within it (a block-diagonal mask).
+            Positions still count from the block's start; the relative schemes (RoPE, ALiBi, T5) see the same
+            distances within a document either way.
         mlm_probability: Fraction of non-special tokens chosen for prediction in training (BERT 0.15; 0.3 as in
             Wettig et al., 2023, and ModernBERT).
         val_mlm_probability: The same fraction for the fixed validation masks. Kept at BERT's 0.15 whatever the
@@ -151,6 +179,7 @@ class MLMDataModule(TokenizedDataModule):
         packing: Packing = "full_sentences",
         masking: Masking = "dynamic",
         whole_word_masking: bool = False,
+        document_mask: bool = False,
         mlm_probability: float = 0.15,
         val_mlm_probability: float = 0.15,
         max_documents: int | None = None,
@@ -165,6 +194,10 @@ class MLMDataModule(TokenizedDataModule):
     ) -> None:
         check_choice("packing", packing, Packing, DataError)
         check_choice("masking", masking, Masking, DataError)
+        if document_mask and packing != "full_sentences":
+            raise DataError(f"data.document_mask keeps attention within the documents packed into a block, but "
+                            f"data.packing={packing!r} makes each example from one document; remove "
+                            f"data.document_mask or pack with full_sentences.")
         if train_files is None and dataset is None:
             raise DataError("MLMDataModule needs train_files or a dataset name; neither was given.")
         if train_files is not None and dataset is not None:
@@ -195,7 +228,7 @@ class MLMDataModule(TokenizedDataModule):
         self.save_hyperparameters()
         if self.mask_token_id is None:
             raise DataError(f"Tokenizer {tokenizer} has no mask token; MLM needs one ([MASK] or <mask>).")
-        self.packing, self.masking = packing, masking
+        self.packing, self.masking, self.document_mask = packing, masking, document_mask
         self.val_mask_seed = val_mask_seed
         self.collate = MLMCollator(self.tokenizer, mlm_probability, whole_word_masking, seed=seed)
         self.val_masks = MLMCollator(self.tokenizer, val_mlm_probability, whole_word_masking, seed=val_mask_seed)
@@ -306,7 +339,10 @@ class MLMDataModule(TokenizedDataModule):
         self.stats[role] = {"documents": len(documents), "tokens": tokens, "blocks": len(blocks)}
         log.info("%s: %d documents, %d tokens packed into %d blocks of %d (FULL-SENTENCES, no padding)",
                  split, len(documents), tokens, len(blocks), self.max_length)
-        return datasets.Dataset(pa.table({"input_ids": blocks}))
+        columns = {"input_ids": blocks}
+        if self.document_mask:
+            columns["document_ids"] = block_documents(column, self.max_length, prefix, suffix)
+        return datasets.Dataset(pa.table(columns))
 
     def fixed_masks(self, dataset: datasets.Dataset, seed: int, masks: MLMCollator) -> datasets.Dataset:
         """The dataset with masks drawn once from `seed` by `masks` (stored as `input_ids` and `labels`)."""

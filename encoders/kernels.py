@@ -133,12 +133,12 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
     """softmax(q k^T / sqrt(D) + mask) v for (B, H, T, D) queries, keys and values, with dropout on the
     probabilities, and the probabilities themselves when `return_probs`.
 
-    `mask` is None, boolean (B, 1, 1, T) (True = attend), an additive float (B or 1, H or 1, T, T) in the dtype of
-    the queries, or a FlexAttention score_mod holding the position bias and the key padding (the caller checked
-    that dropout is off: FlexAttention has none). The kernel: FlexAttention for a score_mod; the explicit math
-    when the probabilities are wanted, or with dropout on CPU, where SDPA has no fused kernel and draws its
-    (B, H, T, T) mask with `bernoulli_` (the same math with `dropout` here, bert-mini shapes, forward + backward,
-    bf16: 52 ms against 87 ms at T=128, 180 ms against 467 ms at T=512); SDPA otherwise."""
+    `mask` is None, boolean (B, 1, 1, T) or (B, 1, T, T) (True = attend), an additive float (B or 1, H or 1, T, T)
+    in the dtype of the queries, or a FlexAttention score_mod holding the position bias and the key padding or
+    documents (the caller checked that dropout is off: FlexAttention has none). The kernel: FlexAttention for a
+    score_mod; the explicit math when the probabilities are wanted, or with dropout on CPU, where SDPA has no fused
+    kernel and draws its (B, H, T, T) mask with `bernoulli_` (the same math with `dropout` here, bert-mini shapes,
+    forward + backward, bf16: 52 ms against 87 ms at T=128, 180 ms against 467 ms at T=512); SDPA otherwise."""
     scale = q.shape[-1] ** -0.5
     if callable(mask):
         return flex_attention(q, k, v, mask, scale), None

@@ -55,6 +55,20 @@ class Embeddings(nn.Module):
         return x
 
 
+def real_documents(document_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """`document_ids` with padding (mask 0) as document -1, the documents' own ids being >= 0."""
+    if attention_mask is None:
+        return document_ids
+    return torch.where(attention_mask.bool(), document_ids, -1)
+
+
+def same_document(document_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """(B, T, T) True where query and key are in the same document. Padding is a document of its own, so real
+    tokens never attend to it and every padding query still has keys (no all-masked row, no NaN)."""
+    documents = real_documents(document_ids, attention_mask)
+    return documents[:, :, None] == documents[:, None, :]
+
+
 class Encoder(nn.Module):
     def __init__(self, config: EncoderConfig) -> None:
         super().__init__()
@@ -83,23 +97,27 @@ class Encoder(nn.Module):
                 nn.init.zeros_(module.bias)
 
     def attention_mask(
-        self, attention_mask: torch.Tensor | None, seq_len: int, dtype: torch.dtype | None = None
+        self, attention_mask: torch.Tensor | None, seq_len: int, dtype: torch.dtype | None = None,
+        document_ids: torch.Tensor | None = None,
     ) -> torch.Tensor | None:
-        """The mask `Attention` receives: None (attend everywhere), boolean (B, 1, 1, T) padding, or, when the
-        position scheme adds a bias, a float (B or 1, H, T, T) bias in `dtype` (default: the bias's own) with
-        padded keys at that dtype's minimum."""
+        """The mask `Attention` receives: None (attend everywhere), boolean (B, 1, 1, T) padding or, with
+        `document_ids`, (B, 1, T, T) same-document pairs, or, when the position scheme adds a bias, a float
+        (B or 1, H, T, T) bias in `dtype` (default: the bias's own) with the masked keys at that dtype's minimum."""
         bias = self.position.bias(seq_len, seq_len)
         if bias is not None and dtype is not None:
             bias = bias.to(dtype)
-        if attention_mask is None:
+        if document_ids is not None:
+            keep = same_document(document_ids, attention_mask)[:, None]  # (B, 1, T, T)
+        elif attention_mask is None:
             return None if bias is None else bias[None]
-        keep = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, T)
+        else:
+            keep = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, T)
         if bias is None:
             return keep
         return bias[None].masked_fill(~keep, torch.finfo(bias.dtype).min)  # (B, H, T, T)
 
     def score_mod(self, attention_mask: torch.Tensor | None, seq_len: int, device: torch.device,
-                  return_attentions: bool):
+                  return_attentions: bool, document_ids: torch.Tensor | None = None):
         """The FlexAttention score_mod (position bias and key padding) when this forward uses FlexAttention (see
         `EncoderConfig.flex_attention`), else None."""
         forced = self.config.flex_attention
@@ -118,6 +136,14 @@ class Encoder(nn.Module):
                     f"flex_attention=None (SDPA with a dense bias while dropout is on)."
                 )
             return None
+        if document_ids is not None:
+            documents = real_documents(document_ids, attention_mask)
+
+            def biased_within_documents(score, batch, head, query, key):
+                same = documents[batch, query] == documents[batch, key]
+                return torch.where(same, position_mod(score, batch, head, query, key), -float("inf"))
+
+            return biased_within_documents
         if attention_mask is None:
             return position_mod
         keep = attention_mask.bool()
@@ -145,10 +171,13 @@ class Encoder(nn.Module):
         token_type_ids: torch.Tensor | None = None,
         return_hidden_states: bool = False,
         return_attentions: bool = False,
+        document_ids: torch.Tensor | None = None,
     ) -> torch.Tensor | EncoderOutput:
         """Hidden states (B, T, C) for `input_ids` (B, T); `attention_mask` is 1 for real tokens, 0 for padding.
         Hidden states at padding are not meaningful: zeros when the blocks ran unpadded, else whatever the
-        padding tokens computed.
+        padding tokens computed. `document_ids` (B, T), when given, keeps attention within each document of a
+        packed row: a token attends to the tokens with its id only (each document of a row is encoded as if alone,
+        up to the positions, which still count from the row's start).
 
         With `return_hidden_states` or `return_attentions`, an `EncoderOutput` carrying them instead.
         """
@@ -158,9 +187,9 @@ class Encoder(nn.Module):
         x = self.embeddings.dropout(self.embeddings.norm(x))
         # A float bias is cast to the blocks' compute dtype once here; left in float32, every layer would cast it
         # again (autocast casts each call's float arguments to bfloat16).
-        mask = self.score_mod(attention_mask, seq_len, x.device, return_attentions)
+        mask = self.score_mod(attention_mask, seq_len, x.device, return_attentions, document_ids)
         if mask is None:
-            mask = self.attention_mask(attention_mask, seq_len, compute_dtype(x))
+            mask = self.attention_mask(attention_mask, seq_len, compute_dtype(x), document_ids)
         unpadded = None
         if not (return_hidden_states or return_attentions):
             unpadded = self.unpadded(attention_mask)

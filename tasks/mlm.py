@@ -94,7 +94,8 @@ class MaskedLM(EncoderTask):
         self.val_accuracy = MeanMetric()
 
     def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        hidden = self.encoder(batch["input_ids"], batch.get("attention_mask"), batch.get("token_type_ids"))
+        hidden = self.encoder(batch["input_ids"], batch.get("attention_mask"), batch.get("token_type_ids"),
+                              document_ids=batch.get("document_ids"))
         return masked_lm_loss(self.head, hidden, batch["labels"])
 
     def training_flops(self, batch: dict[str, torch.Tensor]) -> int:
