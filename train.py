@@ -417,9 +417,32 @@ def with_bases(args: Sequence[str]) -> list[str]:
     return out
 
 
+def nested_nulls(args: Sequence[str]) -> list[str]:
+    """`--model.a.b=null` (or `--model.a.b null`) as `--model.a={"b": null}`: jsonargparse 4.53 hands a null two levels under a
+    class_path (`--model.encoder.hidden_dropout=null`) to the nested parser as the string 'None', which the field's
+    type then refuses; the same null inside a dict merges into the parent as meant."""
+    out: list[str] = []
+    arguments = list(args)
+    index = 0
+    while index < len(arguments):
+        arg = arguments[index]
+        key, value, width = arg, None, 1
+        if arg.startswith("--") and "=" in arg:
+            key, value = arg.split("=", 1)
+        elif arg.startswith("--") and index + 1 < len(arguments):
+            value, width = arguments[index + 1], 2
+        parent, _, name = key[2:].rpartition(".")
+        if key.startswith("--model.") and value in ("null", "None", "~") and parent.count(".") >= 1 and name:
+            out.append(f"--{parent}={json.dumps({name: None})}")
+        else:
+            out += arguments[index:index + width]
+        index += width
+    return out
+
+
 def make_cli(args: Sequence[str] | None = None) -> LitbertCLI:
     """Parse `args` (default: the command line) and build the task, datamodule and trainer, without running."""
-    args = with_bases(sys.argv[1:] if args is None else args)
+    args = nested_nulls(with_bases(sys.argv[1:] if args is None else args))
     # The arguments are the command line with its `base:` files expanded; LightningCLI warns whenever both exist.
     warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended", category=UserWarning)
     return LitbertCLI(

@@ -434,6 +434,17 @@ def test_encoder_overrides_over_a_pretrained_checkpoint(glue):
         glue("--model.encoder.rope_base", "500")
 
 
+def test_a_null_encoder_setting_on_the_command_line_means_as_in_the_checkpoint(glue):
+    """`--model.encoder.<field>=null` (either spelling) unsets a value a config set: the encoder then takes the
+    checkpoint's (jsonargparse alone would hand the nested parser the string 'None' and refuse it)."""
+    assert glue("--model.encoder.hidden_dropout", "0.3").model.encoder.config.hidden_dropout == 0.3
+    for extra in (["--model.encoder.hidden_dropout", "0.3", "--model.encoder.hidden_dropout=null"],
+                  ["--model.encoder.hidden_dropout", "0.3", "--model.init_args.encoder.hidden_dropout", "null"]):
+        cli = glue(*extra)
+        assert cli.model.hparams.encoder["hidden_dropout"] is None
+        assert cli.model.encoder.config.hidden_dropout == 0.1  # the tiny checkpoint's own
+
+
 def test_values_from_the_data_cannot_be_set_to_others(glue):
     with pytest.raises(ValueError, match=r"model.num_labels=3 is set from the data \(GLUEDataModule gives 2\)"):
         glue("--model.init_args.num_labels", "3")
