@@ -418,9 +418,9 @@ def with_bases(args: Sequence[str]) -> list[str]:
 
 
 def nested_nulls(args: Sequence[str]) -> list[str]:
-    """`--model.a.b=null` (or `--model.a.b null`) as `--model.a={"b": null}`: jsonargparse 4.53 hands a null two levels under a
-    class_path (`--model.encoder.hidden_dropout=null`) to the nested parser as the string 'None', which the field's
-    type then refuses; the same null inside a dict merges into the parent as meant."""
+    """`--model.a.b=null` (or `--model.a.b null`) as `--model.a={"b": null}`: jsonargparse 4.53 hands a null two
+    levels under a class_path (`--model.encoder.hidden_dropout=null`) to the nested parser as the string 'None',
+    which the field's type then refuses; the same null inside a dict merges into the parent as meant."""
     out: list[str] = []
     arguments = list(args)
     index = 0
