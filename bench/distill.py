@@ -19,7 +19,14 @@ sentences in the datamodule's evaluation batches, same precision (fp32), eval mo
         --write BENCHMARKS.md README.md
     python bench/distill.py --from-json bench/results-distill-sst2.json --write BENCHMARKS.md README.md
 
-`--write` replaces the text between the `distill-<section>` markers of each file (`--section`, `sst2` by default)
+`--task mrpc` runs the same on a pair task at configs/glue/mrpc.yaml's budget (every training batch, 5 epochs),
+with the distilled student from configs/distill/mrpc.yaml, and reports accuracy and F1:
+
+    LITBERT_DATA=../shared/data python bench/distill.py --task mrpc --seeds 0 1 2 --students kd no-teacher \
+        --student-args '--model.optimization.learning_rate 5e-5' --json bench/results-distill-mrpc.json \
+        --write BENCHMARKS.md README.md
+
+`--write` replaces the text between the `distill-<section>` markers of each file (`--section`, the task by default)
 with the table and the command. `--teacher-dir` reuses an earlier run's teacher; `--student-args` adds train.py
 overrides to every student run (a variant of the recipe, written into its own section).
 
@@ -277,6 +284,8 @@ def section(results: dict) -> tuple[str, str]:
     task = options.get("task", "sst2")
     batches, epochs = options["train_batches"], options["epochs"]
     flags = ("" if task == "sst2" else f" --task {task}") + f" --seeds {seeds}"
+    if list(results["students"]) != list(STUDENTS):
+        flags += f" --students {' '.join(results['students'])}"
     flags += "" if batches is None else f" --train-batches {batches}"
     flags += "" if epochs is None else f" --epochs {epochs}"
     epochs_text = f"{epochs} epochs" if epochs is not None else f"the epochs of configs/glue/{task}.yaml"
@@ -304,6 +313,8 @@ def main(argv: list[str] | None = None) -> dict:
                         help="a fine-tuned teacher's run folder from an earlier run (its model/ and metrics.json)")
     parser.add_argument("--repeats", type=int, default=5, help="timed inference passes per model")
     parser.add_argument("--root", type=Path, default=None, help="where the runs go (default: a temporary folder)")
+    parser.add_argument("--reuse", action="store_true",
+                        help="keep the students an earlier run of the same command finished in --root")
     parser.add_argument("--json", type=Path, default=None, help="write every run's results here")
     parser.add_argument("--from-json", type=Path, default=None, help="rewrite the table from recorded results")
     parser.add_argument("--write", type=Path, nargs="*", default=[], help="files whose section to update")
@@ -349,7 +360,12 @@ def main(argv: list[str] | None = None) -> dict:
             for seed in options.seeds:
                 order = options.students if seed % 2 == 0 else list(reversed(options.students))
                 for kind in order:
-                    result = run_student(kind, seed, teacher, options, root / f"{kind}-{seed}")
+                    record = root / f"{kind}-{seed}" / "result.json"
+                    if options.reuse and record.exists():  # finished by an earlier run of the same command
+                        result = json.loads(record.read_text())
+                    else:
+                        result = run_student(kind, seed, teacher, options, root / f"{kind}-{seed}")
+                        record.write_text(json.dumps(result) + "\n")
                     results["students"][kind].append({"seed": seed, **result})
                     print(f"{kind} seed {seed}: {result}", flush=True)
             student = root / f"{options.students[0]}-{options.seeds[0]}" / "model"

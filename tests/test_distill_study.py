@@ -34,3 +34,31 @@ def test_the_distillation_study_runs_end_to_end(shared_data, tmp_path):
     assert text.startswith("before\n<!-- distill-sst2:begin -->\n")
     assert text.endswith("<!-- distill-sst2:end -->\nafter\n")
     assert "| student, distilled " in text and "| student, random init " in text and "old" not in text
+
+
+@pytest.mark.slow  # about 2 minutes on 2 cores
+def test_the_pair_task_study_reports_accuracy_and_f1(shared_data, tmp_path):
+    """--task mrpc: the teacher from configs/glue/mrpc.yaml, the distilled student from configs/distill/mrpc.yaml;
+    both official metrics with their ratios; --reuse keeps a finished student instead of training it again."""
+    target = tmp_path / "BENCHMARKS.md"
+    target.write_text("<!-- distill-mrpc:begin -->\n<!-- distill-mrpc:end -->\n")
+    env = dict(os.environ, LITBERT_DATA=str(shared_data), LITBERT_CACHE=str(tmp_path / "cache"))
+    command = [sys.executable, str(REPO / "bench" / "distill.py"), "--task", "mrpc", "--seeds", "0", "--students",
+               "kd", "--train-batches", "3", "--epochs", "1", "--repeats", "1", "--root", str(tmp_path / "runs"),
+               "--json", str(tmp_path / "results.json"), "--write", str(target)]
+    subprocess.run(command, check=True, cwd=REPO, env=env, timeout=900)
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["options"]["task"] == "mrpc" and set(results["students"]) == {"kd"}
+    (run,) = results["students"]["kd"]
+    assert 0.0 <= run["val/accuracy"] <= 1.0 and 0.0 <= run["val/f1"] <= 1.0
+    config = (tmp_path / "runs" / "kd-0" / "config.yaml").read_text()
+    assert "task: mrpc" in config and "alpha_kd: 0.5" in config
+    text = target.read_text()
+    assert "--task mrpc --seeds 0 --students kd --train-batches 3 --epochs 1" in text
+    assert "MRPC dev accuracy" in text and "MRPC dev F1" in text
+    # A second run with --reuse takes the finished student from its result.json (the teacher from --teacher-dir).
+    record = tmp_path / "runs" / "kd-0" / "result.json"
+    record.write_text(json.dumps({**run, "val/f1": 0.123}))
+    subprocess.run([*command, "--reuse", "--teacher-dir", str(tmp_path / "runs" / "teacher")], check=True, cwd=REPO,
+                   env=env, timeout=900)
+    assert json.loads((tmp_path / "results.json").read_text())["students"]["kd"][0]["val/f1"] == 0.123
