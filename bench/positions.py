@@ -67,6 +67,8 @@ def pretrain(name: str, seed: int, options: argparse.Namespace, root: Path) -> d
             "--trainer.max_time", "null", "--trainer.val_check_interval", str(max(1, options.steps // 3)),
             "--data.tokenizer", str(options.root / "tokenizer"),
             "--trainer.logger", "lightning.pytorch.loggers.CSVLogger", "--trainer.logger.save_dir", str(root)]
+    if (options.root / "tokenizer" / "tokenizer.json").exists():  # trained by the first run: every run shares it
+        args += ["--data.train_tokenizer", "null"]
     if scheme == "learned":  # a table for the training length exactly: no untrained rows to extrapolate into
         args += ["--model.encoder.max_position_embeddings", str(TRAIN_LENGTH)]
     args += [arg for field, value in settings.items() for arg in (f"--model.encoder.{field}", str(value))]
