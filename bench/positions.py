@@ -1,7 +1,7 @@
 """What each position scheme does: the same encoder pretrained with each scheme, then measured side by side.
 
-For every seed and scheme (`learned`, `sinusoidal`, `rope`, `alibi`, `t5`, `none`; the schemes alternate inside
-each seed), one run at a time:
+For every seed and scheme (`learned`, `sinusoidal`, `rope`, `alibi`, `t5`, `none`, and `sinusoidal-scaled`: the
+sinusoidal table at the token embeddings' scale; the schemes alternate inside each seed), one run at a time:
 
 1. pretrain through train.py with the README job's recipe (`configs/quickstart.yaml`: 4 x 128, pre-norm, RMSNorm,
    GeGLU, 30% masking, lr 3e-3), only the position scheme changed, for a fixed number of steps at length 128

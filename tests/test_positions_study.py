@@ -19,7 +19,7 @@ def test_the_position_study_runs_end_to_end(shared_data, tmp_path):
     target.write_text("before\n<!-- positions:begin -->\nold\n<!-- positions:end -->\nafter\n")
     env = dict(os.environ, LITBERT_DATA=str(shared_data), LITBERT_CACHE=str(tmp_path / "cache"))
     subprocess.run([sys.executable, str(REPO / "bench" / "positions.py"), "--schemes", "learned", "alibi",
-                    "--seeds", "0", "--steps", "3", "--max-documents", "150", "--eval-documents", "15",
+                    "sinusoidal-scaled", "--seeds", "0", "--steps", "3", "--max-documents", "150", "--eval-documents", "15",
                     "--finetune-steps", "2", "--factors", "1", "2", "--timing-repeats", "1", "--root",
                     str(tmp_path / "runs"), "--figures", str(tmp_path / "figures"), "--write", str(target)],
                    check=True, cwd=REPO, env=env, timeout=900)
@@ -29,9 +29,14 @@ def test_the_position_study_runs_end_to_end(shared_data, tmp_path):
     assert alibi["eval"]["256"]["tokens"] > 100 and 0 < alibi["eval"]["256"]["loss"] < 20
     for run in (learned, alibi):
         assert 0.0 <= run["sst2"] <= 1.0 and 0.0 <= run["rte"] <= 1.0 and run["curve"] is not None
-    assert set(results["step_seconds"]) == {"learned", "alibi"} and min(results["step_seconds"].values()) > 0
+    assert set(results["step_seconds"]) == {"learned", "alibi", "sinusoidal-scaled"}
+    assert min(results["step_seconds"].values()) > 0
+    # A row that is a scheme with its own settings: the run trained with them.
+    config = (tmp_path / "runs" / "sinusoidal-scaled-0" / "pretrain" / "config.yaml").read_text()
+    assert "position: sinusoidal" in config and "sinusoidal_scale: 0.028" in config
     text = target.read_text()
     assert text.startswith("before\n<!-- positions:begin -->\n") and text.endswith("<!-- positions:end -->\nafter\n")
     assert "| learned | " in text and "impossible" in text and "| alibi | " in text and "old" not in text
+    assert "| sinusoidal-scaled | " in text
     for name in ("positions-loss-curves.png", "positions-extrapolation.png"):
         assert (tmp_path / "figures" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
