@@ -19,8 +19,9 @@ def test_the_position_study_runs_end_to_end(shared_data, tmp_path):
     target.write_text("before\n<!-- positions:begin -->\nold\n<!-- positions:end -->\nafter\n")
     env = dict(os.environ, LITBERT_DATA=str(shared_data), LITBERT_CACHE=str(tmp_path / "cache"))
     subprocess.run([sys.executable, str(REPO / "bench" / "positions.py"), "--schemes", "learned", "alibi",
-                    "sinusoidal-scaled", "--seeds", "0", "--steps", "3", "--max-documents", "150", "--eval-documents", "15",
-                    "--finetune-steps", "2", "--factors", "1", "2", "--timing-repeats", "1", "--root",
+                    "sinusoidal-scaled", "--seeds", "0", "--steps", "3", "--max-documents", "150",
+                    "--eval-documents", "15", "--finetune-steps", "2", "--factors", "1", "2", "--timing-repeats", "1",
+                    "--root",
                     str(tmp_path / "runs"), "--figures", str(tmp_path / "figures"), "--write", str(target)],
                    check=True, cwd=REPO, env=env, timeout=900)
     results = json.loads((tmp_path / "runs" / "results.json").read_text())
