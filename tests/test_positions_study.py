@@ -32,9 +32,12 @@ def test_the_position_study_runs_end_to_end(shared_data, tmp_path):
         assert 0.0 <= run["sst2"] <= 1.0 and 0.0 <= run["rte"] <= 1.0 and run["curve"] is not None
     assert set(results["step_seconds"]) == {"learned", "alibi", "sinusoidal-scaled"}
     assert min(results["step_seconds"].values()) > 0
-    # A row that is a scheme with its own settings: the run trained with them.
-    config = (tmp_path / "runs" / "sinusoidal-scaled-0" / "pretrain" / "config.yaml").read_text()
-    assert "position: sinusoidal" in config and "sinusoidal_scale: 0.028" in config
+    # A row that is a scheme with its own settings: the exported model holds them (litbert's format: no transformers
+    # family adds a scaled sinusoidal table).
+    exported = json.loads((tmp_path / "runs" / "sinusoidal-scaled-0" / "pretrain" / "model" / "litbert.json")
+                          .read_text())
+    config = exported["encoder"]
+    assert (config["position"], config["sinusoidal_scale"]) == ("sinusoidal", 0.028)
     text = target.read_text()
     assert text.startswith("before\n<!-- positions:begin -->\n") and text.endswith("<!-- positions:end -->\nafter\n")
     assert "| learned | " in text and "impossible" in text and "| alibi | " in text and "old" not in text
