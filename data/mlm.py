@@ -25,6 +25,7 @@ import inspect
 import logging
 import random
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -74,6 +75,24 @@ def read_documents(path: str | Path, text_column: str = "text", blank_line_docum
     return read_text_documents(path, blank_line_documents)
 
 
+def _separators(lengths: np.ndarray) -> np.ndarray:
+    """Where the separators fall in the stream of documents of these lengths joined by one separator each."""
+    return np.cumsum(lengths)[:-1] + np.arange(len(lengths) - 1)
+
+
+def _cut(stream: np.ndarray, block_length: int, content: int,
+         wrap: Callable[[np.ndarray], np.ndarray]) -> pa.ListArray:
+    """The stream cut into pieces of `content` values, each row wrapped to its block by `wrap` ((n, L) -> (n, L')):
+    every block `block_length` long but the last, which holds the remainder."""
+    full = len(stream) // content
+    values = wrap(stream[: full * content].reshape(full, content)).reshape(-1)
+    offsets = np.arange(full + 1, dtype=np.int32) * block_length
+    if len(stream) > full * content:
+        values = np.concatenate([values, wrap(stream[full * content:][None]).reshape(-1)])
+        offsets = np.append(offsets, len(values)).astype(np.int32)
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
+
+
 def pack_blocks(token_ids: pa.ListArray, block_length: int, prefix: list[int], suffix: list[int],
                 separator: int) -> pa.ListArray:
     """FULL-SENTENCES packing, vectorised: join documents with `separator`, cut the stream into pieces of
@@ -81,22 +100,16 @@ def pack_blocks(token_ids: pa.ListArray, block_length: int, prefix: list[int], s
     """
     lengths = pc.list_value_length(token_ids).to_numpy(zero_copy_only=False).astype(np.int64)
     values = token_ids.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
-    documents = len(lengths)
-    stream = np.full(len(values) + documents - 1, separator, dtype=np.int64)
-    # Document d shifts right by d (the separators before it); the gaps left hold the separators.
+    stream = np.full(len(values) + len(lengths) - 1, separator, dtype=np.int64)
     keep = np.ones(len(stream), dtype=bool)
-    keep[np.cumsum(lengths)[:-1] + np.arange(documents - 1)] = False
+    keep[_separators(lengths)] = False  # document d shifts right by d, the separators before it
     stream[keep] = values
-    content = block_length - len(prefix) - len(suffix)
-    full = len(stream) // content
-    body = stream[: full * content].reshape(full, content)
-    blocks = np.concatenate([np.tile(prefix, (full, 1)), body, np.tile(suffix, (full, 1))], axis=1).reshape(-1)
-    tail = stream[full * content:]
-    offsets = np.arange(full + 1, dtype=np.int32) * block_length
-    if len(tail):
-        blocks = np.concatenate([blocks, prefix, tail, suffix])
-        offsets = np.append(offsets, len(blocks)).astype(np.int32)
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(blocks.astype(np.int32)))
+
+    def wrap(body: np.ndarray) -> np.ndarray:
+        return np.concatenate([np.tile(prefix, (len(body), 1)), body, np.tile(suffix, (len(body), 1))],
+                              axis=1).astype(np.int32)
+
+    return _cut(stream, block_length, block_length - len(prefix) - len(suffix), wrap)
 
 
 def block_documents(token_ids: pa.ListArray, block_length: int, prefix: list[int], suffix: list[int]) -> pa.ListArray:
@@ -105,22 +118,15 @@ def block_documents(token_ids: pa.ListArray, block_length: int, prefix: list[int
     its last."""
     lengths = pc.list_value_length(token_ids).to_numpy(zero_copy_only=False).astype(np.int64)
     separators = np.zeros(int(lengths.sum()) + len(lengths) - 1, dtype=np.int64)
-    separators[np.cumsum(lengths)[:-1] + np.arange(len(lengths) - 1)] = 1
+    separators[_separators(lengths)] = 1
     document = np.cumsum(separators) - separators  # separators before each position of the stream
-    content = block_length - len(prefix) - len(suffix)
-    full = len(document) // content
 
-    def wrap(body: np.ndarray) -> np.ndarray:  # (n, L) stream documents -> (n, block) numbered within the row
+    def wrap(body: np.ndarray) -> np.ndarray:  # numbered within the row
         body = body - body[:, :1]
         return np.concatenate([np.zeros((len(body), len(prefix)), np.int64), body,
-                               np.repeat(body[:, -1:], len(suffix), axis=1)], axis=1)
+                               np.repeat(body[:, -1:], len(suffix), axis=1)], axis=1).astype(np.int16)
 
-    values = wrap(document[: full * content].reshape(full, content)).reshape(-1)
-    offsets = np.arange(full + 1, dtype=np.int32) * block_length
-    if len(document) > full * content:
-        values = np.concatenate([values, wrap(document[full * content:][None]).reshape(-1)])
-        offsets = np.append(offsets, len(values)).astype(np.int32)
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values.astype(np.int16)))
+    return _cut(document, block_length, block_length - len(prefix) - len(suffix), wrap)
 
 
 class MLMDataModule(TokenizedDataModule):
