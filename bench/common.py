@@ -10,6 +10,7 @@ region, so the figure is the growth of resident memory the region caused, alloca
 from __future__ import annotations
 
 import contextlib
+import csv
 import ctypes
 import os
 import platform
@@ -166,12 +167,14 @@ def train_py(args: Sequence[str], root: Path) -> float:
     return time.perf_counter() - start
 
 
-def csv_log(root: Path) -> Path:
-    """The metrics.csv of the last CSVLogger version under `root`."""
+def logged(root: Path, name: str) -> list[tuple[int, float]]:
+    """(step, value) of every row where the run's CSVLogger (the metrics.csv of its last version under `root`)
+    logged metric `name`."""
     logs = sorted(root.glob("**/version_*/metrics.csv"))
     if not logs:
         raise FileNotFoundError(f"No CSVLogger metrics.csv under {root}.")
-    return logs[-1]
+    with logs[-1].open(newline="") as handle:
+        return [(int(row["step"]), float(row[name])) for row in csv.DictReader(handle) if row.get(name)]
 
 
 def mean_sd(values: Sequence[float]) -> str:

@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import csv
 import io
 import json
 import math
@@ -61,8 +60,8 @@ from common import (
     MINILM,
     REPO,
     alternate,
-    csv_log,
     device_name,
+    logged,
     mean_sd,
     print_table,
     setup_run,
@@ -157,13 +156,9 @@ def run_general(options: argparse.Namespace, root: Path) -> dict:
 
 def loss_curves(root: Path) -> dict[str, list[tuple[int, float]]]:
     """The logged training losses of a CSVLogger run: name -> [(step, value)]."""
-    curves: dict[str, list[tuple[int, float]]] = {}
-    with csv_log(root).open(newline="") as file:
-        for row in csv.DictReader(file):
-            for name in ("train/loss", "train/loss_kl", "train/loss_mlm", "train/loss_cosine"):
-                if row.get(name):
-                    curves.setdefault(name, []).append((int(row["step"]), float(row[name])))
-    return curves
+    curves = {name: logged(root, name) for name in ("train/loss", "train/loss_kl", "train/loss_mlm",
+                                                    "train/loss_cosine")}
+    return {name: curve for name, curve in curves.items() if curve}
 
 
 def load_classifier(directory: Path) -> tuple[Encoder, SequenceClassificationHead]:

@@ -15,14 +15,13 @@ logs (`train/tokens_per_sec`, median over the logged steps; start-up and validat
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import statistics
 import tempfile
 from pathlib import Path
 
 import torch
-from common import REPO, csv_log, device_name, mean_sd, train_py, write_section
+from common import REPO, device_name, logged, mean_sd, train_py, write_section
 
 SECTION = "packing"
 VARIANTS = {"plain packing": "false", "document_mask": "true"}
@@ -36,9 +35,7 @@ def pretrain(document_mask: str, seed: int, options: argparse.Namespace, root: P
     if options.steps is not None:
         args += ["--trainer.max_steps", str(options.steps), "--trainer.val_check_interval", str(options.steps)]
     seconds = train_py(args, root)
-    with csv_log(root).open(newline="") as handle:
-        rates = [float(row["train/tokens_per_sec"]) for row in csv.DictReader(handle)
-                 if row.get("train/tokens_per_sec")]
+    rates = [rate for _, rate in logged(root, "train/tokens_per_sec")]
     metrics = json.loads((root / "metrics.json").read_text())
     return {"seconds": seconds, "tokens_per_sec": statistics.median(rates), **metrics}
 

@@ -25,7 +25,6 @@ On a GPU the same command scales with `--steps`, `--eval-documents` and `--sst2-
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import statistics
 import sys
@@ -36,7 +35,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from common import csv_log, mean_sd, train_py, write_section  # noqa: E402
+from common import logged, mean_sd, train_py, write_section  # noqa: E402
 from mlm_shapes import step_time  # noqa: E402
 
 from data import MLMDataModule, load_tokenizer  # noqa: E402
@@ -75,9 +74,7 @@ def pretrain(name: str, seed: int, options: argparse.Namespace, root: Path) -> d
     if options.max_documents is not None:
         args += ["--data.max_documents", str(options.max_documents)]
     seconds = train_py(args, root)
-    with csv_log(root).open(newline="") as handle:
-        curve = [(int(row["step"]), float(row["train/loss"])) for row in csv.DictReader(handle)
-                 if row.get("train/loss")]
+    curve = logged(root, "train/loss")
     return {"seconds": seconds, "curve": curve, **json.loads((root / "metrics.json").read_text())}
 
 
