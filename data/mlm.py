@@ -22,10 +22,14 @@ Masking is done by `data.masking.MLMCollator`: dynamic (new masks each epoch) or
 from __future__ import annotations
 
 import inspect
+import itertools
 import logging
+import os
 import random
 import re
-from collections.abc import Callable
+import tempfile
+from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -34,6 +38,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import torch
+from datasets.arrow_writer import ArrowWriter
+from transformers import PreTrainedTokenizerFast
 
 from data.base import TokenizedDataModule
 from data.loading import ResumableLoader, SameLengthBatchSampler, epoch_sampler
@@ -50,7 +56,8 @@ from data.sources import (
     read_table,
     read_text_documents,
 )
-from data.tokenizers import TokenizerTraining, ensure_trained
+from data.streaming import PackedStream, StreamingLoader, fetched_ahead
+from data.tokenizers import SpecialTokenTemplate, TokenizerTraining, ensure_trained
 from encoders.choices import check_choice
 
 log = logging.getLogger(__name__)
@@ -80,53 +87,169 @@ def _separators(lengths: np.ndarray) -> np.ndarray:
     return np.cumsum(lengths)[:-1] + np.arange(len(lengths) - 1)
 
 
-def _cut(stream: np.ndarray, block_length: int, content: int,
-         wrap: Callable[[np.ndarray], np.ndarray]) -> pa.ListArray:
-    """The stream cut into pieces of `content` values, each row wrapped to its block by `wrap` ((n, L) -> (n, L')):
-    every block `block_length` long but the last, which holds the remainder."""
-    full = len(stream) // content
-    values = wrap(stream[: full * content].reshape(full, content)).reshape(-1)
-    offsets = np.arange(full + 1, dtype=np.int32) * block_length
-    if len(stream) > full * content:
-        values = np.concatenate([values, wrap(stream[full * content:][None]).reshape(-1)])
-        offsets = np.append(offsets, len(values)).astype(np.int32)
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
+def _rows(rows: np.ndarray) -> pa.ListArray:
+    """(n, L) values as n lists."""
+    offsets = np.arange(len(rows) + 1, dtype=np.int32) * rows.shape[1]
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(rows.reshape(-1)))
+
+
+class BlockPacker:
+    """FULL-SENTENCES packing of documents that arrive chunk by chunk: joined by `separator`, cut into pieces of
+    `block_length - len(prefix) - len(suffix)` tokens, each wrapped as `prefix + piece + suffix`. `add` returns
+    the full blocks a chunk completes and keeps the rest for the next chunk; `finish` returns the last, shorter
+    block holding the remainder. The blocks are the same however the documents are chunked, and only one chunk
+    and one block's remainder are held at a time.
+
+    With `documents`, each block also carries each token's document (`document_ids`), numbered from 0 within its
+    block: a separator belongs to the document it ends, the prefix to the block's first document, the suffix to
+    its last.
+    """
+
+    def __init__(self, block_length: int, prefix: list[int], suffix: list[int], separator: int,
+                 documents: bool = False) -> None:
+        self.block_length, self.prefix, self.suffix = block_length, prefix, suffix
+        self.content = block_length - len(prefix) - len(suffix)
+        if self.content <= 0:
+            raise ValueError(f"block_length={block_length} leaves no room beside {len(prefix) + len(suffix)} "
+                             f"special tokens.")
+        self.separator, self.documents = separator, documents
+        self.seen = 0  # documents added so far
+        self.tail = np.empty(0, np.int64)
+        self.tail_documents = np.empty(0, np.int64)
+
+    def add(self, token_ids: pa.ListArray) -> pa.Table:
+        """The full blocks completed by these documents (a list column of token ids each)."""
+        lengths = pc.list_value_length(token_ids).to_numpy(zero_copy_only=False).astype(np.int64)
+        if not len(lengths):
+            return self._table(np.empty((0, self.content), np.int64), np.empty((0, self.content), np.int64))
+        values = token_ids.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
+        lead = 1 if self.seen else 0  # the separator between the last document before this chunk and its first
+        separators = np.zeros(lead + len(values) + len(lengths) - 1, dtype=bool)
+        separators[:lead] = True
+        separators[lead + _separators(lengths)] = True  # document d shifts right by the separators before it
+        stream = np.full(len(separators), self.separator, dtype=np.int64)
+        stream[~separators] = values
+        stream = np.concatenate([self.tail, stream])
+        if self.documents:  # numbered over the whole corpus here; renumbered within each block by _table
+            marks = separators.astype(np.int64)
+            numbers = self.seen - lead + np.cumsum(marks) - marks
+            numbers = np.concatenate([self.tail_documents, numbers])
+        else:
+            numbers = stream
+        self.seen += len(lengths)
+        full = len(stream) // self.content * self.content
+        self.tail, self.tail_documents = stream[full:], numbers[full:]
+        return self._table(stream[:full].reshape(-1, self.content), numbers[:full].reshape(-1, self.content))
+
+    def finish(self) -> pa.Table:
+        """The last block: the remainder of the stream, shorter than the others (no block if none is left)."""
+        rows = self.tail[None] if len(self.tail) else np.empty((0, 0), np.int64)
+        table = self._table(rows, self.tail_documents[None] if len(self.tail) else rows)
+        self.tail, self.tail_documents = np.empty(0, np.int64), np.empty(0, np.int64)
+        return table
+
+    def _table(self, body: np.ndarray, numbers: np.ndarray) -> pa.Table:
+        n = len(body)
+        ids = np.concatenate([np.tile(self.prefix, (n, 1)), body, np.tile(self.suffix, (n, 1))], axis=1)
+        columns = {"input_ids": _rows(ids.astype(np.int32))}
+        if self.documents:
+            numbers = numbers - numbers[:, :1]
+            numbers = np.concatenate([np.zeros((n, len(self.prefix)), np.int64), numbers,
+                                      np.repeat(numbers[:, -1:], len(self.suffix), axis=1)], axis=1)
+            columns["document_ids"] = _rows(numbers.astype(np.int16))
+        return pa.table(columns)
 
 
 def pack_blocks(token_ids: pa.ListArray, block_length: int, prefix: list[int], suffix: list[int],
                 separator: int) -> pa.ListArray:
-    """FULL-SENTENCES packing, vectorised: join documents with `separator`, cut the stream into pieces of
-    `block_length - len(prefix) - len(suffix)` and wrap each piece. Every block is `block_length` long but the last.
-    """
-    lengths = pc.list_value_length(token_ids).to_numpy(zero_copy_only=False).astype(np.int64)
-    values = token_ids.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
-    stream = np.full(len(values) + len(lengths) - 1, separator, dtype=np.int64)
-    keep = np.ones(len(stream), dtype=bool)
-    keep[_separators(lengths)] = False  # document d shifts right by d, the separators before it
-    stream[keep] = values
-
-    def wrap(body: np.ndarray) -> np.ndarray:
-        return np.concatenate([np.tile(prefix, (len(body), 1)), body, np.tile(suffix, (len(body), 1))],
-                              axis=1).astype(np.int32)
-
-    return _cut(stream, block_length, block_length - len(prefix) - len(suffix), wrap)
+    """FULL-SENTENCES packing of these documents at once (see `BlockPacker`): every block is `block_length` long
+    but the last."""
+    packer = BlockPacker(block_length, prefix, suffix, separator)
+    return pa.concat_tables([packer.add(token_ids), packer.finish()]).column("input_ids").combine_chunks()
 
 
 def block_documents(token_ids: pa.ListArray, block_length: int, prefix: list[int], suffix: list[int]) -> pa.ListArray:
     """For the blocks `pack_blocks` makes of the same documents: each token's document, numbered from 0 within its
-    block. A separator belongs to the document it ends, the prefix to the block's first document and the suffix to
-    its last."""
-    lengths = pc.list_value_length(token_ids).to_numpy(zero_copy_only=False).astype(np.int64)
-    separators = np.zeros(int(lengths.sum()) + len(lengths) - 1, dtype=np.int64)
-    separators[_separators(lengths)] = 1
-    document = np.cumsum(separators) - separators  # separators before each position of the stream
+    block (see `BlockPacker`)."""
+    packer = BlockPacker(block_length, prefix, suffix, separator=0, documents=True)
+    return pa.concat_tables([packer.add(token_ids), packer.finish()]).column("document_ids").combine_chunks()
 
-    def wrap(body: np.ndarray) -> np.ndarray:  # numbered within the row
-        body = body - body[:, :1]
-        return np.concatenate([np.zeros((len(body), len(prefix)), np.int64), body,
-                               np.repeat(body[:, -1:], len(suffix), axis=1)], axis=1).astype(np.int16)
 
-    return _cut(document, block_length, block_length - len(prefix) - len(suffix), wrap)
+def write_blocks(documents: datasets.Dataset, path: Path, packer: BlockPacker, chunk: int = 10_000) -> datasets.Dataset:
+    """The tokenized `documents` packed by `packer`, `chunk` documents at a time, into an Arrow file at `path`
+    (written beside it and renamed into place), opened memory-mapped. Each block also holds its number
+    (`example_index`, the key of its dynamic masks)."""
+    features = datasets.Features({"input_ids": datasets.Sequence(datasets.Value("int32"))})
+    if packer.documents:
+        features["document_ids"] = datasets.Sequence(datasets.Value("int16"))
+    features["example_index"] = datasets.Value("int64")
+    scratch = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    writer = ArrowWriter(path=str(scratch), features=features)
+    blocks = 0
+
+    def write(table: pa.Table) -> None:
+        nonlocal blocks
+        index = pa.array(np.arange(blocks, blocks + table.num_rows, dtype=np.int64))
+        writer.write_table(table.append_column("example_index", index))
+        blocks += table.num_rows
+
+    try:
+        for batch in documents.data.table.select(["input_ids"]).to_batches(max_chunksize=chunk):
+            write(packer.add(batch.column("input_ids")))
+        write(packer.finish())
+        writer.finalize()
+        os.replace(scratch, path)
+    finally:
+        writer.close()
+        scratch.unlink(missing_ok=True)
+    return datasets.Dataset.from_file(str(path))
+
+
+def tokenize_documents(batch: dict[str, list[str]], tokenizer: PreTrainedTokenizerFast) -> dict[str, list[list[int]]]:
+    """The token ids of each document, without special tokens."""
+    ids = tokenizer(batch["text"], add_special_tokens=False, return_attention_mask=False,
+                    return_token_type_ids=False, verbose=False)["input_ids"]
+    return {"input_ids": ids}
+
+
+def segment_examples(batch: dict[str, list[str]], indices: list[int], *, tokenizer: PreTrainedTokenizerFast,
+                     max_length: int, seed: int) -> dict[str, list[list[int]]]:
+    """BERT-style examples (`[CLS] A [SEP] B [SEP]`) of at most `max_length` tokens from a batch of documents.
+    Each document's split points come from a generator seeded by its position in the corpus, so the cached
+    result depends neither on what ran before nor on how the documents are batched or sharded across processes."""
+    template = SpecialTokenTemplate.of(tokenizer)
+    sentences = [SENTENCE_END.split(text.strip()) for text in batch["text"]]
+    flat = [s for doc in sentences for s in doc]
+    ids = tokenizer(flat, add_special_tokens=False, return_attention_mask=False, return_token_type_ids=False,
+                    verbose=False)["input_ids"]
+    budget = max_length - template.num_special(pair=True)
+    out: dict[str, list[list[int]]] = {"input_ids": [], "token_type_ids": []}
+    position = 0
+    for index, doc in zip(indices, sentences, strict=True):
+        rng = random.Random(seed * 1_000_003 + index)
+        chunks: list[list[list[int]]] = [[]]  # runs of sentences that fit in one example
+        for sentence in ids[position:position + len(doc)]:
+            pieces = [sentence[i:i + budget] for i in range(0, len(sentence), budget)] or [[]]
+            for piece in pieces:
+                if not piece:
+                    continue
+                if sum(map(len, chunks[-1])) + len(piece) > budget:
+                    chunks.append([])
+                chunks[-1].append(piece)
+        position += len(doc)
+        for chunk in chunks:
+            if not chunk:
+                continue
+            if len(chunk) == 1:
+                row, types = template.wrap(chunk[0])
+            else:
+                split = rng.randint(1, len(chunk) - 1)
+                row, types = template.wrap(sum(chunk[:split], []), sum(chunk[split:], []))
+            out["input_ids"].append(row)
+            out["token_type_ids"].append(types)
+    if "token_type_ids" not in tokenizer.model_input_names:
+        del out["token_type_ids"]
+    return out
 
 
 class MLMDataModule(TokenizedDataModule):
@@ -154,6 +277,11 @@ class MLMDataModule(TokenizedDataModule):
             each token's document (`document_ids`) and the encoder attends only within it (a block-diagonal mask).
             Positions still count from the block's start; the relative schemes (RoPE, ALiBi, T5) see the same
             distances within a document either way.
+        streaming: Read the training documents as a stream (a hub dataset streamed by `datasets`, or the local
+            files one at a time), tokenized and packed on the fly in each process and loader worker, for corpora
+            larger than the disk; nothing is cached. Needs `trainer.max_steps`, FULL-SENTENCES packing and dynamic
+            masking (see `data.streaming`). Validation data is built as usual.
+        shuffle_buffer: With `streaming`: documents held in the shuffle buffer (1 or 0: the stream's own order).
         mlm_probability: Fraction of non-special tokens chosen for prediction in training (BERT 0.15; 0.3 as in
             Wettig et al., 2023, and ModernBERT).
         val_mlm_probability: The same fraction for the fixed validation masks. Kept at BERT's 0.15 whatever the
@@ -163,6 +291,8 @@ class MLMDataModule(TokenizedDataModule):
         batch_size: Training batch size.
         eval_batch_size: Validation batch size (defaults to `batch_size`).
         num_workers: DataLoader worker processes.
+        num_proc: Processes that tokenize the text (`datasets.map(num_proc=...)`), each writing a shard of the
+            tokenized cache; the cache is the same whatever the number.
         data_root: Folder of local dataset copies (defaults to $LITBERT_DATA).
         cache_dir: Folder for tokenized caches (defaults to $LITBERT_CACHE or ~/.cache/litbert).
         seed: Seed of the static masks and of BERT's segment split points.
@@ -186,6 +316,8 @@ class MLMDataModule(TokenizedDataModule):
         masking: Masking = "dynamic",
         whole_word_masking: bool = False,
         document_mask: bool = False,
+        streaming: bool = False,
+        shuffle_buffer: int = 10_000,
         mlm_probability: float = 0.15,
         val_mlm_probability: float = 0.15,
         max_documents: int | None = None,
@@ -193,6 +325,7 @@ class MLMDataModule(TokenizedDataModule):
         batch_size: int = 32,
         eval_batch_size: int | None = None,
         num_workers: int = 0,
+        num_proc: int = 1,
         data_root: str | None = None,
         cache_dir: str | None = None,
         seed: int = 0,
@@ -204,6 +337,14 @@ class MLMDataModule(TokenizedDataModule):
             raise DataError(f"data.document_mask keeps attention within the documents packed into a block, but "
                             f"data.packing={packing!r} makes each example from one document; remove "
                             f"data.document_mask or pack with full_sentences.")
+        if streaming and (packing != "full_sentences" or masking != "dynamic"):
+            raise DataError(f"data.streaming packs and masks blocks as the documents come, so it needs packing: "
+                            f"full_sentences and masking: dynamic (got packing={packing!r}, masking={masking!r}).")
+        if shuffle_buffer < 0:
+            raise DataError(f"data.shuffle_buffer={shuffle_buffer} must be >= 0 (0 or 1: no shuffling).")
+        if not streaming and shuffle_buffer != 10_000:
+            raise DataError(f"data.shuffle_buffer={shuffle_buffer} is a setting of data.streaming, which is off; "
+                            f"cached data is shuffled whole each epoch. Remove it or set data.streaming true.")
         if train_files is None and dataset is None:
             raise DataError("MLMDataModule needs train_files or a dataset name; neither was given.")
         if train_files is not None and dataset is not None:
@@ -223,11 +364,16 @@ class MLMDataModule(TokenizedDataModule):
         self.text_column, self.blank_line_documents = text_column, blank_line_documents
         self.max_documents, self.max_val_documents = max_documents, max_val_documents
         self.data_root = data_root
+        if num_proc < 1:
+            raise DataError(f"data.num_proc={num_proc} must be at least 1 (the processes that tokenize the text).")
+        self.num_proc = num_proc
+        self.cache_dir = cache_dir  # set again by the base class; the tokenizer's training text is staged there
         if train_tokenizer is not None:
             if tokenizer is None:
                 raise DataError("data.train_tokenizer needs data.tokenizer: the folder to train the tokenizer into.")
-            identity, source = self._source(train_split, train_files)
-            ensure_trained(tokenizer, train_tokenizer, lambda: self._documents(train_split, source, "train"),
+            identity, source = self._source(train_split, train_files, streaming)
+            texts = (lambda: self._stream(source)) if streaming else (lambda: self._texts(train_split, source, "train"))
+            ensure_trained(tokenizer, train_tokenizer, texts,
                            fingerprint(identity, max_documents, text_column, blank_line_documents))
         super().__init__(tokenizer, max_length=max_length, batch_size=batch_size, eval_batch_size=eval_batch_size,
                          num_workers=num_workers, data_root=data_root, cache_dir=cache_dir, seed=seed)
@@ -235,6 +381,7 @@ class MLMDataModule(TokenizedDataModule):
         if self.mask_token_id is None:
             raise DataError(f"Tokenizer {tokenizer} has no mask token; MLM needs one ([MASK] or <mask>).")
         self.packing, self.masking, self.document_mask = packing, masking, document_mask
+        self.streaming, self.shuffle_buffer = streaming, shuffle_buffer
         self.val_mask_seed = val_mask_seed
         self.collate = MLMCollator(self.tokenizer, mlm_probability, whole_word_masking, seed=seed)
         self.val_masks = MLMCollator(self.tokenizer, val_mlm_probability, whole_word_masking, seed=val_mask_seed)
@@ -242,8 +389,10 @@ class MLMDataModule(TokenizedDataModule):
 
     # ---- sources ----------------------------------------------------------------------------------------------
 
-    def _source(self, split: str, files: list[str] | None) -> tuple[Any, list[str] | datasets.Dataset]:
-        """(identity for the cache key, the files or the hub dataset) of one split."""
+    def _source(self, split: str, files: list[str] | None,
+                streaming: bool = False) -> tuple[Any, list[str] | datasets.Dataset | datasets.IterableDataset]:
+        """(identity for the cache key, the files or the hub dataset) of one split; with `streaming`, a hub dataset
+        is streamed rather than downloaded."""
         if files:
             return [file_identity(f) for f in files], [str(f) for f in files]
         if self.dataset is None:
@@ -251,107 +400,108 @@ class MLMDataModule(TokenizedDataModule):
         local = local_split_file(self.dataset, self.dataset_config, split, data_root(self.data_root))
         if local is not None:
             return [file_identity(local)], [str(local)]
-        hub = load_hub_split(self.dataset, self.dataset_config, split)
-        if self.text_column not in hub.column_names:
+        hub = load_hub_split(self.dataset, self.dataset_config, split, streaming=streaming)
+        if hub.column_names is not None and self.text_column not in hub.column_names:
             raise DataError(f"Dataset {self.dataset!r} split {split!r} has no column {self.text_column!r}; "
                             f"its columns are {hub.column_names}. Set text_column.")
+        if streaming:
+            return ["hub-stream", self.dataset, self.dataset_config, split], hub
         return ["hub", self.dataset, self.dataset_config, split, hub._fingerprint], hub
 
-    def _documents(self, split: str, source: list[str] | datasets.Dataset, role: str) -> list[str]:
+    def _stream(self, source: list[str] | datasets.IterableDataset, epoch: int = 0) -> Iterator[str]:
+        """The training documents read as they come: the files one at a time, or the streamed hub dataset's
+        non-blank texts; the first `max_documents` only when set. The same every pass (`epoch`): `PackedStream`
+        shuffles."""
+        if isinstance(source, datasets.IterableDataset):
+            texts: Iterator[str] = (row[self.text_column] for row in source)
+            documents = (text for text in texts if text and text.strip())
+        else:
+            documents = (document for path in source
+                         for document in read_documents(path, self.text_column, self.blank_line_documents))
+        return itertools.islice(documents, self.max_documents)
+
+    def _documents(self, split: str, source: list[str] | datasets.Dataset, role: str, folder: Path) -> datasets.Dataset:
+        """The documents of a split as a one-column (`text`) dataset on disk, under `folder`: a hub dataset's
+        non-blank texts, or the files' documents written one file at a time (so memory holds one file, not the
+        corpus). `max_documents` (`max_val_documents` for validation) keeps the first N."""
+        setting = "max_documents" if role == "train" else "max_val_documents"
+        limit = getattr(self, setting)
         if isinstance(source, datasets.Dataset):
             if self.blank_line_documents:
                 raise DataError(f"data.blank_line_documents applies to plain-text files, but {self.dataset!r} comes "
                                 f"from the hub as a table; remove the setting.")
-            documents = [text for text in source[self.text_column] if text and text.strip()]
+            column = self.text_column
+            documents = source.select_columns([column]).filter(
+                lambda batch: [bool(text and text.strip()) for text in batch[column]], batched=True,
+                num_proc=self.num_proc if self.num_proc > 1 else None, desc=f"non-blank {split} documents")
+            if column != "text":
+                documents = documents.rename_column(column, "text")
+            total = len(documents)
+            if limit is not None and total > limit:
+                documents = documents.select(range(limit))
         else:
-            documents = [d for path in source for d in read_documents(path, self.text_column,
-                                                                      self.blank_line_documents)]
-        setting = "max_documents" if role == "train" else "max_val_documents"
-        limit = getattr(self, setting)
-        if limit is not None and len(documents) > limit:
+            path = folder / f"documents-{split}.arrow"
+            writer = ArrowWriter(path=str(path), features=datasets.Features({"text": datasets.Value("string")}))
+            total = 0
+            try:
+                for file in source:
+                    texts = read_documents(file, self.text_column, self.blank_line_documents)
+                    kept = texts if limit is None else texts[:max(0, limit - total)]
+                    if kept:
+                        writer.write_batch({"text": kept})
+                    total += len(texts)
+                writer.finalize()
+            finally:
+                writer.close()
+            documents = datasets.Dataset.from_file(str(path))
+        if limit is not None and total > limit:
             log.info("%s: %s=%d keeps %d of %d documents; %d left out by that setting", split, setting, limit,
-                     limit, len(documents), len(documents) - limit)
-            documents = documents[:limit]
+                     limit, total, total - limit)
         return documents
 
-    # ---- tokenization -----------------------------------------------------------------------------------------
+    def _texts(self, split: str, source: list[str] | datasets.Dataset, role: str) -> Iterator[str]:
+        """The documents of a split, one at a time, for tokenizer training."""
+        with tempfile.TemporaryDirectory(dir=self.cache_path, prefix=".documents-") as folder:
+            for batch in self._documents(split, source, role, Path(folder)).iter(batch_size=1000):
+                yield from batch["text"]
 
-    def _tokenize_documents(self, batch: dict[str, list[str]]) -> dict[str, list[list[int]]]:
-        ids = self.tokenizer(batch["text"], add_special_tokens=False, return_attention_mask=False,
-                             return_token_type_ids=False, verbose=False)["input_ids"]
-        return {"input_ids": ids}
-
-    def _segment_examples(self, batch: dict[str, list[str]], indices: list[int]) -> dict[str, list[list[int]]]:
-        """BERT-style examples from a batch of documents; split points drawn from a generator seeded by the
-        position of the batch, so the cached result does not depend on what ran before."""
-        rng = random.Random(self.seed * 1_000_003 + indices[0])
-        sentences = [SENTENCE_END.split(text.strip()) for text in batch["text"]]
-        flat = [s for doc in sentences for s in doc]
-        ids = self.tokenizer(flat, add_special_tokens=False, return_attention_mask=False,
-                             return_token_type_ids=False, verbose=False)["input_ids"]
-        budget = self.max_length - self.template.num_special(pair=True)
-        out: dict[str, list[list[int]]] = {"input_ids": [], "token_type_ids": []}
-        position = 0
-        for doc in sentences:
-            chunks: list[list[list[int]]] = [[]]  # runs of sentences that fit in one example
-            for sentence in ids[position:position + len(doc)]:
-                pieces = [sentence[i:i + budget] for i in range(0, len(sentence), budget)] or [[]]
-                for piece in pieces:
-                    if not piece:
-                        continue
-                    if sum(map(len, chunks[-1])) + len(piece) > budget:
-                        chunks.append([])
-                    chunks[-1].append(piece)
-            position += len(doc)
-            for chunk in chunks:
-                if not chunk:
-                    continue
-                if len(chunk) == 1:
-                    row, types = self.template.wrap(chunk[0])
-                else:
-                    split = rng.randint(1, len(chunk) - 1)
-                    row, types = self.template.wrap(sum(chunk[:split], []), sum(chunk[split:], []))
-                out["input_ids"].append(row)
-                out["token_type_ids"].append(types)
-        if not self.uses_token_types:
-            del out["token_type_ids"]
-        return out
+    # ---- examples ---------------------------------------------------------------------------------------------
 
     def _build(self, role: str, split: str, files: list[str] | None) -> datasets.Dataset:
-        """The examples of `role` (train or validation) from `split` of the dataset, or from `files`."""
+        """The examples of `role` (train or validation) from `split` of the dataset, or from `files`: tokenized
+        (in `num_proc` processes) and packed into files of the cache, opened memory-mapped."""
         identity, source = self._source(split, files)
         limit = self.max_documents if role == "train" else self.max_val_documents
-        settings = dict(packing=self.packing, max_length=self.max_length, seed=self.seed,
-                        blank_line_documents=self.blank_line_documents, text_column=self.text_column,
-                        max_documents=limit, version=1)
+        settings = dict(blank_line_documents=self.blank_line_documents, text_column=self.text_column,
+                        max_documents=limit, version=2)
+        if self.packing == "segments":  # the examples themselves; FULL-SENTENCES caches the documents' tokens
+            settings.update(packing=self.packing, max_length=self.max_length, seed=self.seed)
         key = fingerprint(identity, self.tokenizer_key(), settings)
-
-        def raw() -> datasets.Dataset:
-            return datasets.Dataset.from_dict({"text": self._documents(split, source, role)})
-
         if self.packing == "segments":
-            examples = cached_map(raw, self._segment_examples, cache_dir=self.cache_path, name=f"mlm-{split}",
-                                  key=key, with_indices=True)
-            tokens = int(pc.sum(pc.list_value_length(examples.data.column("input_ids"))).as_py() or 0)
-            self.stats[role] = {"examples": len(examples), "tokens": tokens}
-            log.info("%s: %d BERT-style segment examples, %d tokens with specials", split, len(examples), tokens)
-            return examples
-        documents = cached_map(raw, self._tokenize_documents, cache_dir=self.cache_path, name=f"mlm-{split}",
-                               key=key)
-        column = documents.data.column("input_ids").combine_chunks()
+            function = partial(segment_examples, tokenizer=self.tokenizer, max_length=self.max_length, seed=self.seed)
+        else:
+            function = partial(tokenize_documents, tokenizer=self.tokenizer)
+        with tempfile.TemporaryDirectory(dir=self.cache_path, prefix=".documents-") as folder:
+            tokenized = cached_map(lambda: self._documents(split, source, role, Path(folder)), function,
+                                   cache_dir=self.cache_path, name=f"mlm-{split}", key=key,
+                                   with_indices=self.packing == "segments", num_proc=self.num_proc)
+        tokens = int(pc.sum(pc.list_value_length(tokenized.data.column("input_ids"))).as_py() or 0)
+        if self.packing == "segments":
+            self.stats[role] = {"examples": len(tokenized), "tokens": tokens}
+            log.info("%s: %d BERT-style segment examples, %d tokens with specials", split, len(tokenized), tokens)
+            return tokenized
         prefix, suffix = self.template.single
-        blocks = pack_blocks(column, self.max_length, prefix, suffix, self.tokenizer.sep_token_id)
-        tokens = len(column.flatten())
-        self.stats[role] = {"documents": len(documents), "tokens": tokens, "blocks": len(blocks)}
+        packer = BlockPacker(self.max_length, prefix, suffix, self.tokenizer.sep_token_id, self.document_mask)
+        path = self.cache_path / f"mlm-blocks-{split}-{fingerprint(key, self.max_length, self.document_mask)}.arrow"
+        blocks = datasets.Dataset.from_file(str(path)) if path.is_file() else write_blocks(tokenized, path, packer)
+        self.stats[role] = {"documents": len(tokenized), "tokens": tokens, "blocks": len(blocks)}
         log.info("%s: %d documents, %d tokens packed into %d blocks of %d (FULL-SENTENCES, no padding)",
-                 split, len(documents), tokens, len(blocks), self.max_length)
-        columns = {"input_ids": blocks}
-        if self.document_mask:
-            columns["document_ids"] = block_documents(column, self.max_length, prefix, suffix)
-        return datasets.Dataset(pa.table(columns))
+                 split, len(tokenized), tokens, len(blocks), self.max_length)
+        return blocks
 
     def fixed_masks(self, dataset: datasets.Dataset, seed: int, masks: MLMCollator) -> datasets.Dataset:
-        """The dataset with masks drawn once from `seed` by `masks` (stored as `input_ids` and `labels`)."""
+        """The dataset with masks drawn once from `seed` by `masks` (stored as `input_ids` and `labels`), written to
+        a file of the cache (keyed by the dataset's files and the masking settings) and opened memory-mapped."""
 
         def mask(batch: dict[str, list[list[int]]], indices: list[int]) -> dict[str, list[list[int]]]:
             generator = torch.Generator().manual_seed(seed * 1_000_003 + indices[0])
@@ -363,15 +513,22 @@ class MLMDataModule(TokenizedDataModule):
             return {"input_ids": [corrupted[i, :n].tolist() for i, n in enumerate(lengths.tolist())],
                     "labels": [labels[i, :n].tolist() for i, n in enumerate(lengths.tolist())]}
 
-        return dataset.map(mask, batched=True, batch_size=1000, with_indices=True, keep_in_memory=True,
-                           desc="fixing masks")
+        if "example_index" in dataset.column_names:  # the key of dynamic masks only
+            dataset = dataset.remove_columns("example_index")
+        key = fingerprint([f["filename"] for f in dataset.cache_files], seed, masks.mlm_probability,
+                          masks.mask_fraction, masks.random_fraction, masks.continuation is not None)
+        path = self.cache_path / f"mlm-masks-{key}.arrow"
+        if path.is_file():
+            return datasets.Dataset.from_file(str(path))
+        return dataset.map(mask, batched=True, batch_size=1000, with_indices=True, cache_file_name=str(path),
+                           new_fingerprint=key, desc="fixing masks")
 
     def setup(self, stage: str | None = None) -> None:
-        if "train" not in self.datasets and stage in (None, "fit"):
+        if "train" not in self.datasets and stage in (None, "fit") and not self.streaming:
             train = self._build("train", self.train_split, self.train_files)
             if self.masking == "static":
                 train = self.fixed_masks(train, self.seed, self.collate)
-            else:  # the key of each example's dynamic masks (data.masking.keyed_uniform)
+            elif "example_index" not in train.column_names:  # segments; blocks carry theirs from write_blocks
                 train = train.add_column("example_index", np.arange(len(train), dtype=np.int64))
             self.datasets["train"] = train
         has_val = self.val_files is not None or (self.dataset is not None and self.val_split is not None)
@@ -388,6 +545,26 @@ class MLMDataModule(TokenizedDataModule):
         batches = SameLengthBatchSampler(sampler, self.batch_size if train else self.eval_batch_size,
                                          drop_last=False, lengths=lengths)
         return self.loader(dataset, batches)
+
+    def train_dataloader(self) -> ResumableLoader | StreamingLoader:
+        if not self.streaming:
+            return self._loader("train", train=True)
+        if self.trainer is not None and self.trainer.max_steps < 0:
+            raise DataError("data.streaming reads the corpus as a stream of unknown length, so an epoch has no "
+                            "known end; set trainer.max_steps (and leave max_epochs unset).")
+        if self.blank_line_documents and not self.train_files and self.dataset is not None:
+            raise DataError(f"data.blank_line_documents applies to plain-text files, but {self.dataset!r} comes "
+                            f"from the hub as a table; remove the setting.")
+        _, source = self._source(self.train_split, self.train_files, streaming=True)
+        prefix, suffix = self.template.single
+        sharding = self.distributed() or {"num_replicas": 1, "rank": 0}
+        stream = PackedStream(
+            lambda epoch: self._stream(source, epoch), self.tokenizer,
+            partial(BlockPacker, self.max_length, prefix, suffix, self.tokenizer.sep_token_id, self.document_mask),
+            self.batch_size, self.collate, seed=self.seed, shuffle_buffer=self.shuffle_buffer,
+            rank=sharding["rank"], world_size=sharding["num_replicas"])
+        return StreamingLoader(stream, num_workers=self.num_workers, generator=torch.Generator().manual_seed(self.seed),
+                               fetched_ahead=lambda: fetched_ahead(self.trainer))
 
     def val_dataloader(self) -> ResumableLoader | list[ResumableLoader]:
         return self._loader("validation", train=False) if "validation" in self.datasets else []

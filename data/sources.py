@@ -162,10 +162,12 @@ def local_split_file(name: str, config: str | None, split: str, root: Path | Non
     return path
 
 
-def load_hub_split(name: str, config: str | None, split: str) -> datasets.Dataset:
-    """One split from the Hugging Face hub, with an error that says how to run offline when it fails."""
+def load_hub_split(name: str, config: str | None, split: str,
+                   streaming: bool = False) -> datasets.Dataset | datasets.IterableDataset:
+    """One split from the Hugging Face hub (streamed as it is read with `streaming`), with an error that says how
+    to run offline when it fails."""
     try:
-        return datasets.load_dataset(name, config, split=split)
+        return datasets.load_dataset(name, config, split=split, streaming=streaming)
     except Exception as error:  # any hub, network or format failure gets the same advice
         known = sorted(LOCAL_COPIES)
         raise DataError(
@@ -409,17 +411,35 @@ def cached_map(
     key: str,
     batch_size: int = 1000,
     with_indices: bool = False,
+    num_proc: int = 1,
 ) -> datasets.Dataset:
     """`build().map(function, batched=True)`, cached by `datasets` in `cache_dir/name-key.arrow`.
 
-    The key (from `fingerprint`) covers the source files, the tokenizer and every setting. When the cache file
-    exists it is opened directly, so neither the raw files are read nor the text tokenized again.
+    The key (from `fingerprint`) covers the source files, the tokenizer and every setting. When the cache exists it
+    is opened directly (memory-mapped), so neither the raw files are read nor the text tokenized again. With
+    `num_proc` > 1 the map runs in that many processes over contiguous shards of the rows, each writing its own
+    file; `name-key.json`, written once every shard is, lists them, and the cache is their concatenation: the same
+    rows in the same order as one process writes. The key does not depend on `num_proc`, so `function` must map
+    each row the same whatever the batch it falls in.
     """
     path = cache_dir / f"{name}-{key}.arrow"
+    record = path.with_suffix(".json")
     if path.is_file():
         log.info("%s: loaded tokenized data from cache %s", name, path)
         return datasets.Dataset.from_file(str(path))
+    if record.is_file():
+        shards = [cache_dir / shard for shard in json.loads(record.read_text())["shards"]]
+        if all(shard.is_file() for shard in shards):
+            log.info("%s: loaded tokenized data from cache %s (%d shards)", name, record, len(shards))
+            return datasets.concatenate_datasets([datasets.Dataset.from_file(str(shard)) for shard in shards])
+    if num_proc < 1:
+        raise DataError(f"data.num_proc={num_proc} must be at least 1 (the processes that tokenize).")
     raw = build()
-    return raw.map(function, batched=True, batch_size=batch_size, with_indices=with_indices,
-                   remove_columns=raw.column_names, cache_file_name=str(path), new_fingerprint=key,
-                   load_from_cache_file=True, desc=f"tokenizing {name}")
+    processes = min(num_proc, max(1, len(raw)))
+    mapped = raw.map(function, batched=True, batch_size=batch_size, with_indices=with_indices,
+                     remove_columns=raw.column_names, cache_file_name=str(path), new_fingerprint=key,
+                     load_from_cache_file=False, num_proc=processes if processes > 1 else None,
+                     desc=f"tokenizing {name}")
+    if processes > 1:
+        record.write_text(json.dumps({"shards": [Path(f["filename"]).name for f in mapped.cache_files]}) + "\n")
+    return mapped

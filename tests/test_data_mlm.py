@@ -4,6 +4,7 @@ loads its own shard, with as many batches as the others."""
 
 import logging
 
+import datasets
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -12,7 +13,8 @@ from lightning.pytorch.utilities.data import _update_dataloader
 from runs import MINILM
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, SequentialSampler
 
-from data import MLMDataModule, ResumableLoader, SameLengthBatchSampler, pack_blocks
+from data import DataError, MLMDataModule, ResumableLoader, SameLengthBatchSampler, pack_blocks
+from data.mlm import BlockPacker, write_blocks
 
 
 def test_pack_blocks_keeps_every_token():
@@ -23,6 +25,56 @@ def test_pack_blocks_keeps_every_token():
     odd = pack_blocks(documents, block_length=7, prefix=[1], suffix=[2], separator=3).to_pylist()
     assert [len(b) for b in odd] == [7, 7, 7, 3]  # the remainder (1 token) is a last, short block
     assert sum((b[1:-1] for b in odd), []) == stream
+
+
+@pytest.mark.parametrize("documents_too", [False, True])
+def test_packing_chunk_by_chunk_makes_the_same_blocks(documents_too):
+    """The packer holds one chunk and one remainder at a time; the blocks do not depend on where chunks end."""
+    rng = np.random.default_rng(0)
+    documents = [list(rng.integers(10, 99, size=n)) for n in rng.integers(0, 40, size=200)]
+    whole = BlockPacker(16, [1], [2], separator=3, documents=documents_too)
+    expected = pa.concat_tables([whole.add(pa.array(documents, pa.list_(pa.int64()))), whole.finish()])
+    for _ in range(5):
+        cuts = sorted(rng.choice(np.arange(1, len(documents)), size=rng.integers(1, 30), replace=False))
+        packer = BlockPacker(16, [1], [2], separator=3, documents=documents_too)
+        parts = [packer.add(pa.array(documents[a:b], pa.list_(pa.int64())))
+                 for a, b in zip([0, *cuts], [*cuts, len(documents)], strict=True)]
+        assert pa.concat_tables([*parts, packer.finish()]).to_pydict() == expected.to_pydict()
+    assert expected.num_rows > 20
+
+
+def test_blocks_are_written_to_disk_and_read_back(tmp_path):
+    documents = datasets.Dataset.from_dict({"input_ids": [[5] * n for n in range(1, 60)]})
+    blocks = write_blocks(documents, tmp_path / "blocks.arrow", BlockPacker(8, [1], [2], separator=3), chunk=7)
+    assert blocks.cache_files[0]["filename"] == str(tmp_path / "blocks.arrow")  # memory-mapped, not in memory
+    expected = pack_blocks(pa.array(documents["input_ids"]), 8, [1], [2], separator=3).to_pylist()
+    assert blocks["input_ids"] == expected
+    assert blocks["example_index"] == list(range(len(expected)))
+    assert [p.name for p in tmp_path.iterdir()] == ["blocks.arrow"]  # no scratch file left
+
+
+@pytest.mark.parametrize("packing", ["full_sentences", "segments"])
+def test_tokenizing_in_two_processes_gives_the_same_data(packing, shared_data, tmp_path, monkeypatch):
+    settings = dict(dataset="wikitext", dataset_config="wikitext-2-v1", train_split="test", val_split=None,
+                    max_length=64, packing=packing, data_root=str(shared_data))
+    one = MLMDataModule(MINILM, **settings, cache_dir=str(tmp_path / "one"))
+    one.setup("fit")
+    two = MLMDataModule(MINILM, **settings, num_proc=2, cache_dir=str(tmp_path / "two"))
+    two.setup("fit")
+    assert two.datasets["train"]["input_ids"] == one.datasets["train"]["input_ids"]
+    shards = sorted(p.name for p in (tmp_path / "two").glob("mlm-test-*.arrow"))
+    assert len(shards) == 2 and all("_of_00002" in name for name in shards)
+    # A second run reads the two shards back and tokenizes nothing.
+    again = MLMDataModule(MINILM, **settings, num_proc=2, cache_dir=str(tmp_path / "two"))
+    calls = []
+    monkeypatch.setattr(type(again.tokenizer), "__call__", lambda *a, **k: calls.append(1))
+    again.setup("fit")
+    assert calls == [] and again.datasets["train"]["input_ids"] == one.datasets["train"]["input_ids"]
+
+
+def test_num_proc_must_be_positive(tmp_path):
+    with pytest.raises(DataError, match="num_proc=0"):
+        MLMDataModule(MINILM, train_files=[str(tmp_path / "x.txt")], num_proc=0)
 
 
 @pytest.mark.parametrize("max_length", [128, 512])
@@ -90,7 +142,8 @@ def test_second_run_reads_the_cache_and_does_not_tokenize(shared_data, tmp_path,
     first = MLMDataModule(MINILM, **settings)
     first.setup("fit")
     cache_files = sorted(p.name for p in tmp_path.glob("mlm-*.arrow"))
-    assert len(cache_files) == 2
+    # each split's tokenized documents and its blocks, and the validation masks
+    assert [name.split("-")[1] for name in cache_files] == ["blocks", "blocks", "masks", "test", "validation"]
 
     second = MLMDataModule(MINILM, **settings)
     calls = []
@@ -99,11 +152,19 @@ def test_second_run_reads_the_cache_and_does_not_tokenize(shared_data, tmp_path,
     assert calls == []  # nothing was tokenized
     assert second.datasets["train"]["input_ids"] == first.datasets["train"]["input_ids"]
     assert sorted(p.name for p in tmp_path.glob("mlm-*.arrow")) == cache_files
-    # A different setting is a different cache entry.
+    # Another block length packs the same tokens anew (new blocks and masks), without tokenizing again.
     monkeypatch.undo()
     third = MLMDataModule(MINILM, **{**settings, "max_length": 64})
+    monkeypatch.setattr(type(third.tokenizer), "__call__", lambda *a, **k: calls.append(1))
     third.setup("fit")
-    assert len(list(tmp_path.glob("mlm-*.arrow"))) == 4
+    assert calls == []
+    assert len(list(tmp_path.glob("mlm-*.arrow"))) == 8
+    assert set(map(len, third.datasets["train"]["input_ids"][:-1])) == {64}
+    # Another setting of the training text is another tokenized cache of it (and its blocks); validation's stay.
+    monkeypatch.undo()
+    fourth = MLMDataModule(MINILM, **{**settings, "max_documents": 100})
+    fourth.setup("fit")
+    assert len(list(tmp_path.glob("mlm-*.arrow"))) == 10
 
 
 def test_max_documents_filter_is_logged(shared_data, tmp_path, caplog):

@@ -1,6 +1,7 @@
 """Long runs a user can rely on, each promise checked through `python train.py`, the shipped configs and real data:
-exact resume after `kill -9` (MLM pretraining and length-grouped GLUE fine-tuning), SIGTERM / SIGINT / SLURM
-requeue, divergence, readable errors, safe checkpoint loading and run folders that are never silently reused."""
+exact resume after `kill -9` (MLM pretraining, cached and streamed, and length-grouped GLUE fine-tuning), SIGTERM /
+SIGINT / SLURM requeue, divergence, readable errors, safe checkpoint loading and run folders that are never silently
+reused."""
 
 from __future__ import annotations
 
@@ -74,6 +75,7 @@ def best_checkpoints(root: Path) -> list[str]:
 
 # The GLUE runs take 2 minutes each on 2 cores: they run in .ci/run's slow pass (the default run stays near 13 min).
 @pytest.mark.parametrize("task", [pytest.param("glue", marks=pytest.mark.slow), "mlm",
+                                  pytest.param("mlm-streaming", marks=pytest.mark.slow),
                                   pytest.param("glue-accumulating", marks=pytest.mark.slow)])
 def test_kill_9_and_resume_repeats_the_uninterrupted_run_exactly(task, env, tokenizer, tmp_path):
     """An uninterrupted run, and the same run killed with SIGKILL once it has saved a checkpoint and resumed from
@@ -81,13 +83,15 @@ def test_kill_9_and_resume_repeats_the_uninterrupted_run_exactly(task, env, toke
     at the same step, bit for bit, across validations and an epoch boundary (same next batch, masks, dropout). It
     continues the same W&B run and ends with the same best checkpoint and metrics. Resuming the finished run then
     trains no step at all."""
-    config, args = (QUICKSTART, mlm_args(tokenizer)) if task == "mlm" else (GLUE, glue_args())
+    config, args = (QUICKSTART, mlm_args(tokenizer)) if task.startswith("mlm") else (GLUE, glue_args())
+    if task == "mlm-streaming":  # tokenized and packed as the documents come, through a shuffle buffer
+        args += ["--data.streaming", "true", "--data.shuffle_buffer", "20"]
     if task == "glue":  # litbert's length-grouped batch sampler (the default draws batches at random)
         args += ["--data.group_by_length", "true"]
     if task == "glue-accumulating":  # two batches a step, random batches: saves and stops only between steps
         args += ["--trainer.accumulate_grad_batches", "2", "--trainer.max_steps", "15", "--checkpoint.every_n_steps",
                  "3"]
-    steps = {"glue": 30, "mlm": 40, "glue-accumulating": 15}[task]
+    steps = {"glue": 30, "mlm": 40, "mlm-streaming": 40, "glue-accumulating": 15}[task]
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     assert_ok(train(config, whole, *args, env=env))
     reference = wandb_history(whole)
