@@ -82,6 +82,24 @@ def read_documents(path: str | Path, text_column: str = "text", blank_line_docum
     return read_text_documents(path, blank_line_documents)
 
 
+def iter_documents(path: str | Path, text_column: str = "text", blank_line_documents: bool = False) -> Iterator[str]:
+    """The documents `read_documents` returns, one at a time; a plain-text file of a document per line is read line
+    by line (the same lines as `str.splitlines`), so memory holds one line, not the file. Tables and blank-line
+    blocks are read whole."""
+    path = Path(path)
+    if path.suffix.lower() in TABLE_READERS or blank_line_documents or text_column != "text" or not path.is_file() \
+            or path.stat().st_size == 0:
+        yield from read_documents(path, text_column, blank_line_documents)  # its checks and errors
+        return
+    try:
+        with open(path, encoding="utf-8-sig") as handle:
+            for line in handle:
+                yield from (part for part in line.splitlines() if part.strip())
+    except UnicodeDecodeError:
+        read_documents(path)  # raises the error that names the line and bytes
+        raise
+
+
 def _separators(lengths: np.ndarray) -> np.ndarray:
     """Where the separators fall in the stream of documents of these lengths joined by one separator each."""
     return np.cumsum(lengths)[:-1] + np.arange(len(lengths) - 1)
@@ -417,13 +435,13 @@ class MLMDataModule(TokenizedDataModule):
             documents = (text for text in texts if text and text.strip())
         else:
             documents = (document for path in source
-                         for document in read_documents(path, self.text_column, self.blank_line_documents))
+                         for document in iter_documents(path, self.text_column, self.blank_line_documents))
         return itertools.islice(documents, self.max_documents)
 
     def _documents(self, split: str, source: list[str] | datasets.Dataset, role: str, folder: Path) -> datasets.Dataset:
         """The documents of a split as a one-column (`text`) dataset on disk, under `folder`: a hub dataset's
-        non-blank texts, or the files' documents written one file at a time (so memory holds one file, not the
-        corpus). `max_documents` (`max_val_documents` for validation) keeps the first N."""
+        non-blank texts, or the files' documents written 10,000 at a time (a text file is read line by line, a
+        table whole). `max_documents` (`max_val_documents` for validation) keeps the first N."""
         setting = "max_documents" if role == "train" else "max_val_documents"
         limit = getattr(self, setting)
         if isinstance(source, datasets.Dataset):
@@ -444,12 +462,13 @@ class MLMDataModule(TokenizedDataModule):
             writer = ArrowWriter(path=str(path), features=datasets.Features({"text": datasets.Value("string")}))
             total = 0
             try:
-                for file in source:
-                    texts = read_documents(file, self.text_column, self.blank_line_documents)
-                    kept = texts if limit is None else texts[:max(0, limit - total)]
+                documents = (d for file in source for d in iter_documents(file, self.text_column,
+                                                                        self.blank_line_documents))
+                while batch := list(itertools.islice(documents, 10_000)):
+                    kept = batch if limit is None else batch[:max(0, limit - total)]
                     if kept:
                         writer.write_batch({"text": kept})
-                    total += len(texts)
+                    total += len(batch)
                 writer.finalize()
             finally:
                 writer.close()

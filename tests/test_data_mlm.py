@@ -14,7 +14,7 @@ from runs import MINILM
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, SequentialSampler
 
 from data import DataError, MLMDataModule, ResumableLoader, SameLengthBatchSampler, pack_blocks
-from data.mlm import BlockPacker, write_blocks
+from data.mlm import BlockPacker, iter_documents, read_documents, write_blocks
 
 
 def test_pack_blocks_keeps_every_token():
@@ -229,3 +229,13 @@ def test_lightning_can_still_swap_the_sampler(shared_data, tmp_path):
     assert isinstance(rebuilt, ResumableLoader) and isinstance(rebuilt.batch_sampler, SameLengthBatchSampler)
     assert rebuilt.batch_sampler.sampler is sampler
     assert sum(len(batch["input_ids"]) for batch in rebuilt) == len(dm.datasets["train"])
+
+
+def test_a_text_file_is_read_line_by_line_into_the_same_documents(tmp_path):
+    path = tmp_path / "corpus.txt"
+    path.write_bytes("\ufeffone\r\ntwo\rthree\x0cfour\u2028five\n\n   \nsix".encode())
+    assert list(iter_documents(path)) == read_documents(path) == ["one", "two", "three", "four", "five", "six"]
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"fine\nbroken \xff here\n")
+    with pytest.raises(DataError, match="line 2"):
+        list(iter_documents(bad))
