@@ -12,7 +12,11 @@ on every shard and on every rerun. Dynamic masks are keyed by (seed, pass, block
 
 Resuming. `StreamingLoader.state_dict()` is (pass, batches handed out). Resuming replays the pass from its start
 and drops the batches already trained on, before masking them: the same next batch and masks as the uninterrupted
-run, at the cost of reading and tokenizing the skipped part again.
+run, at the cost of reading and tokenizing the skipped part again. With several loader workers the loader takes
+their batches in turn, which is what the skip counts on; near the end of a pass, when one worker runs out before
+the others, a resumed run may differ from the uninterrupted one by the order of those last batches. Dynamic masks
+depend on the number of shards (a block's number counts within its shard): change `num_workers` or the world size
+and the masks change.
 """
 
 from __future__ import annotations
