@@ -116,3 +116,13 @@ def test_train_py_streams_with_max_steps_and_refuses_without(shared_data, tmp_pa
     refused = train("configs/quickstart.yaml", tmp_path / "epochs", *args, "--trainer.max_steps", "-1",
                     "--trainer.max_epochs", "1", env=env)
     assert refused.returncode != 0 and "trainer.max_steps" in refused.stderr
+
+
+def test_a_stream_carries_each_tokens_document_with_document_mask(shared_data, tmp_path):
+    cached = MLMDataModule(MINILM, **WIKITEXT, document_mask=True, data_root=str(shared_data),
+                           cache_dir=str(tmp_path))
+    cached.setup("fit")
+    streamed = stream_module(shared_data, tmp_path, shuffle_buffer=0, document_mask=True)
+    documents = [row[mask.bool()].tolist() for batch in streamed.train_dataloader()
+                 for row, mask in zip(batch["document_ids"], batch["attention_mask"], strict=True)]
+    assert documents == cached.datasets["train"]["document_ids"]
