@@ -167,7 +167,7 @@ def load_hub_split(name: str, config: str | None, split: str,
     """One split from the Hugging Face hub (streamed as it is read with `streaming`), with an error that says how
     to run offline when it fails."""
     try:
-        return datasets.load_dataset(name, config, split=split, streaming=streaming)
+        return datasets.load_dataset(name, config, split=split, **({"streaming": True} if streaming else {}))
     except Exception as error:  # any hub, network or format failure gets the same advice
         known = sorted(LOCAL_COPIES)
         raise DataError(
