@@ -1,7 +1,8 @@
 """What each position scheme does: the same encoder pretrained with each scheme, then measured side by side.
 
-For every seed and scheme (`learned`, `sinusoidal`, `rope`, `alibi`, `t5`, `none`, and `sinusoidal-scaled`: the
-sinusoidal table at the token embeddings' scale; the schemes alternate inside each seed), one run at a time:
+For every seed and scheme (`learned`, `sinusoidal`, `rope`, `alibi`, `t5`, `none`, `sinusoidal-scaled`: the
+sinusoidal table at the token embeddings' scale, and `sinusoidal-sqrt-d`: the token embeddings times sqrt(d) under
+the table; the schemes alternate inside each seed), one run at a time:
 
 1. pretrain through train.py with the README job's recipe (`configs/quickstart.yaml`: 4 x 128, pre-norm, RMSNorm,
    GeGLU, 30% masking, lr 3e-3), only the position scheme changed, for a fixed number of steps at length 128
@@ -43,10 +44,12 @@ from encoders import POSITIONS  # noqa: E402
 from encoders.plots import pyplot  # noqa: E402
 from tasks.mlm import MaskedLM  # noqa: E402
 
-SCHEMES = ("learned", "sinusoidal", "sinusoidal-scaled", "rope", "alibi", "t5", "none")
+SCHEMES = ("learned", "sinusoidal", "sinusoidal-scaled", "sinusoidal-sqrt-d", "rope", "alibi", "t5", "none")
 # Rows that are a scheme with settings of its own: name -> (scheme, EncoderConfig overrides). The sinusoidal table
-# scaled to the size of the token embeddings (0.02 x sqrt 2 = 0.028: the table's entries have RMS 1/sqrt 2).
-VARIANTS = {"sinusoidal-scaled": ("sinusoidal", {"sinusoidal_scale": 0.028})}
+# scaled to the size of the token embeddings (0.02 x sqrt 2 = 0.028: the table's entries have RMS 1/sqrt 2), and
+# Vaswani et al.'s remedy, the token embeddings multiplied by sqrt(d) (d = 128 here) under the table as it is.
+VARIANTS = {"sinusoidal-scaled": ("sinusoidal", {"sinusoidal_scale": 0.028}),
+            "sinusoidal-sqrt-d": ("sinusoidal", {"embedding_scale": round(128 ** 0.5, 4)})}
 TRAIN_LENGTH = 128
 SECTION = "positions"
 # The README job's encoder (configs/quickstart.yaml), for the step-time measurement.

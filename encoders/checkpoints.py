@@ -67,7 +67,7 @@ class Layout:
     same_as: dict[str, str] = field(default_factory=dict)  # config.json key -> the EncoderConfig field it must equal
 
 
-_POST_NORM = {"norm_placement": "post", "norm": "layernorm", "bias": True}
+_BERT_FIXED = {"norm_placement": "post", "norm": "layernorm", "bias": True, "embedding_scale": 1.0}
 _BERT_KEYS = {"vocab_size": "vocab_size", "hidden_size": "hidden_size", "num_layers": "num_hidden_layers",
               "num_heads": "num_attention_heads", "intermediate_size": "intermediate_size",
               "max_position_embeddings": "max_position_embeddings", "type_vocab_size": "type_vocab_size",
@@ -90,7 +90,7 @@ _BERT_EMBEDDINGS = {
 }
 _BERT = dict(config_keys=_BERT_KEYS, embeddings=_BERT_EMBEDDINGS, layer="encoder.layer.{i}.",
              qkv=("attention.self.query", "attention.self.key", "attention.self.value"), block=_BERT_BLOCK,
-             fixed=_POST_NORM, required={"position_embedding_type": "absolute"})
+             fixed=_BERT_FIXED, required={"position_embedding_type": "absolute"})
 
 LAYOUTS: dict[str, Layout] = {
     "bert": Layout(
@@ -126,7 +126,7 @@ LAYOUTS: dict[str, Layout] = {
                "token_classification": {"classifier": "classifier"}},
         pooler_activation="relu",
         # DistilBERT hard-codes its LayerNorm epsilon, and adds its sinusoidal table unscaled
-        fixed=_POST_NORM | {"type_vocab_size": 0, "norm_eps": 1e-12, "sinusoidal_scale": 1.0},
+        fixed=_BERT_FIXED | {"type_vocab_size": 0, "norm_eps": 1e-12, "sinusoidal_scale": 1.0},
         activation_key="activation", activations=("gelu", "relu"), positions=("learned", "sinusoidal"),
         sinusoidal_key="sinusoidal_pos_embds", token_types=False,
     ),

@@ -36,6 +36,9 @@ class EncoderConfig:
     # entries (RMS 0.71) then outweigh tokens embedded at initializer_range 0.02 by 35x at first. 0.028 (= 0.02 x
     # sqrt 2) gives both the same scale.
     sinusoidal_scale: float = 1.0
+    # The token embeddings are multiplied by this factor. 1 everywhere in BERT; Vaswani et al.'s remedy for the
+    # sinusoidal table's size is sqrt(hidden_size) (also Gemma's).
+    embedding_scale: float = 1.0
     t5_num_buckets: int = 32
     t5_max_distance: int = 128
     norm: str = "layernorm"  # a key of encoders.layers.NORMS
@@ -92,8 +95,9 @@ class EncoderConfig:
         for field_name in ("hidden_dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, field_name) < 1.0:
                 raise ValueError(f"EncoderConfig.{field_name}={getattr(self, field_name)} must lie in [0, 1).")
-        if self.norm_eps <= 0 or self.rope_base <= 1 or self.sinusoidal_scale <= 0:
-            raise ValueError("EncoderConfig.norm_eps and sinusoidal_scale must be > 0 and rope_base > 1.")
+        if self.norm_eps <= 0 or self.rope_base <= 1 or self.sinusoidal_scale <= 0 or self.embedding_scale <= 0:
+            raise ValueError("EncoderConfig.norm_eps, sinusoidal_scale and embedding_scale must be > 0 and rope_base "
+                             "> 1.")
         if self.t5_num_buckets < 4 or self.t5_num_buckets % 2 or self.t5_max_distance <= self.t5_num_buckets // 4:
             raise ValueError(
                 f"EncoderConfig.t5_num_buckets={self.t5_num_buckets} must be even and >= 4, and t5_max_distance="

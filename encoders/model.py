@@ -40,9 +40,12 @@ class Embeddings(nn.Module):
         self.token_type = nn.Embedding(config.type_vocab_size, config.hidden_size) if config.type_vocab_size else None
         self.norm = build_norm(config)
         self.dropout = Dropout(config.hidden_dropout)
+        self.scale = config.embedding_scale
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None) -> torch.Tensor:
         x = self.word(input_ids)
+        if self.scale != 1.0:
+            x = x * self.scale
         if self.token_type is not None:
             if token_type_ids is None:
                 token_type_ids = torch.zeros_like(input_ids)

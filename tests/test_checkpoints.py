@@ -236,7 +236,8 @@ def test_round_trip_families_with_heads(tmp_path, preset, overrides, auto_class)
      (dict(norm="rmsnorm"), "norm='rmsnorm'"), (dict(activation="swiglu"), "activation='swiglu'"),
      (dict(bias=False), "bias=False"),
      (dict(position="sinusoidal", sinusoidal_scale=0.03, type_vocab_size=0),
-      r"sinusoidal_scale=0.03 \(DistilBert has 1.0\)")],
+      r"sinusoidal_scale=0.03 \(DistilBert has 1.0\)"),
+     (dict(embedding_scale=11.3), r"embedding_scale=11.3 \(Bert has 1.0\)")],
 )
 def test_transformers_export_refuses_with_reason(tmp_path, overrides, reason):
     encoder = Encoder(EncoderConfig.from_name("bert-tiny", **overrides))
@@ -247,7 +248,8 @@ def test_transformers_export_refuses_with_reason(tmp_path, overrides, reason):
 @pytest.mark.parametrize("preset", ["modern", "bert-tiny", "sinusoidal-scaled"])
 def test_litbert_format_round_trip(tmp_path, preset):
     # A scaled sinusoidal table has no transformers family (DistilBERT adds it unscaled): "auto" writes litbert's own.
-    extra = dict(position="sinusoidal", sinusoidal_scale=0.03) if preset == "sinusoidal-scaled" else {}
+    extra = dict(position="sinusoidal", sinusoidal_scale=0.03, embedding_scale=8.0) \
+        if preset == "sinusoidal-scaled" else {}
     config = EncoderConfig.from_name(preset.replace("sinusoidal-scaled", "distilbert-base"), num_layers=2,
                                      hidden_size=64, num_heads=4, intermediate_size=96, vocab_size=150,
                                      hidden_dropout=0.0, attention_dropout=0.0, **extra)
@@ -255,7 +257,8 @@ def test_litbert_format_round_trip(tmp_path, preset):
     head = random_weights(MaskedLMHead(config, encoder.embeddings.word))
     path = encoder.save_pretrained(tmp_path, head=head, format="litbert" if preset == "bert-tiny" else "auto")
     if extra:
-        assert Encoder.from_pretrained(path).position.scale == 0.03
+        loaded = Encoder.from_pretrained(path)
+        assert (loaded.position.scale, loaded.embeddings.scale) == (0.03, 8.0)
     assert (path / "litbert.json").exists() and not (path / "config.json").exists()
     reloaded = Encoder.from_pretrained(path).eval()
     reloaded_head = MaskedLMHead.from_pretrained(path, reloaded).eval()

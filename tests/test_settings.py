@@ -201,6 +201,7 @@ def leaves(namespace: Any, prefix: str = "") -> dict[str, Any]:
 ENCODER_VALUES = {"preset": "bert-mini", "vocab_size": 40000, "hidden_size": 64, "num_layers": 1, "num_heads": 1,
                   "intermediate_size": 256, "max_position_embeddings": 1024, "type_vocab_size": 0, "pad_token_id": 1,
                   "position": "rope", "position_offset": 2, "rope_base": 500.0, "sinusoidal_scale": 0.03,
+                  "embedding_scale": 8.0,
                   "t5_num_buckets": 16, "t5_max_distance": 64, "norm": "rmsnorm", "norm_placement": "pre",
                   "norm_eps": 1e-6,
                   "activation": "relu", "bias": False, "hidden_dropout": 0.2, "attention_dropout": 0.2,
