@@ -52,6 +52,7 @@ from tasks.checkpointing import (
     LastCheckpoint,
     RunInterrupted,
     SafeCheckpointIO,
+    ValidateFinalStep,
     load_checkpoint_file,
 )
 from tasks.precision import accelerator_type, bf16_warning, default_precision
@@ -241,6 +242,8 @@ class LitbertCLI(LightningCLI):
             callbacks.append(BestCheckpoint(metric, mode, dirpath=str(root / "checkpoints")))
         if not any(isinstance(callback, Throughput) for callback in callbacks):
             callbacks.append(Throughput())
+        if not any(isinstance(callback, ValidateFinalStep) for callback in callbacks):
+            callbacks.insert(0, ValidateFinalStep())  # first: the checkpoint callbacks then see the stop coming
         kwargs["callbacks"] = callbacks
         plugins = trainer_config.get("plugins") or []
         plugins = list(plugins) if isinstance(plugins, list) else [plugins]

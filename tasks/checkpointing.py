@@ -7,6 +7,8 @@
   just before the next training batch, and the W&B run id, so that a resumed run continues that run. With the data
   position that `data.loading.ResumableLoader` adds, a resumed run on CPU logs exactly the losses the uninterrupted
   run logs.
+- `ValidateFinalStep` validates the weights of the last step of a run that ends at `max_steps`, so that they can be
+  the best checkpoint.
 - `BestCheckpoint` is Lightning's `ModelCheckpoint` on the task's own metric that never takes a non-finite value
   (a NaN loss, an undefined correlation) as the best.
 - `SafeCheckpointIO` writes a checkpoint to a temporary file beside the target, syncs it and renames it over the
@@ -131,6 +133,20 @@ class SafeCheckpointIO(TorchCheckpointIO):
 
 
 # ----------------------------------------------------------------------------------------------------- best
+
+
+class ValidateFinalStep(L.Callback):
+    """Validates the final weights of a run that ends at `trainer.max_steps`. Lightning validates every
+    `val_check_interval` batches of an epoch and at epoch ends, not when `max_steps` falls between two of those;
+    the steps after the last validation were then never validated, and the best checkpoint, which train.py
+    evaluates and exports, came from before them (under warmup-stable-decay: from before the decay). At the step
+    that reaches `max_steps` this asks the loop to stop, which in Lightning runs the validation first. (A stop by
+    `max_time` already validates.)"""
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        if 0 < trainer.max_steps <= trainer.global_step:
+            trainer.should_stop = True
 
 
 class BestCheckpoint(ModelCheckpoint):

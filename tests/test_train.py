@@ -4,6 +4,7 @@ logged metrics are read back, resuming continues at the same step, and 2-process
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import importlib
 import inspect
@@ -489,3 +490,20 @@ def test_attention_maps_are_logged_to_wandb_at_every_validation(env, minilm, tmp
     with pytest.raises(ValueError, match="AttentionMaps logs pictures to W&B, but the run's logger is none"):
         run("configs/glue/rte.yaml", tmp_path / "off", "--model.pretrained", minilm, "--trainer.max_steps", "1",
             "--trainer.logger", "false", "--trainer.callbacks+=tasks.tracking.AttentionMaps")
+
+
+def test_a_run_ending_between_validations_validates_its_last_step(env, tmp_path):
+    """max_steps 7 with validation every 5 batches: Lightning alone validates at step 5 only, and the best
+    checkpoint, evaluated and exported, could not be the final weights. train.py validates step 7 too."""
+    cli = run("configs/quickstart.yaml", tmp_path, *quickstart_overrides(tmp_path), "--data.max_documents", "300",
+              "--trainer.max_steps", "7", "--trainer.val_check_interval", "5", "--export", "false",
+              "--trainer.logger", "lightning.pytorch.loggers.CSVLogger", "--trainer.logger.save_dir", str(tmp_path))
+    (log,) = tmp_path.rglob("metrics.csv")
+    with log.open() as file:
+        validated = [int(row["step"]) for row in csv.DictReader(file) if row.get("val/loss")]
+    # Lightning logs a validation during fit under the index of the step's last batch (steps 5 and 7: 4 and 6), and
+    # train.py's validation of the best checkpoint after fit under the final step.
+    assert validated == [4, 6, 7]
+    assert cli.trainer.global_step == 7
+    best = {int(path.stem.split("-")[1]) for path in tmp_path.rglob("best-*.ckpt")}
+    assert best <= {5, 7} and len(best) == 1
