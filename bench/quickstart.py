@@ -99,6 +99,8 @@ def main() -> None:
         else args.config
     command = " ".join([*(["--model", args.model] if args.model != DEFAULT_MODEL else []),
                         *(["--config", str(config_name)] if args.config != DEFAULT_CONFIG else []),
+                        *(["--sides", *(f'"{side}"' if " " in side else side for side in args.sides)]
+                          if len(args.sides) < 2 else []),
                         "--seeds", *map(str, args.seeds),
                         *(["--section", args.section] if args.section != SECTION else []),
                         "--write", "BENCHMARKS.md", *(["--", *args.overrides] if args.overrides else [])])
