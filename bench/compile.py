@@ -1,8 +1,10 @@
 """Does `torch.compile` pay? litbert eager against litbert with its encoder compiled (`tasks.compile.CompileEncoder`
 does the same in training), in one process, alternating, after the compilation is done.
 
-- train: `MaskedLM` steps (forward, loss, backward, fused AdamW), bert-mini, one batch of random ids of
-  `--seq` tokens (`--tokens` per batch), 15% masked, dropout 0.1.
+- train: `MaskedLM` steps (forward, loss, backward, fused AdamW) on one batch of random ids of `--seq` tokens
+  (`--tokens` per batch): `--model bert-mini` (30,522 ids, 15% masked, dropout 0.1) or `--model quickstart`, the
+  README job's encoder from `configs/quickstart.yaml` (4 x 128, pre-norm, RoPE, RMSNorm, GeGLU, no biases, no
+  dropout, 4,096 ids, 30% masked).
 - inference: a MiniLM-L6-sized encoder (6 x 384, 12 heads) in eval mode under `torch.inference_mode()`,
   `--tokens` per batch at `--seq`.
 
@@ -19,7 +21,8 @@ import copy
 import time
 
 import torch
-from common import PRECISIONS, alternate, autocast, device_name, print_table, setup_run, synchronize
+import yaml
+from common import PRECISIONS, REPO, alternate, autocast, device_name, print_table, setup_run, synchronize
 
 from encoders import Encoder, EncoderConfig
 from tasks.base import EncoderSpec
@@ -27,10 +30,15 @@ from tasks.mlm import MaskedLM
 
 
 def training_case(args: argparse.Namespace, device: torch.device):
-    model = MaskedLM(encoder=EncoderSpec(preset="bert-mini"), vocab_size=30522).to(device).train()
+    if args.model == "quickstart":
+        settings = yaml.safe_load((REPO / "configs" / "quickstart.yaml").read_text())["model"]["init_args"]
+        spec, vocab_size, rate = EncoderSpec(**settings["encoder"]), 4096, 0.3
+    else:
+        spec, vocab_size, rate = EncoderSpec(preset="bert-mini"), 30522, 0.15
+    model = MaskedLM(encoder=spec, vocab_size=vocab_size).to(device).train()
     batch_size = args.tokens // args.seq
-    ids = torch.randint(1000, 30000, (batch_size, args.seq), device=device)
-    labels = torch.where(torch.rand(ids.shape, device=device) < 0.15, ids, -100)
+    ids = torch.randint(5, vocab_size, (batch_size, args.seq), device=device)
+    labels = torch.where(torch.rand(ids.shape, device=device) < rate, ids, -100)
     batch = {"input_ids": ids, "labels": labels}
     models = {"eager": model, "compiled": copy.deepcopy(model)}
     models["compiled"].encoder.compile()
@@ -66,6 +74,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", nargs="+", choices=("train", "inference"), default=["train", "inference"])
     parser.add_argument("--precision", nargs="+", choices=PRECISIONS, default=list(PRECISIONS))
+    parser.add_argument("--model", choices=("bert-mini", "quickstart"), default="bert-mini",
+                        help="the training case's encoder")
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--tokens", type=int, default=4096)
     parser.add_argument("--repeats", type=int, default=4)
