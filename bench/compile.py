@@ -31,8 +31,10 @@ from tasks.mlm import MaskedLM
 
 def training_case(args: argparse.Namespace, device: torch.device):
     if args.model == "quickstart":
-        settings = yaml.safe_load((REPO / "configs" / "quickstart.yaml").read_text())["model"]["init_args"]
-        spec, vocab_size, rate = EncoderSpec(**settings["encoder"]), 4096, 0.3
+        config = yaml.safe_load((REPO / "configs" / "quickstart.yaml").read_text())
+        data = config["data"]["init_args"]
+        spec = EncoderSpec(**config["model"]["init_args"]["encoder"])
+        vocab_size, rate = data["train_tokenizer"]["vocab_size"], data["mlm_probability"]
     else:
         spec, vocab_size, rate = EncoderSpec(preset="bert-mini"), 30522, 0.15
     model = MaskedLM(encoder=spec, vocab_size=vocab_size).to(device).train()
