@@ -11,8 +11,10 @@ the table; the schemes alternate inside each seed), one run at a time:
    blocks of 1x, 2x, 4x and 8x the training length (the same documents at every length); a learned table cannot
    encode positions past its rows, so those cells read "impossible";
 3. fine-tune the model on SST-2 (a fixed number of steps from the training set, full dev set) and on RTE
-   (`configs/quickstart-sst2.yaml`'s recipe, random batches), and keep dev accuracy (the first seed's models
-   only, by default: on 2 CPU cores the fine-tunes cost as much as the pretraining).
+   (`configs/quickstart-sst2.yaml`'s recipe: mean pooling, lr 3e-4, dropout 0.1; random batches), and keep dev
+   accuracy (the first seed's models only, by default: on 2 CPU cores the fine-tunes cost as much as the
+   pretraining). The same fine-tunes of a randomly initialised encoder (the first scheme's settings, no
+   pretraining) are the reference row: what the pretraining adds at this budget.
 
 Then the training step time of each scheme (`bench/mlm_shapes.py`'s measurement, schemes alternating) and the
 table, the loss curves and loss against evaluation length (PNG, `--figures`). Results go to `--out` as JSON after
@@ -38,6 +40,7 @@ sys.path.insert(0, str(REPO))
 
 from common import logged, mean_sd, train_py, write_section  # noqa: E402
 from mlm_shapes import step_time  # noqa: E402
+from quickstart import random_init_args  # noqa: E402
 
 from data import MLMDataModule, load_tokenizer  # noqa: E402
 from encoders import POSITIONS  # noqa: E402
@@ -107,7 +110,8 @@ def evaluate(model_dir: Path, tokenizer: Path, factors: list[int], documents: in
     return results
 
 
-def fine_tune(model_dir: Path, task: str, seed: int, options: argparse.Namespace, root: Path) -> float:
+def fine_tune(model_dir: Path, task: str, seed: int, options: argparse.Namespace, root: Path,
+              overrides: tuple[str, ...] | list[str] = ()) -> float:
     args = ["--config", str(REPO / "configs" / "quickstart-sst2.yaml"), "--model.pretrained", str(model_dir),
             "--data.task", task, "--data.group_by_length", "false", "--seed_everything", str(seed),
             "--export", "false", "--predict", "false", "--trainer.logger", "false"]
@@ -117,8 +121,14 @@ def fine_tune(model_dir: Path, task: str, seed: int, options: argparse.Namespace
         args += ["--trainer.max_epochs", str(options.pair_epochs)]
     if options.finetune_steps is not None:  # the test's tiny budget
         args += ["--trainer.max_steps", str(options.finetune_steps)]
-    train_py(args, root)
+    train_py([*args, *overrides], root)
     return json.loads((root / "metrics.json").read_text())["val/accuracy"]
+
+
+def random_reference(model_dir: Path, seed: int, options: argparse.Namespace, root: Path) -> dict[str, float]:
+    """The fine-tunes of an encoder with `model_dir`'s settings and tokenizer and new random weights."""
+    overrides = random_init_args(model_dir, REPO / "configs" / "quickstart-sst2.yaml")
+    return {task: fine_tune(model_dir, task, seed, options, root / task, overrides) for task in ("sst2", "rte")}
 
 
 def step_times(schemes: list[str], vocab: int, rounds: int, repeats: int) -> dict[str, float]:
@@ -143,7 +153,8 @@ def table(results: dict, options: argparse.Namespace) -> str:
         f"Each scheme pretrained {options.steps} steps x 32 x {TRAIN_LENGTH} tokens (the README job's recipe, only "
         f"the scheme changed), seeds {', '.join(map(str, seeds))}; masked-token accuracy / loss on the first "
         f"{options.eval_documents} IMDB test reviews (fixed 15% masks) packed at each length; SST-2 after "
-        f"{options.sst2_steps} fine-tuning steps, RTE after {options.pair_epochs} epochs (dev accuracy; models of "
+        f"{options.sst2_steps} fine-tuning steps, RTE after {options.pair_epochs} epochs (`quickstart-sst2.yaml`'s "
+        f"recipe; dev accuracy; models of "
         f"seed(s) {', '.join(map(str, sorted({r['seed'] for r in runs.values() if 'sst2' in r}))) or '-'}); "
         f"step time of a training step (batch 32 x {TRAIN_LENGTH}), relative to `none` (or the fastest scheme).",
         "",
@@ -165,6 +176,10 @@ def table(results: dict, options: argparse.Namespace) -> str:
         step, base = times.get(scheme), times.get("none", min(times.values(), default=None))
         cells.append(f"{step * 1000:.0f} ms ({step / base:.2f}x)" if step and base else "-")
         lines.append(f"| {scheme} | " + " | ".join(cells) + " |")
+    reference = list(results.get("random", {}).values())
+    if reference:
+        cells = ["-"] * (2 * len(lengths)) + [mean_sd([r[task] for r in reference]) for task in ("sst2", "rte")]
+        lines.append(f"| random init ({reference[0]['scheme']}, not pretrained) | " + " | ".join(cells) + " | - |")
     lines += ["", "    LITBERT_DATA=../shared/data python bench/positions.py " + options.command]
     return "\n".join(lines)
 
@@ -219,8 +234,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--steps", type=int, default=450, help="pretraining steps per run")
     parser.add_argument("--factors", type=int, nargs="+", default=[1, 2, 4, 8],
                         help="evaluation lengths as multiples of the training length (128)")
-    parser.add_argument("--eval-documents", type=int, default=1000)
-    parser.add_argument("--sst2-steps", type=int, default=300)
+    parser.add_argument("--eval-documents", type=int, default=500)
+    parser.add_argument("--sst2-steps", type=int, default=400)
     parser.add_argument("--pair-epochs", type=int, default=3)
     parser.add_argument("--finetune-seeds", type=int, nargs="*",
                         help="the seeds whose models are fine-tuned (default: the first seed; none: no fine-tunes)")
@@ -255,6 +270,12 @@ def main(argv: list[str] | None = None) -> dict:
             out.write_text(json.dumps(results, indent=1))
             print(f"{key}: " + ", ".join(f"{n}: {r['accuracy']:.3f}" if r else f"{n}: impossible"
                                          for n, r in run["eval"].items()), flush=True)
+        reference = "rope" if "rope" in options.schemes else options.schemes[0]
+        if seed in finetune_seeds and str(seed) not in results.setdefault("random", {}):
+            results["random"][str(seed)] = {"scheme": reference, **random_reference(
+                options.root / f"{reference}-{seed}" / "pretrain" / "model", seed, options,
+                options.root / f"random-{seed}")}
+            out.write_text(json.dumps(results, indent=1))
 
     vocab = len(load_tokenizer(str(options.root / "tokenizer")))  # what the runs linked as vocab_size
     results["step_seconds"] = step_times(options.schemes, vocab, rounds=2, repeats=options.timing_repeats)

@@ -40,14 +40,20 @@ def fine_tune(model: Path, seed: int, pretrained: bool, root: Path, config: Path
             "--trainer.logger", "false"]
     if pretrained:
         args += ["--model.pretrained", str(model)]
-    else:  # the same encoder settings and tokenizer, new weights; what the config sets for the fine-tune stays
-        fine_tune_settings = ((yaml.safe_load(config.read_text()).get("model") or {}).get("init_args") or {}).get(
-            "encoder") or {}
-        args += ["--model.pretrained", "null", "--data.tokenizer", str(model)]
-        args += [f"--model.encoder.{key}={value if isinstance(value, str) else json.dumps(value)}"
-                 for key, value in encoder_settings(model).items() if key not in fine_tune_settings]
+    else:
+        args += random_init_args(model, config)
     seconds = train_py([*args, *overrides], root)  # the command line's settings last: they apply to both sides
     return json.loads((root / "metrics.json").read_text())["val/accuracy"], seconds
+
+
+def random_init_args(model: Path, config: Path) -> list[str]:
+    """train.py settings for a fine-tune of `config` from an encoder with `model`'s settings and tokenizer and new
+    random weights; the encoder settings `config` sets for the fine-tune (its dropout) stay the config's."""
+    fine_tune_settings = ((yaml.safe_load(config.read_text()).get("model") or {}).get("init_args") or {}).get(
+        "encoder") or {}
+    return ["--model.pretrained", "null", "--data.tokenizer", str(model)] + [
+        f"--model.encoder.{key}={value if isinstance(value, str) else json.dumps(value)}"
+        for key, value in encoder_settings(model).items() if key not in fine_tune_settings]
 
 
 def encoder_settings(model: Path) -> dict[str, object]:

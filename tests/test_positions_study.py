@@ -30,6 +30,10 @@ def test_the_position_study_runs_end_to_end(shared_data, tmp_path):
     assert alibi["eval"]["256"]["tokens"] > 100 and 0 < alibi["eval"]["256"]["loss"] < 20
     for run in (learned, alibi):
         assert 0.0 <= run["sst2"] <= 1.0 and 0.0 <= run["rte"] <= 1.0 and run["curve"] is not None
+    # The reference row: the same fine-tunes from random weights with the first scheme's settings (no `rope` here).
+    reference = results["random"]["0"]
+    assert reference["scheme"] == "learned" and 0.0 <= reference["sst2"] <= 1.0 and 0.0 <= reference["rte"] <= 1.0
+    assert (tmp_path / "runs" / "random-0" / "sst2" / "metrics.json").exists()
     assert set(results["step_seconds"]) == {"learned", "alibi", "sinusoidal-scaled"}
     assert min(results["step_seconds"].values()) > 0
     # A row that is a scheme with its own settings: the exported model holds them (litbert's format: no transformers
@@ -41,6 +45,6 @@ def test_the_position_study_runs_end_to_end(shared_data, tmp_path):
     text = target.read_text()
     assert text.startswith("before\n<!-- positions:begin -->\n") and text.endswith("<!-- positions:end -->\nafter\n")
     assert "| learned | " in text and "impossible" in text and "| alibi | " in text and "old" not in text
-    assert "| sinusoidal-scaled | " in text
+    assert "| sinusoidal-scaled | " in text and "| random init (learned, not pretrained) | " in text
     for name in ("positions-loss-curves.png", "positions-extrapolation.png"):
         assert (tmp_path / "figures" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
