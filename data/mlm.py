@@ -385,13 +385,11 @@ class MLMDataModule(TokenizedDataModule):
         if num_proc < 1:
             raise DataError(f"data.num_proc={num_proc} must be at least 1 (the processes that tokenize the text).")
         self.num_proc = num_proc
-        self.cache_dir = cache_dir  # set again by the base class; the tokenizer's training text is staged there
         if train_tokenizer is not None:
             if tokenizer is None:
                 raise DataError("data.train_tokenizer needs data.tokenizer: the folder to train the tokenizer into.")
             identity, source = self._source(train_split, train_files, streaming)
-            texts = (lambda: self._stream(source)) if streaming else (lambda: self._texts(train_split, source, "train"))
-            ensure_trained(tokenizer, train_tokenizer, texts,
+            ensure_trained(tokenizer, train_tokenizer, lambda: self._stream(source),
                            fingerprint(identity, max_documents, text_column, blank_line_documents))
         super().__init__(tokenizer, max_length=max_length, batch_size=batch_size, eval_batch_size=eval_batch_size,
                          num_workers=num_workers, data_root=data_root, cache_dir=cache_dir, seed=seed)
@@ -426,28 +424,40 @@ class MLMDataModule(TokenizedDataModule):
             return ["hub-stream", self.dataset, self.dataset_config, split], hub
         return ["hub", self.dataset, self.dataset_config, split, hub._fingerprint], hub
 
-    def _stream(self, source: list[str] | datasets.IterableDataset, epoch: int = 0) -> Iterator[str]:
-        """The training documents read as they come: the files one at a time, or the streamed hub dataset's
-        non-blank texts; the first `max_documents` only when set. The same every pass (`epoch`): `PackedStream`
-        shuffles."""
+    def _limit(self, role: str) -> tuple[str, int | None]:
+        """The setting that limits the documents of `role` (train or validation), and its value."""
+        setting = "max_documents" if role == "train" else "max_val_documents"
+        return setting, getattr(self, setting)
+
+    def _all_documents(self, source: list[str] | datasets.Dataset | datasets.IterableDataset) -> Iterator[str]:
+        """Every non-blank document of a split, one at a time and in order: the files' documents (a text file is
+        read line by line, a table whole), or the hub dataset's texts."""
+        if isinstance(source, list):
+            for path in source:
+                yield from iter_documents(path, self.text_column, self.blank_line_documents)
+            return
+        if self.blank_line_documents:
+            raise DataError(f"data.blank_line_documents applies to plain-text files, but {self.dataset!r} comes "
+                            f"from the hub as a table; remove the setting.")
         if isinstance(source, datasets.IterableDataset):
             texts: Iterator[str] = (row[self.text_column] for row in source)
-            documents = (text for text in texts if text and text.strip())
         else:
-            documents = (document for path in source
-                         for document in iter_documents(path, self.text_column, self.blank_line_documents))
-        return itertools.islice(documents, self.max_documents)
+            texts = (text for batch in source.select_columns([self.text_column]).iter(batch_size=1000)
+                     for text in batch[self.text_column])
+        yield from (text for text in texts if text and text.strip())
+
+    def _stream(self, source: list[str] | datasets.Dataset | datasets.IterableDataset,
+                epoch: int = 0) -> Iterator[str]:
+        """The training documents as they come, the first `max_documents` only when set; for tokenizer training and
+        streamed pretraining. The same every pass (`epoch`): `PackedStream` shuffles."""
+        return itertools.islice(self._all_documents(source), self._limit("train")[1])
 
     def _documents(self, split: str, source: list[str] | datasets.Dataset, role: str, folder: Path) -> datasets.Dataset:
-        """The documents of a split as a one-column (`text`) dataset on disk, under `folder`: a hub dataset's
-        non-blank texts, or the files' documents written 10,000 at a time (a text file is read line by line, a
-        table whole). `max_documents` (`max_val_documents` for validation) keeps the first N."""
-        setting = "max_documents" if role == "train" else "max_val_documents"
-        limit = getattr(self, setting)
-        if isinstance(source, datasets.Dataset):
-            if self.blank_line_documents:
-                raise DataError(f"data.blank_line_documents applies to plain-text files, but {self.dataset!r} comes "
-                                f"from the hub as a table; remove the setting.")
+        """The documents of a split as a one-column (`text`) dataset on disk: a hub dataset's non-blank texts
+        (filtered in `num_proc` processes), or the files' documents written under `folder` 10,000 at a time. The
+        role's limit (`max_documents` or `max_val_documents`) keeps the first N, and the number left out is logged."""
+        setting, limit = self._limit(role)
+        if isinstance(source, datasets.Dataset) and not self.blank_line_documents:
             column = self.text_column
             documents = source.select_columns([column]).filter(
                 lambda batch: [bool(text and text.strip()) for text in batch[column]], batched=True,
@@ -460,29 +470,21 @@ class MLMDataModule(TokenizedDataModule):
         else:
             path = folder / f"documents-{split}.arrow"
             writer = ArrowWriter(path=str(path), features=datasets.Features({"text": datasets.Value("string")}))
-            total = 0
+            every = self._all_documents(source)
             try:
-                documents = (d for file in source for d in iter_documents(file, self.text_column,
-                                                                        self.blank_line_documents))
-                while batch := list(itertools.islice(documents, 10_000)):
-                    kept = batch if limit is None else batch[:max(0, limit - total)]
-                    if kept:
-                        writer.write_batch({"text": kept})
+                total = 0
+                while batch := list(itertools.islice(every, 10_000 if limit is None else min(10_000, limit - total))):
+                    writer.write_batch({"text": batch})
                     total += len(batch)
                 writer.finalize()
             finally:
                 writer.close()
+            total += sum(1 for _ in every)  # the documents the limit leaves out, counted for the log
             documents = datasets.Dataset.from_file(str(path))
         if limit is not None and total > limit:
             log.info("%s: %s=%d keeps %d of %d documents; %d left out by that setting", split, setting, limit,
                      limit, total, total - limit)
         return documents
-
-    def _texts(self, split: str, source: list[str] | datasets.Dataset, role: str) -> Iterator[str]:
-        """The documents of a split, one at a time, for tokenizer training."""
-        with tempfile.TemporaryDirectory(dir=self.cache_path, prefix=".documents-") as folder:
-            for batch in self._documents(split, source, role, Path(folder)).iter(batch_size=1000):
-                yield from batch["text"]
 
     # ---- examples ---------------------------------------------------------------------------------------------
 
@@ -490,9 +492,8 @@ class MLMDataModule(TokenizedDataModule):
         """The examples of `role` (train or validation) from `split` of the dataset, or from `files`: tokenized
         (in `num_proc` processes) and packed into files of the cache, opened memory-mapped."""
         identity, source = self._source(split, files)
-        limit = self.max_documents if role == "train" else self.max_val_documents
         settings = dict(blank_line_documents=self.blank_line_documents, text_column=self.text_column,
-                        max_documents=limit, version=2)
+                        max_documents=self._limit(role)[1], version=2)
         if self.packing == "segments":  # the examples themselves; FULL-SENTENCES caches the documents' tokens
             settings.update(packing=self.packing, max_length=self.max_length, seed=self.seed)
         key = fingerprint(identity, self.tokenizer_key(), settings)

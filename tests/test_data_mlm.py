@@ -239,3 +239,38 @@ def test_a_text_file_is_read_line_by_line_into_the_same_documents(tmp_path):
     bad.write_bytes(b"fine\nbroken \xff here\n")
     with pytest.raises(DataError, match="line 2"):
         list(iter_documents(bad))
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_a_hub_table_gives_tokenizer_training_and_packing_the_same_documents(monkeypatch, tmp_path, streaming):
+    """The tokenizer is trained on exactly the documents that are packed: a hub table's non-blank texts, in order,
+    the first `max_documents` of them, whether the table is downloaded or streamed."""
+    import data.tokenizers
+
+    rows = [f"review {i} " + "great film " * (i % 5) for i in range(40)]
+    rows[3], rows[10] = "  ", ""
+
+    def fake_load_dataset(name, config, split, streaming=False):
+        assert (name, config, split) == ("someone/reviews", None, "train")
+        table = datasets.Dataset.from_dict({"body": rows})
+        return table.to_iterable_dataset() if streaming else table
+
+    seen = []
+    train = data.tokenizers.train_tokenizer
+
+    def spy(texts, **settings):
+        seen.append(list(texts))
+        return train(seen[-1], **settings)
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    monkeypatch.setattr(data.tokenizers, "train_tokenizer", spy)
+    dm = MLMDataModule(str(tmp_path / "tokenizer"), train_tokenizer=data.tokenizers.TokenizerTraining(vocab_size=120),
+                       dataset="someone/reviews", text_column="body", val_split=None, max_documents=30,
+                       max_length=32, streaming=streaming, cache_dir=str(tmp_path / "cache"))
+    kept = [row for row in rows if row.strip()][:30]
+    assert seen == [kept]
+    if not streaming:
+        dm.setup("fit")
+        assert dm.stats["train"]["documents"] == 30
+        tokens = sum(len(dm.tokenizer(text, add_special_tokens=False)["input_ids"]) for text in kept)
+        assert dm.stats["train"]["tokens"] == tokens
