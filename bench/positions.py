@@ -38,7 +38,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from common import logged, mean_sd, train_py, write_section  # noqa: E402
+from common import logged, mean_sd, readme_job, train_py, write_section  # noqa: E402
 from mlm_shapes import step_time  # noqa: E402
 from quickstart import random_init_args  # noqa: E402
 
@@ -53,13 +53,8 @@ SCHEMES = ("learned", "sinusoidal", "sinusoidal-scaled", "sinusoidal-sqrt-d", "r
 # Vaswani et al.'s remedy, the token embeddings multiplied by sqrt(d) (d = 128 here) under the table as it is.
 VARIANTS = {"sinusoidal-scaled": ("sinusoidal", {"sinusoidal_scale": 0.028}),
             "sinusoidal-sqrt-d": ("sinusoidal", {"embedding_scale": round(128 ** 0.5, 4)})}
-TRAIN_LENGTH = 128
+TRAIN_LENGTH = readme_job().length  # 128: the README job's blocks
 SECTION = "positions"
-# The README job's encoder (configs/quickstart.yaml), for the step-time measurement.
-SHAPE = dict(preset="bert-tiny", num_layers=4, norm_placement="pre", norm="rmsnorm", activation="geglu",
-             intermediate_size=344, bias=False, hidden_dropout=0.0, attention_dropout=0.0)
-
-
 def encoder_settings(name: str) -> tuple[str, dict[str, float]]:
     """The position scheme of a row and its own settings."""
     return VARIANTS.get(name, (name, {}))
@@ -134,13 +129,14 @@ def random_reference(model_dir: Path, seed: int, options: argparse.Namespace, ro
 def step_times(schemes: list[str], vocab: int, rounds: int, repeats: int) -> dict[str, float]:
     """Median seconds per training step (batch 32 x 128) of each scheme, the schemes alternating."""
     times: dict[str, list[float]] = {scheme: [] for scheme in schemes}
+    job = readme_job()  # the encoder of configs/quickstart.yaml, each scheme in turn
     for _ in range(rounds):
         for name in schemes:
             scheme, extra = encoder_settings(name)
             if scheme == "learned":
                 extra = {"max_position_embeddings": TRAIN_LENGTH}
-            times[name].append(step_time(vocab=vocab, rate=0.3, repeats=repeats, position=scheme, **SHAPE,
-                                         **extra))
+            times[name].append(step_time(batch=job.batch_size, length=job.length, vocab=vocab, rate=job.masking_rate,
+                                         repeats=repeats, **{**job.encoder, "position": scheme, **extra}))
     return {scheme: statistics.median(values) for scheme, values in times.items()}
 
 
