@@ -116,7 +116,7 @@ class SequenceClassificationHead(nn.Module):
         """The pooler (and, when present with a matching size, the classifier) stored in `directory`; a classifier
         absent from the checkpoint is freshly initialised, as when fine-tuning starts from a pretrained encoder."""
         checkpoint = load_checkpoint(directory)
-        state, num_labels = _classifier_state(checkpoint, "sequence_classification", num_labels, "classifier")
+        state, num_labels = _classifier_state(checkpoint, cls.kind, num_labels, "classifier")
         kwargs.setdefault("pooler_activation", checkpoint.head_options.get("pooler_activation", "tanh"))
         head = cls(checkpoint.config.hidden_size, num_labels, **kwargs)
         head.load_state_dict(state, strict=False)  # the pooler alone, when the classifier starts fresh
@@ -147,11 +147,20 @@ class TokenClassificationHead(nn.Module):
         cls, directory: str | Path | Checkpoint, num_labels: int | None = None, **kwargs
     ) -> TokenClassificationHead:
         checkpoint = load_checkpoint(directory)
-        state, num_labels = _classifier_state(checkpoint, "token_classification", num_labels, "token classifier")
+        state, num_labels = _classifier_state(checkpoint, cls.kind, num_labels, "token classifier")
         head = cls(checkpoint.config.hidden_size, num_labels, **kwargs)
         if state:
             head.load_state_dict(state, strict=True)
         return head
+
+
+def fine_tuning_head(cls: type[SequenceClassificationHead] | type[TokenClassificationHead],
+                     checkpoint: Checkpoint | None, hidden_size: int, num_labels: int, **kwargs) -> nn.Module:
+    """The head a fine-tune starts from: the checkpoint's head of `cls.kind` when it has one (resuming an exported
+    fine-tuned model; a BERT pooler is kept either way, as transformers does), else a new one."""
+    if checkpoint is not None and cls.kind in checkpoint.head_states:
+        return cls.from_pretrained(checkpoint, num_labels=num_labels, **kwargs)
+    return cls(hidden_size, num_labels, **kwargs)
 
 
 def _classifier_state(

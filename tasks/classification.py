@@ -11,20 +11,10 @@ from torch import nn
 from torchmetrics import MeanMetric
 
 from encoders import SequenceClassificationHead, TokenClassificationHead
-from encoders.checkpoints import Checkpoint
+from encoders.heads import fine_tuning_head
 from tasks.base import EncoderSpec, EncoderTask, Optimization, build_encoder, read_pretrained, sequence_lengths
 from tasks.distillation import Teacher, soft_target_loss
 from tasks.metrics import EntityF1, classification_metrics
-
-
-def _head_from(
-    checkpoint: Checkpoint | None, cls: type[nn.Module], kind: str, hidden_size: int, num_labels: int, **kwargs
-):
-    """The checkpoint's head of this kind when it has one of the same size (resuming an exported fine-tuned
-    model), else a new head; a BERT pooler is kept either way, as transformers does."""
-    if checkpoint is not None and kind in checkpoint.head_states:
-        return cls.from_pretrained(checkpoint, num_labels=num_labels, **kwargs)
-    return cls(hidden_size, num_labels, **kwargs)
 
 
 class SequenceClassification(EncoderTask):
@@ -82,9 +72,8 @@ class SequenceClassification(EncoderTask):
         self.regression = num_labels == 1
         checkpoint = read_pretrained(pretrained, pretrained_layers)
         self.encoder = build_encoder(encoder, checkpoint, vocab_size)
-        self.head = _head_from(checkpoint, SequenceClassificationHead, "sequence_classification",
-                               self.encoder.config.hidden_size, num_labels, pooling=pooling,
-                               dropout=classifier_dropout)
+        self.head = fine_tuning_head(SequenceClassificationHead, checkpoint, self.encoder.config.hidden_size,
+                                     num_labels, pooling=pooling, dropout=classifier_dropout)
         self.validation_names = list(validation_names)
         self.val_metrics = nn.ModuleList(
             classification_metrics(metrics, num_labels).clone(prefix=f"{name}/") for name in self.validation_names
@@ -192,8 +181,8 @@ class TokenClassification(EncoderTask):
         self.label_names = list(label_names)
         checkpoint = read_pretrained(pretrained, pretrained_layers)
         self.encoder = build_encoder(encoder, checkpoint, vocab_size)
-        self.head = _head_from(checkpoint, TokenClassificationHead, "token_classification",
-                               self.encoder.config.hidden_size, len(self.label_names), dropout=classifier_dropout)
+        self.head = fine_tuning_head(TokenClassificationHead, checkpoint, self.encoder.config.hidden_size,
+                                     len(self.label_names), dropout=classifier_dropout)
         self.val_entities = EntityF1(self.label_names)
         self.test_entities = EntityF1(self.label_names)
         self.val_loss, self.test_loss = MeanMetric(), MeanMetric()  # per labelled token, exact across ranks
