@@ -170,7 +170,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--litbert-args", nargs=argparse.REMAINDER, default=[],
                         help="more train.py overrides for the litbert runs (last on the command line)")
-    parser.add_argument("--json", type=Path, default=None, help="also write every run's numbers here")
+    parser.add_argument("--json", type=Path, default=None,
+                        help="also write every run's numbers here, after each run; the runs a file already holds "
+                             "(same task, run, seed, subset and epochs) are kept and not run again, so a sweep too "
+                             "long for one sitting resumes")
     parser.add_argument("--write", type=Path, default=None, help="replace the GLUE table in this Markdown file")
     parser.add_argument("--section", default="accuracy",
                         help="which table of the file --write replaces (between its glue-<section> markers)")
@@ -183,7 +186,7 @@ def main() -> None:
     setup_run(args.threads)
     extra = list(args.litbert_args) + (["--trainer.max_epochs", str(args.epochs)] if args.epochs else [])
 
-    records = []
+    records = json.loads(args.json.read_text()) if args.json and args.json.exists() else []
     print(f"device: {device_name(torch.device('cpu'))}; torch {torch.__version__}, transformers "
           f"{transformers.__version__}", flush=True)
     for task in args.tasks:
@@ -205,6 +208,10 @@ def main() -> None:
         for index, seed in enumerate(args.seeds):
             order = args.runs[index % len(args.runs):] + args.runs[: index % len(args.runs)]
             for run in order:
+                if any((r["task"], r["run"], r["seed"], r["examples"], r["epochs"])
+                       == (task, run, seed, len(train_set), settings["epochs"]) for r in records):
+                    print(f"{task} seed {seed} {run}: in {args.json}, kept", flush=True)
+                    continue
                 gc.collect()
                 if run == "litbert":
                     seconds, metrics = litbert_run(task, seed, subset, extra)
@@ -217,8 +224,8 @@ def main() -> None:
                 shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
                 print(f"{task} seed {seed} {run}: {seconds:.1f} s, {samples / seconds:.1f} samples/s, {shown}",
                       flush=True)
-        if args.json:
-            args.json.write_text(json.dumps(records, indent=1) + "\n")
+                if args.json:
+                    args.json.write_text(json.dumps(records, indent=1) + "\n")
     print()
     report(records, args.write, args.section)
 

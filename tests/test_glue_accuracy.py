@@ -25,3 +25,28 @@ def test_shipped_stsb_config_reaches_the_transformers_baseline(shared_data, tmp_
     # seed less 0.05, far above the 0.28 of length-grouped batches.
     assert metrics["val/pearson"] >= min(TRANSFORMERS_PEARSON) - 0.05, metrics
     assert metrics["val/spearman"] >= 0.4, metrics
+
+
+@pytest.mark.slow  # four fine-tunes of 32 RTE examples and their dev evaluations: about 3 minutes on 2 CPU cores
+def test_the_glue_benchmark_resumes_a_sweep_from_its_json(shared_data, tmp_path):
+    """A sweep too long for one sitting: the runs its --json already holds are kept, only the others run."""
+    import subprocess
+    import sys
+
+    from runs import REPO
+
+    results = tmp_path / "glue.json"
+    command = [sys.executable, str(REPO / "bench" / "glue.py"), "--tasks", "rte", "--max-train-examples", "32",
+               "--epochs", "1", "--json", str(results)]
+    env = environment(LITBERT_DATA=str(shared_data), LITBERT_CACHE=str(tmp_path / "cache"))
+    subprocess.run([*command, "--seeds", "0", "--runs", "litbert"], check=True, cwd=REPO, env=env, timeout=900)
+    first = json.loads(results.read_text())
+    assert [(r["task"], r["run"], r["seed"], r["examples"]) for r in first] == [("rte", "litbert", 0, 32)]
+    done = subprocess.run([*command, "--seeds", "0", "1", "--runs", "litbert", "transformers"], check=True, cwd=REPO,
+                          env=env, timeout=900, capture_output=True, text=True)
+    assert "rte seed 0 litbert: in " in done.stdout and done.stdout.count(": in ") == 1
+    records = json.loads(results.read_text())
+    assert records[0] == first[0]  # kept as it was, not run again
+    assert sorted((r["run"], r["seed"]) for r in records) == [("litbert", 0), ("litbert", 1), ("transformers", 0),
+                                                               ("transformers", 1)]
+    assert all(0.0 <= r["metrics"]["accuracy"] <= 1.0 for r in records)
