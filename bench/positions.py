@@ -237,7 +237,8 @@ def main(argv: list[str] | None = None) -> dict:
                         help="the seeds whose models are fine-tuned (default: the first seed; none: no fine-tunes)")
     parser.add_argument("--max-documents", type=int, help="pretrain on the first N reviews only (tests)")
     parser.add_argument("--finetune-steps", type=int, help="cap every fine-tune at N steps (tests)")
-    parser.add_argument("--timing-repeats", type=int, default=10)
+    parser.add_argument("--timing-repeats", type=int, default=10, help="timed steps per scheme and round")
+    parser.add_argument("--timing-rounds", type=int, default=2, help="rounds of the schemes in turn (median kept)")
     parser.add_argument("--root", type=Path, default=REPO / "runs" / "positions")
     parser.add_argument("--out", type=Path, help="results JSON (default: <root>/results.json)")
     parser.add_argument("--figures", type=Path, help="folder for the PNG figures")
@@ -274,7 +275,8 @@ def main(argv: list[str] | None = None) -> dict:
             out.write_text(json.dumps(results, indent=1))
 
     vocab = len(load_tokenizer(str(options.root / "tokenizer")))  # what the runs linked as vocab_size
-    results["step_seconds"] = step_times(options.schemes, vocab, rounds=2, repeats=options.timing_repeats)
+    results["step_seconds"] = step_times(options.schemes, vocab, rounds=options.timing_rounds,
+                                         repeats=options.timing_repeats)
     out.write_text(json.dumps(results, indent=1))
     text = table(results, options)
     print(text)
