@@ -13,8 +13,8 @@ the table; the schemes alternate inside each seed), one run at a time:
 3. fine-tune the model on SST-2 (a fixed number of steps from the training set, full dev set) and on RTE
    (`configs/quickstart-sst2.yaml`'s recipe: mean pooling, lr 3e-4, dropout 0.1; random batches), and keep dev
    accuracy (the first seed's models only, by default: on 2 CPU cores the fine-tunes cost as much as the
-   pretraining). The same fine-tunes of a randomly initialised encoder (the first scheme's settings, no
-   pretraining) are the reference row: what the pretraining adds at this budget.
+   pretraining). The same fine-tunes of a randomly initialised encoder (RoPE's settings, or the first scheme's
+   when RoPE is not studied; no pretraining) are the reference row: what the pretraining adds at this budget.
 
 Then the training step time of each scheme (`bench/mlm_shapes.py`'s measurement, schemes alternating) and the
 table, the loss curves and loss against evaluation length (PNG, `--figures`). Results go to `--out` as JSON after
@@ -53,8 +53,11 @@ SCHEMES = ("learned", "sinusoidal", "sinusoidal-scaled", "sinusoidal-sqrt-d", "r
 # Vaswani et al.'s remedy, the token embeddings multiplied by sqrt(d) (d = 128 here) under the table as it is.
 VARIANTS = {"sinusoidal-scaled": ("sinusoidal", {"sinusoidal_scale": 0.028}),
             "sinusoidal-sqrt-d": ("sinusoidal", {"embedding_scale": round(128 ** 0.5, 4)})}
-TRAIN_LENGTH = readme_job().length  # 128: the README job's blocks
+JOB = readme_job()  # the README job's encoder and batches (configs/quickstart.yaml), each scheme in turn
+TRAIN_LENGTH = JOB.length  # 128: the README job's blocks
 SECTION = "positions"
+
+
 def encoder_settings(name: str) -> tuple[str, dict[str, float]]:
     """The position scheme of a row and its own settings."""
     return VARIANTS.get(name, (name, {}))
@@ -129,14 +132,13 @@ def random_reference(model_dir: Path, seed: int, options: argparse.Namespace, ro
 def step_times(schemes: list[str], vocab: int, rounds: int, repeats: int) -> dict[str, float]:
     """Median seconds per training step (batch 32 x 128) of each scheme, the schemes alternating."""
     times: dict[str, list[float]] = {scheme: [] for scheme in schemes}
-    job = readme_job()  # the encoder of configs/quickstart.yaml, each scheme in turn
     for _ in range(rounds):
         for name in schemes:
             scheme, extra = encoder_settings(name)
             if scheme == "learned":
                 extra = {"max_position_embeddings": TRAIN_LENGTH}
-            times[name].append(step_time(batch=job.batch_size, length=job.length, vocab=vocab, rate=job.masking_rate,
-                                         repeats=repeats, **{**job.encoder, "position": scheme, **extra}))
+            times[name].append(step_time(batch=JOB.batch_size, length=JOB.length, vocab=vocab, rate=JOB.masking_rate,
+                                         repeats=repeats, **{**JOB.encoder, "position": scheme, **extra}))
     return {scheme: statistics.median(values) for scheme, values in times.items()}
 
 
