@@ -1,10 +1,10 @@
-"""Reading and writing checkpoints: transformers-format BERT, RoBERTa, DistilBERT and ELECTRA (its discriminator
-encoder), and litbert's own format.
+"""Reading and writing checkpoints: transformers-format BERT, RoBERTa, DistilBERT, ELECTRA (its discriminator
+encoder) and ModernBERT (its all-global form), and litbert's own format.
 
 A transformers checkpoint is a directory with `config.json` and weights (`model.safetensors`, a sharded
 `model.safetensors.index.json`, or `pytorch_model.bin`, read with `torch.load(weights_only=True)`). Each family's
-parameter names are described by one `Layout` table; the three separate query/key/value projections are fused
-into litbert's single QKV projection on load and split again on export.
+parameter names are described by one `Layout` table; separate query/key/value projections are fused into litbert's
+single QKV projection on load and split again on export (a family that fuses them already is copied as it is).
 
 litbert's own format (any configuration, heads included) is `litbert.json` + `model.safetensors` with litbert's
 parameter names under `encoder.` and `head.`.
@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import pickle
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -50,7 +50,7 @@ class Layout:
     prefix: str  # the base model's attribute in the task models: `bert.`, `roberta.`, `distilbert.`
     config_keys: dict[str, str]  # EncoderConfig field -> the family's config.json key
     defaults: dict[str, Any]  # EncoderConfig field -> its value when config.json lacks the key
-    embeddings: dict[str, str]
+    embeddings: dict[str, str]  # the parameters outside the layers: embeddings, position table, a final norm
     layer: str  # the per-layer prefix, with `{i}` for the index
     qkv: tuple[str, ...]  # the query, key and value projections, or one fused projection
     block: dict[str, str]
@@ -58,13 +58,54 @@ class Layout:
     pooler_activation: str = "tanh"
     fixed: dict[str, Any] = field(default_factory=dict)  # EncoderConfig values the family has and does not store
     activation_key: str = "hidden_act"
-    activations: tuple[str, ...] = ("gelu", "gelu_tanh", "relu")  # litbert activations it can express
+    # the family's activation names -> litbert's; an export writes the first name of each
+    activations: dict[str, str] = field(default_factory=lambda: dict(_BERT_ACTIVATIONS))
     positions: tuple[str, ...] = ("learned",)  # position schemes it stores
     sinusoidal_key: str | None = None  # the config.json flag that selects sinusoidal positions
     offset_from_pad: bool = False  # positions start at pad_token_id + 1 (RoBERTa)
     token_types: bool = True  # has a token-type table (type_vocab_size >= 1)
     required: dict[str, Any] = field(default_factory=dict)  # config.json values it must have to load (and writes)
     same_as: dict[str, str] = field(default_factory=dict)  # config.json key -> the EncoderConfig field it must equal
+    # The config.json flag that gives the MLM transform's dense layer a bias (litbert's always has one; a family
+    # without it loads as a zero bias).
+    head_bias_key: str | None = None
+    # What config_keys cannot say: config.json -> further EncoderConfig values (raising ValueError for what litbert
+    # cannot express), and EncoderConfig -> further config.json entries.
+    read_keys: Callable[[dict[str, Any], str], dict[str, Any]] | None = None
+    write_keys: Callable[[EncoderConfig], dict[str, Any]] | None = None
+
+
+# BERT's activation names; gelu_pytorch_tanh first, as the name an export writes for gelu_tanh
+_BERT_ACTIVATIONS = {"gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh", "relu": "relu"}
+
+
+def _modernbert_keys(hf: dict[str, Any], source: str) -> dict[str, Any]:
+    """ModernBERT's RoPE base from transformers 5's nested `rope_parameters` or the published checkpoints' flat
+    `global_rope_theta`; and the check that every layer attends globally, in either form (`layer_types`, or one
+    global layer in every `global_attn_every_n_layers`)."""
+    n = hf["num_hidden_layers"]
+    every = hf.get("global_attn_every_n_layers", 3)
+    types = hf.get("layer_types") or ["full_attention" if i % every == 0 else "sliding_attention" for i in range(n)]
+    local = [i for i, kind in enumerate(types) if kind != "full_attention"]
+    if local:
+        raise ValueError(
+            f"{source}: layers {local} use ModernBERT's sliding-window attention ({hf.get('local_attention', 128)} "
+            f"tokens), which litbert does not have; only checkpoints whose every layer attends globally load "
+            f"(layer_types all 'full_attention', or global_attn_every_n_layers=1)."
+        )
+    rope = (hf.get("rope_parameters") or {}).get("full_attention") or {}
+    if rope.get("rope_type", "default") != "default":
+        raise ValueError(f"{source}: rope_type={rope['rope_type']!r} (RoPE scaling) has no litbert equivalent; only "
+                         f"'default' checkpoints load.")
+    return {"rope_base": float(rope.get("rope_theta", hf.get("global_rope_theta", 160_000.0)))}
+
+
+def _modernbert_entries(config: EncoderConfig) -> dict[str, Any]:
+    """Both spellings, so that transformers 4 (flat keys) and 5 (nested) build every layer global."""
+    rope = {"rope_type": "default", "rope_theta": config.rope_base}
+    return {"layer_types": ["full_attention"] * config.num_layers, "global_attn_every_n_layers": 1,
+            "rope_parameters": {"full_attention": rope, "sliding_attention": rope},
+            "global_rope_theta": config.rope_base, "local_rope_theta": config.rope_base}
 
 
 _BERT_FIXED = {"norm_placement": "post", "norm": "layernorm", "bias": True, "embedding_scale": 1.0}
@@ -127,7 +168,7 @@ LAYOUTS: dict[str, Layout] = {
         pooler_activation="relu",
         # DistilBERT hard-codes its LayerNorm epsilon, and adds its sinusoidal table unscaled
         fixed=_BERT_FIXED | {"type_vocab_size": 0, "norm_eps": 1e-12, "sinusoidal_scale": 1.0},
-        activation_key="activation", activations=("gelu", "relu"), positions=("learned", "sinusoidal"),
+        activation_key="activation", activations={"gelu": "gelu", "relu": "relu"}, positions=("learned", "sinusoidal"),
         sinusoidal_key="sinusoidal_pos_embds", token_types=False,
     ),
     # ELECTRA's discriminator (Clark et al., 2020) is BERT's encoder under another name; loaded when its embeddings
@@ -136,12 +177,37 @@ LAYOUTS: dict[str, Layout] = {
         "electra", "Electra", "electra.", defaults=_BERT_DEFAULTS, **_BERT, heads={},
         same_as={"embedding_size": "hidden_size"},
     ),
+    # ModernBERT (Warner et al., 2024) with every layer global: pre-norm, LayerNorms and linear layers without
+    # biases, one fused QKV projection, RoPE, GeGLU (the first half of `Wi` goes through the GELU, as litbert's),
+    # no norm before the first layer's attention. Its dropouts sit elsewhere (inside the feed-forward, on the
+    # attention output at the attention rate); loaded checkpoints have them at 0. Its classifier head adds a norm
+    # litbert's has not, so only the encoder and the MLM head are mapped.
+    "modernbert": Layout(
+        "modernbert", "ModernBert", "model.",
+        config_keys={"vocab_size": "vocab_size", "hidden_size": "hidden_size", "num_layers": "num_hidden_layers",
+                     "num_heads": "num_attention_heads", "intermediate_size": "intermediate_size",
+                     "max_position_embeddings": "max_position_embeddings", "pad_token_id": "pad_token_id",
+                     "norm_eps": "norm_eps", "hidden_dropout": "embedding_dropout",
+                     "attention_dropout": "attention_dropout", "initializer_range": "initializer_range"},
+        defaults={"max_position_embeddings": 8192, "pad_token_id": 50283, "norm_eps": 1e-5, "hidden_dropout": 0.0,
+                  "attention_dropout": 0.0, "initializer_range": 0.02},
+        embeddings={"embeddings.word": "embeddings.tok_embeddings", "embeddings.norm": "embeddings.norm",
+                    "final_norm": "final_norm"},
+        layer="layers.{i}.", qkv=("attn.Wqkv",),
+        block={"attention.out": "attn.Wo", "attention_norm": "attn_norm", "feed_forward.up": "mlp.Wi",
+               "feed_forward.down": "mlp.Wo", "feed_forward_norm": "mlp_norm"},
+        heads={"mlm": {"dense": "head.dense", "norm": "head.norm", "bias": "decoder.bias"}},
+        fixed={"norm_placement": "pre", "norm": "layernorm", "bias": False, "embedding_scale": 1.0,
+               "type_vocab_size": 0, "first_attention_norm": False, "position": "rope"},
+        activation_key="hidden_activation", activations={"gelu": "geglu"}, positions=("rope",), token_types=False,
+        required={"norm_bias": False, "attention_bias": False, "mlp_bias": False, "decoder_bias": True,
+                  "classifier_activation": "gelu"},
+        same_as={"mlp_dropout": "hidden_dropout"}, head_bias_key="classifier_bias",
+        read_keys=_modernbert_keys, write_keys=_modernbert_entries,
+    ),
 }
 # The families an export may take, in the order tried: ELECTRA would only repeat BERT.
-EXPORT_FAMILIES = ("bert", "roberta", "distilbert")
-
-_HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
-_EXPORT_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "relu": "relu"}
+EXPORT_FAMILIES = ("bert", "roberta", "distilbert", "modernbert")
 
 
 @dataclass
@@ -239,16 +305,25 @@ def config_from_transformers(hf: dict[str, Any], source: str) -> EncoderConfig:
             raise ValueError(f"{source}: {key}={hf[key]} differs from {layout.config_keys[name]}={values[name]}; "
                              f"litbert's embeddings are as wide as its hidden states.")
     values.update(layout.fixed)
+    if layout.read_keys is not None:
+        values.update(layout.read_keys(hf, source))
     if layout.offset_from_pad:
         values["position_offset"] = values["pad_token_id"] + 1
     if layout.sinusoidal_key is not None and hf.get(layout.sinusoidal_key):
         values["position"] = "sinusoidal"
     activation = hf.get(layout.activation_key, "gelu")
-    if activation not in _HF_ACTIVATIONS:
-        raise ValueError(
-            f"{source}: activation {activation!r} is not supported; litbert maps {sorted(_HF_ACTIVATIONS)}."
-        )
-    return EncoderConfig(**values, activation=_HF_ACTIVATIONS[activation], name=layout.model_type)
+    if activation not in layout.activations:
+        raise ValueError(f"{source}: {layout.activation_key}={activation!r} is not supported; litbert maps "
+                         f"{sorted(layout.activations)} for {layout.class_prefix}.")
+    return EncoderConfig(**values, activation=layout.activations[activation], name=layout.model_type)
+
+
+def _block_parameters(config: EncoderConfig, layout: Layout, i: int) -> dict[str, str]:
+    """Layer `i`'s entries of `layout.block` that the layer has (the first has no attention norm when
+    `first_attention_norm` is off)."""
+    if i == 0 and not config.first_attention_norm:
+        return {ours: theirs for ours, theirs in layout.block.items() if ours != "attention_norm"}
+    return layout.block
 
 
 def _weight_names(names: list[str], base: str) -> list[str]:
@@ -262,7 +337,7 @@ def _split_prefix(state: dict[str, torch.Tensor], layout: Layout) -> tuple[dict,
         base = {k[len(layout.prefix):]: v for k, v in state.items() if k.startswith(layout.prefix)}
         top = {k: v for k, v in state.items() if not k.startswith(layout.prefix)}
     else:
-        roots = ("embeddings.", layout.layer.split(".")[0] + ".")
+        roots = tuple({name.split(".")[0] + "." for name in [*layout.embeddings.values(), layout.layer]})
         base = {k: v for k, v in state.items() if k.startswith(roots)}
         top = {k: v for k, v in state.items() if not k.startswith(roots)}
     # BertModel's pooler belongs to the classifier head: file it under the task model's name, prefixed or not.
@@ -279,7 +354,7 @@ def _from_transformers(directory: Path) -> Checkpoint:
         config = config_from_transformers(hf_config, str(directory / "config.json"))
     except KeyError as error:
         raise CheckpointError(f"{directory / 'config.json'} lacks the field {error}; it is not a complete "
-                              f"BERT/RoBERTa/DistilBERT config.") from None
+                              f"{hf_config.get('model_type')} config.") from None
     layout = LAYOUTS[hf_config["model_type"]]
     base, top = _split_prefix(read_weights(directory), layout)
 
@@ -305,7 +380,7 @@ def _from_transformers(directory: Path) -> Checkpoint:
         for suffix in ("weight", "bias") if config.bias else ("weight",):
             parts = [base.pop(f"{layer}{name}.{suffix}") for name in layout.qkv]  # one part when fused
             encoder[f"blocks.{i}.attention.qkv.{suffix}"] = torch.cat(parts, dim=0)
-        for ours, theirs in layout.block.items():
+        for ours, theirs in _block_parameters(config, layout, i).items():
             take(f"blocks.{i}.{ours}", layer + theirs)
     leftover = [k for k in base if not k.endswith("position_ids")]
     if leftover:
@@ -323,6 +398,8 @@ def _from_transformers(directory: Path) -> Checkpoint:
         mlm["bias"] = top["cls.predictions.decoder.bias"]
     if "dense.weight" not in mlm:
         heads.pop("mlm", None)
+    elif "dense.bias" not in mlm:  # a transform without a bias (ModernBERT's classifier_bias false)
+        mlm["dense.bias"] = torch.zeros_like(mlm["dense.weight"][:, 0])
     # A token classifier and a sequence classifier share the name `classifier` in BERT and DistilBERT; which one
     # a checkpoint holds is stated by its `architectures` entry.
     architecture = " ".join(hf_config.get("architectures") or [])
@@ -389,21 +466,29 @@ def select_layers(checkpoint: Checkpoint, layers: Sequence[int] | str) -> Checkp
         state.update({f"blocks.{new}.{k[len(prefix):]}": v
                       for k, v in checkpoint.encoder_state.items() if k.startswith(prefix)})
     config = replace(checkpoint.config, num_layers=len(layers))
+    if not config.first_attention_norm and layers[0] != 0:
+        # Layer 0 alone has no attention norm (its input is the embeddings' norm); every other layer keeps its own.
+        if 0 in layers:
+            raise ValueError(f"layers={layers}: layer 0 of {checkpoint.source} has no attention norm, so it can only "
+                             f"stay the first layer; put it first or leave it out.")
+        config = replace(config, first_attention_norm=True)
     return replace(checkpoint, config=config, encoder_state=state)
 
 
 # ----------------------------------------------------------------------------------------------------- writing
 
 
-def _mismatches(config: EncoderConfig, layout: Layout) -> list[str]:
-    """What in `config` the family `layout` cannot express, each with the reason."""
+def _mismatches(config: EncoderConfig, layout: Layout, kind: str | None = None) -> list[str]:
+    """What in `config` (and a head of `kind`) the family `layout` cannot express, each with the reason."""
     family = layout.class_prefix
     reasons = [f"{name}={getattr(config, name)!r} ({family} has {value!r})" for name, value in layout.fixed.items()
-               if getattr(config, name) != value]
+               if getattr(config, name) != value and name != "position"]
     if config.position not in layout.positions:
         reasons.append(f"position={config.position!r} ({family} stores {' or '.join(layout.positions)} positions)")
-    if config.activation not in layout.activations:
-        reasons.append(f"activation={config.activation!r} ({family}: {', '.join(layout.activations)})")
+    if config.activation not in layout.activations.values():
+        reasons.append(f"activation={config.activation!r} ({family}: {', '.join(set(layout.activations.values()))})")
+    if kind is not None and kind not in layout.heads:
+        reasons.append(f"a {kind} head ({family}'s is not litbert's)")
     if layout.token_types and config.type_vocab_size == 0:
         reasons.append(f"type_vocab_size=0 ({family} has token types)")
     offset = config.pad_token_id + 1 if layout.offset_from_pad else 0
@@ -412,10 +497,10 @@ def _mismatches(config: EncoderConfig, layout: Layout) -> list[str]:
     return reasons
 
 
-def transformers_layout(config: EncoderConfig) -> Layout:
-    """The first family of EXPORT_FAMILIES that expresses `config` exactly; `ValueError` saying, for the closest
-    family, what it cannot express."""
-    found = {name: _mismatches(config, LAYOUTS[name]) for name in EXPORT_FAMILIES}
+def transformers_layout(config: EncoderConfig, kind: str | None = None) -> Layout:
+    """The first family of EXPORT_FAMILIES that expresses `config` (and a head of `kind`) exactly; `ValueError`
+    saying, for the closest family, what it cannot express."""
+    found = {name: _mismatches(config, LAYOUTS[name], kind) for name in EXPORT_FAMILIES}
     for name, reasons in found.items():
         if not reasons:
             return LAYOUTS[name]
@@ -432,8 +517,11 @@ def _transformers_config(config: EncoderConfig, layout: Layout, architecture: st
     values |= {key: getattr(config, name) for key, name in layout.same_as.items()}
     if layout.sinusoidal_key is not None:
         values[layout.sinusoidal_key] = config.position == "sinusoidal"
+    if layout.write_keys is not None:
+        values |= layout.write_keys(config)
+    activation = next(theirs for theirs, ours in layout.activations.items() if ours == config.activation)
     return dict(model_type=layout.model_type, architectures=[architecture], **values, **layout.required,
-                **{layout.activation_key: _EXPORT_ACTIVATIONS[config.activation]}, **extra)
+                **{layout.activation_key: activation}, **extra)
 
 
 HEAD_KINDS = ("mlm", "sequence_classification", "token_classification")  # each head class's `kind`
@@ -455,7 +543,7 @@ def _head_options(head: nn.Module) -> dict[str, Any]:
 
 def _to_transformers(encoder: nn.Module, head: nn.Module | None, kind: str | None) -> tuple[dict, dict]:
     config: EncoderConfig = encoder.config
-    layout = transformers_layout(config)
+    layout = transformers_layout(config, kind)
     ours = {k: v.detach().cpu() for k, v in encoder.state_dict().items()}
     prefix = layout.prefix if head is not None else ""
     state: dict[str, torch.Tensor] = {}
@@ -472,7 +560,7 @@ def _to_transformers(encoder: nn.Module, head: nn.Module | None, kind: str | Non
             qkv = ours[f"blocks.{i}.attention.qkv.{suffix}"].chunk(len(layout.qkv), dim=0)  # one part when fused
             for name, part in zip(layout.qkv, qkv, strict=True):
                 state[f"{layer}{name}.{suffix}"] = part
-            for mine, theirs in layout.block.items():
+            for mine, theirs in _block_parameters(config, layout, i).items():
                 state[f"{layer}{theirs}.{suffix}"] = ours[f"blocks.{i}.{mine}.{suffix}"]
 
     extra: dict[str, Any] = {}
@@ -488,6 +576,8 @@ def _to_transformers(encoder: nn.Module, head: nn.Module | None, kind: str | Non
         if kind == "mlm":
             if not head.tied:
                 raise ValueError("transformers ties the MLM decoder to the word embeddings; this head is untied.")
+            if layout.head_bias_key is not None:
+                extra[layout.head_bias_key] = True
             architecture = f"{base_class}ForMaskedLM"
         else:
             if kind == "sequence_classification":
@@ -515,7 +605,7 @@ def save_checkpoint(encoder: nn.Module, directory: Path, head: nn.Module | None 
     kind = _head_kind(head)
     if format == "auto":
         try:
-            transformers_layout(encoder.config)
+            transformers_layout(encoder.config, kind)
             format = "transformers"
         except ValueError:
             format = "litbert"

@@ -43,6 +43,9 @@ class EncoderConfig:
     t5_max_distance: int = 128
     norm: str = "layernorm"  # a key of encoders.layers.NORMS
     norm_placement: NormPlacement = "post"  # "post" as in BERT; "pre" adds a final norm after the last block
+    # Pre-norm only: False leaves the first block's attention input as the embeddings' norm left it, instead of
+    # normalising it a second time (ModernBERT, Warner et al., 2024).
+    first_attention_norm: bool = True
     norm_eps: float = 1e-12
     activation: str = "gelu"  # a key of encoders.layers.ACTIVATIONS
     bias: bool = True  # biases on every linear layer and norm
@@ -79,6 +82,12 @@ class EncoderConfig:
                 f"position='rope' rotates pairs of channels, but the head dimension is odd "
                 f"(hidden_size={self.hidden_size} / num_heads={self.num_heads} = {self.head_dim}); "
                 f"pick sizes that give an even head dimension."
+            )
+        if not self.first_attention_norm and self.norm_placement != "pre":
+            raise ValueError(
+                "EncoderConfig.first_attention_norm=False skips the norm before the first block's attention, which "
+                "only pre-norm blocks have (post-norm normalises after the residual); set norm_placement='pre' or "
+                "first_attention_norm=True."
             )
         if not 0 <= self.pad_token_id < self.vocab_size:
             raise ValueError(f"EncoderConfig.pad_token_id={self.pad_token_id} must lie in [0, vocab_size).")
@@ -157,4 +166,10 @@ PRESETS: dict[str, dict[str, Any]] = {
     # The axes composed: pre-norm, RMSNorm, rotary positions, GeGLU, no biases.
     "modern": dict(_bert(12, 768), intermediate_size=2048, type_vocab_size=0, position="rope", norm="rmsnorm",
                    norm_placement="pre", norm_eps=1e-5, activation="geglu", bias=False, max_position_embeddings=1024),
+    # ModernBERT-base's shape (Warner et al., 2024) with every layer global (litbert has no sliding windows):
+    # exports to transformers' ModernBert classes.
+    "modernbert-base": dict(_bert(22, 768), intermediate_size=1152, vocab_size=50368, type_vocab_size=0,
+                            pad_token_id=50283, position="rope", rope_base=160_000.0, norm_placement="pre",
+                            norm_eps=1e-5, first_attention_norm=False, activation="geglu", bias=False,
+                            hidden_dropout=0.0, attention_dropout=0.0, max_position_embeddings=8192),
 }

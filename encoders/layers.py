@@ -116,11 +116,12 @@ class Attention(nn.Module):
 class Block(nn.Module):
     """Attention then feed-forward, each wrapped in dropout + residual, normalised after (post) or before (pre)."""
 
-    def __init__(self, config: EncoderConfig) -> None:
+    def __init__(self, config: EncoderConfig, first: bool = False) -> None:
         super().__init__()
         self.pre_norm = config.norm_placement == "pre"
         self.attention = Attention(config)
-        self.attention_norm = build_norm(config)
+        skip = first and not config.first_attention_norm  # the embeddings' norm already normalised the input
+        self.attention_norm = nn.Identity() if skip else build_norm(config)
         self.feed_forward = FeedForward(config)
         self.feed_forward_norm = build_norm(config)
         self.dropout = Dropout(config.hidden_dropout)

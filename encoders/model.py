@@ -78,7 +78,7 @@ class Encoder(nn.Module):
         self.config = config
         self.embeddings = Embeddings(config)
         self.position = build_position(config)
-        self.blocks = nn.ModuleList(Block(config) for _ in range(config.num_layers))
+        self.blocks = nn.ModuleList(Block(config, first=i == 0) for i in range(config.num_layers))
         # Pre-norm leaves the residual stream unnormalised; one final norm closes it.
         self.final_norm = build_norm(config) if config.norm_placement == "pre" else nn.Identity()
         self.apply(self._init_weights)

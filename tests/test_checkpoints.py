@@ -90,6 +90,92 @@ def test_a_family_is_a_table_entry_electra_discriminator(tmp_path):
         Encoder.from_pretrained(narrow)
 
 
+def modernbert_config(**overrides):
+    """A small ModernBERT with every layer global (litbert has no sliding windows), pad id 0 as `inputs` pads."""
+    values = dict(vocab_size=101, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=40,
+                  max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1,
+                  sep_token_id=2, layer_types=["full_attention"] * 3)
+    return transformers.ModernBertConfig(**{**values, **overrides})
+
+
+def test_a_family_is_a_table_entry_modernbert(tmp_path):
+    """ModernBERT, a family without biases whose checkpoint fuses Q, K and V, is one `LAYOUTS` row: its MLM model
+    loads with transformers' numbers (its padded rows taking litbert's unpadded path), whether its config.json has
+    transformers 5's nested keys or the published checkpoints' flat ones."""
+    reference = random_weights(transformers.ModernBertForMaskedLM(modernbert_config(
+        rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 2_000.0},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0}})))
+    reference.save_pretrained(tmp_path)
+    ids, mask, _ = inputs("modernbert", 0)
+    with torch.no_grad():
+        expected = reference(input_ids=ids, attention_mask=mask).logits
+    flat = json.loads((tmp_path / "config.json").read_text())
+    for key in ("layer_types", "rope_parameters"):
+        flat.pop(key)
+    (tmp_path / "flat").mkdir()
+    (tmp_path / "flat" / "config.json").write_text(json.dumps(flat | {"global_attn_every_n_layers": 1,
+                                                                     "global_rope_theta": 2_000.0}))
+    (tmp_path / "flat" / "model.safetensors").write_bytes((tmp_path / "model.safetensors").read_bytes())
+    for folder in (tmp_path, tmp_path / "flat"):
+        encoder = Encoder.from_pretrained(folder).eval()
+        head = MaskedLMHead.from_pretrained(folder, encoder).eval()
+        config = encoder.config
+        assert (config.position, config.rope_base, config.norm_placement, config.activation, config.bias,
+                config.first_attention_norm) == ("rope", 2_000.0, "pre", "geglu", False, False)
+        assert encoder.unpadded(mask) is not None  # the fast path is what is compared
+        with torch.no_grad():
+            assert max_diff_on_real_tokens(head(encoder(ids, mask)), expected, mask) < 1e-5
+
+
+def test_modernbert_with_sliding_window_layers_is_refused_by_name(tmp_path):
+    transformers.ModernBertModel(modernbert_config(layer_types=None, num_hidden_layers=4)).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=r"layers \[1, 2\] use ModernBERT's sliding-window attention \(128 tokens\)"):
+        Encoder.from_pretrained(tmp_path)
+
+
+def test_modernbert_preset_exports_to_transformers_and_back(tmp_path):
+    """A litbert encoder of the ModernBERT shape (trained biases in its MLM transform) writes a ModernBertForMaskedLM
+    that transformers loads with the same logits; a classifier (ModernBERT's has a norm litbert's has not) makes
+    "auto" write litbert's own format and "transformers" refuse, saying why."""
+    config = EncoderConfig.from_name("modernbert-base", num_layers=3, hidden_size=32, num_heads=4,
+                                     intermediate_size=40, vocab_size=101, pad_token_id=0, rope_base=5_000.0)
+    encoder = random_weights(Encoder(config))
+    head = random_weights(MaskedLMHead(config, encoder.embeddings.word))
+    encoder.save_pretrained(tmp_path, head=head)
+    assert json.loads((tmp_path / "config.json").read_text())["architectures"] == ["ModernBertForMaskedLM"]
+    theirs = transformers.AutoModelForMaskedLM.from_pretrained(tmp_path).eval()
+    assert theirs.config.layer_types == ["full_attention"] * 3 and theirs.config.classifier_bias
+    ids, mask, _ = inputs("modernbert", 0)
+    with torch.no_grad():
+        ours = head(encoder(ids, mask))
+        assert max_diff_on_real_tokens(ours, theirs(input_ids=ids, attention_mask=mask).logits, mask) < 1e-5
+        reloaded = Encoder.from_pretrained(tmp_path).eval()
+        assert reloaded.config == config
+        again = MaskedLMHead.from_pretrained(tmp_path, reloaded).eval()(reloaded(ids, mask))
+        assert max_diff_on_real_tokens(again, ours, mask) < 1e-6
+    classifier = SequenceClassificationHead(32, num_labels=2)
+    assert (encoder.save_pretrained(tmp_path / "auto", head=classifier) / "litbert.json").exists()
+    with pytest.raises(ValueError, match="no transformers equivalent: a sequence_classification head"):
+        encoder.save_pretrained(tmp_path / "strict", head=classifier, format="transformers")
+
+
+def test_a_modernbert_student_keeps_layer_zero_first(tmp_path):
+    """Layer 0 alone has no attention norm: a student may start from it or from another layer (which brings its
+    norm), but may not move it later."""
+    from encoders.checkpoints import load_checkpoint, select_layers
+
+    transformers.ModernBertModel(modernbert_config(num_hidden_layers=4, layer_types=["full_attention"] * 4)) \
+        .save_pretrained(tmp_path)
+    checkpoint = load_checkpoint(tmp_path)
+    for layers, first_norm in (("every_other", False), ([1, 3], True)):
+        student = select_layers(checkpoint, layers)
+        encoder = Encoder(student.config)
+        encoder.load_state_dict(student.encoder_state, strict=True)
+        assert student.config.first_attention_norm is first_norm
+    with pytest.raises(ValueError, match=r"layers=\[2, 0\]: layer 0 .* has no attention norm"):
+        select_layers(checkpoint, [2, 0])
+
+
 @pytest.mark.parametrize(("family", "_", "mlm"), FAMILIES)
 def test_masked_lm_parity(tmp_path, family, _, mlm):
     reference = random_weights(getattr(transformers, mlm)(hf_config(family)))

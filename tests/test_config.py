@@ -79,3 +79,19 @@ def test_max_sequence_length():
     assert EncoderConfig.from_name("bert-base").max_sequence_length == 512
     assert EncoderConfig.from_name("roberta-base").max_sequence_length == 512
     assert EncoderConfig.from_name("bert-base", position="alibi").max_sequence_length is None
+
+
+def test_modernbert_preset_is_modernbert_base_with_every_layer_global():
+    """The preset has transformers' ModernBERT-base defaults' parameters, one for one (149M, Warner et al., 2024)."""
+    import transformers
+
+    theirs = transformers.ModernBertModel(transformers.ModernBertConfig()).num_parameters()
+    assert Encoder(EncoderConfig.from_name("modernbert-base")).num_parameters() == theirs == 149_014_272
+
+
+def test_only_pre_norm_can_leave_the_first_attention_input_alone():
+    with pytest.raises(ValueError, match="first_attention_norm=False .* only pre-norm blocks have"):
+        EncoderConfig.from_name("bert-tiny", first_attention_norm=False)
+    encoder = Encoder(EncoderConfig.from_name("modern", num_layers=3, first_attention_norm=False))
+    norms = [type(block.attention_norm).__name__ for block in encoder.blocks]
+    assert norms == ["Identity", "RMSNorm", "RMSNorm"]

@@ -507,3 +507,37 @@ def test_a_run_ending_between_validations_validates_its_last_step(env, tmp_path)
     assert cli.trainer.global_step == 7
     best = {int(path.stem.split("-")[1]) for path in tmp_path.rglob("best-*.ckpt")}
     assert best <= {5, 7} and len(best) == 1
+
+
+def test_a_modernbert_teacher_distils_through_train_py_into_a_modernbert_student(env, minilm, tmp_path):
+    """configs/distill/quickstart.yaml with a transformers ModernBertForMaskedLM teacher (MiniLM's vocabulary, every
+    layer global): the 2-layer student starts from the teacher's layers 0 and 2 (layer 0 without its attention norm,
+    as ModernBERT's), trains, and exports to transformers' ModernBertForMaskedLM, which gives the student's logits."""
+    import transformers
+
+    teacher = tmp_path / "teacher"
+    config = transformers.ModernBertConfig(
+        vocab_size=30522, hidden_size=32, intermediate_size=48, num_hidden_layers=4, num_attention_heads=4,
+        max_position_embeddings=128, pad_token_id=0, cls_token_id=101, sep_token_id=102, bos_token_id=101,
+        eos_token_id=102, layer_types=["full_attention"] * 4)
+    transformers.ModernBertForMaskedLM(config).save_pretrained(teacher)
+    cli = run("configs/distill/quickstart.yaml", tmp_path / "run", "--model.teacher", str(teacher),
+              "--data.tokenizer", minilm, "--data.max_documents", "200", "--data.max_val_documents", "20",
+              "--data.max_length", "64", "--data.batch_size", "8", "--trainer.max_steps", "6",
+              "--trainer.val_check_interval", "3", "--trainer.log_every_n_steps", "1")
+    student = cli.model
+    assert (student.encoder.config.num_layers, student.encoder.config.first_attention_norm) == (2, False)
+    taught = student.teacher.encoder.state_dict()
+    assert not torch.equal(student.encoder.state_dict()["blocks.1.attention.qkv.weight"],
+                           taught["blocks.2.attention.qkv.weight"])  # trained away from its start
+    assert series(wandb_history(tmp_path / "run"), "train/loss")
+    theirs = transformers.AutoModelForMaskedLM.from_pretrained(tmp_path / "run" / "model").eval()
+    assert type(theirs).__name__ == "ModernBertForMaskedLM" and theirs.config.num_hidden_layers == 2
+    ids = torch.randint(1000, 30000, (2, 16))
+    mask = torch.ones_like(ids)
+    mask[1, 9:] = 0
+    student.eval()
+    with torch.no_grad():
+        ours = student.head(student.encoder(ids, mask))
+        expected = theirs(input_ids=ids, attention_mask=mask).logits
+    assert (ours - expected)[mask.bool()].abs().max() < 1e-4
