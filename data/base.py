@@ -29,7 +29,20 @@ class TokenizedDataModule(L.LightningDataModule):
     """The skeleton of the datamodules. It loads the tokenizer at construction, so that `vocab_size`, `pad_token_id`
     and `mask_token_id` are known before `setup()` (LightningCLI links them into the model config); `setup` builds
     the splits a stage needs (`stage_splits`) with the subclass's `_build(split)`; the loaders serve them; the label
-    map (`label_state`) travels in every checkpoint, so a model is reloaded with its own."""
+    map (`label_state`) travels in every checkpoint, so a model is reloaded with its own.
+
+    A subclass takes the loader settings below as `**loading` and hands them on, so they are stated here once (the
+    command line finds them through the subclass's signature).
+
+    Args:
+        batch_size: Training batch size.
+        eval_batch_size: Evaluation and prediction batch size (defaults to `batch_size`).
+        num_workers: DataLoader worker processes.
+        data_root: Folder of local dataset copies (defaults to $LITBERT_DATA); without one, the hub is used.
+        cache_dir: Folder for tokenized caches (defaults to $LITBERT_CACHE or ~/.cache/litbert).
+        group_by_length: Batch similar lengths together (faster; changes the batches' composition).
+        seed: Seed of the training order.
+    """
 
     label_state: tuple[str, ...] = ()  # attributes holding the label map, saved in checkpoints
 

@@ -222,14 +222,9 @@ class ClassificationDataModule(TokenizedDataModule):
         truncation: `head`, `tail`, `head+tail` (one text) or `longest_first` (a pair; the default) for over-long
             examples, or `error` to refuse them. By default `head` for one text.
         head_fraction: Share of the budget kept from the start under `head+tail`.
-        batch_size: Training batch size.
-        eval_batch_size: Evaluation and prediction batch size (defaults to `batch_size`).
-        group_by_length: Batch similar lengths together (faster; changes the batches' composition).
-        num_workers: DataLoader worker processes.
         data_root: Folder of local dataset copies (defaults to $LITBERT_DATA); without one, the hub is used.
         data_dir: The folder of a known dataset in its official layout (e.g. GLUE's `RTE/`), instead of the data root.
-        cache_dir: Folder for tokenized caches (defaults to $LITBERT_CACHE or ~/.cache/litbert).
-        seed: Seed of the training order.
+        loading: The loader settings of `TokenizedDataModule` (batch sizes, workers, cache, seed, ...).
     """
 
     label_state = ("label_values", "label_names")
@@ -251,18 +246,11 @@ class ClassificationDataModule(TokenizedDataModule):
         max_length: int = 128,
         truncation: Truncation | None = None,
         head_fraction: float = 0.25,
-        batch_size: int = 32,
-        eval_batch_size: int | None = None,
-        group_by_length: bool = False,
-        num_workers: int = 0,
         data_root: str | None = None,
         data_dir: str | None = None,
-        cache_dir: str | None = None,
-        seed: int = 0,
+        **loading: Any,
     ) -> None:
-        super().__init__(tokenizer, max_length=max_length, batch_size=batch_size, eval_batch_size=eval_batch_size,
-                         num_workers=num_workers, data_root=data_root, cache_dir=cache_dir,
-                         group_by_length=group_by_length, seed=seed)
+        super().__init__(tokenizer, max_length=max_length, data_root=data_root, **loading)
         self.save_hyperparameters(ignore=["label_names"])  # the task logs the final label names (linked from here)
         if truncation is not None:
             check_choice("truncation", truncation, Truncation, DataError)
@@ -593,15 +581,10 @@ class GLUEDataModule(ClassificationDataModule):
         tokenizer: Path to a tokenizer folder or tokenizer.json; train.py defaults it to the folder of
             `model.pretrained`.
         max_length: Longest sequence, special tokens included.
-        batch_size: Training batch size.
-        eval_batch_size: Validation and prediction batch size (defaults to `batch_size`).
         data_root: Folder holding `glue/<TASK>/` (defaults to $LITBERT_DATA); without one, the hub is used.
         data_dir: A task folder in the official layout, instead of the data root.
         truncation: `longest_first` cuts over-long examples (counted in the log); `error` refuses them.
-        group_by_length: Batch similar lengths together (faster; changes the batches' composition).
-        num_workers: DataLoader worker processes.
-        cache_dir: Folder for tokenized caches (defaults to $LITBERT_CACHE or ~/.cache/litbert).
-        seed: Seed of the training order.
+        loading: The loader settings of `TokenizedDataModule` (batch sizes, workers, cache, seed, ...).
     """
 
     def __init__(

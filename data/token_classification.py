@@ -84,13 +84,8 @@ class TokenClassificationDataModule(TokenizedDataModule):
         label_names: The tags in id order; by default the training tags, sorted with `O` first.
         label_all_subtokens: Put the word's label on every sub-token instead of only the first.
         max_length: Longest sequence, special tokens included; longer sentences become several windows.
-        batch_size: Training batch size.
-        eval_batch_size: Evaluation batch size (defaults to `batch_size`).
-        group_by_length: Batch similar lengths together.
-        num_workers: DataLoader worker processes.
         data_root: Folder of local dataset copies (defaults to $LITBERT_DATA).
-        cache_dir: Folder for tokenized caches.
-        seed: Seed of the training order.
+        loading: The loader settings of `TokenizedDataModule` (batch sizes, workers, cache, seed, ...).
     """
 
     label_state = ("label_names",)
@@ -108,17 +103,10 @@ class TokenClassificationDataModule(TokenizedDataModule):
         label_names: list[str] | None = None,
         label_all_subtokens: bool = False,
         max_length: int = 128,
-        batch_size: int = 32,
-        eval_batch_size: int | None = None,
-        group_by_length: bool = False,
-        num_workers: int = 0,
         data_root: str | None = None,
-        cache_dir: str | None = None,
-        seed: int = 0,
+        **loading: Any,
     ) -> None:
-        super().__init__(tokenizer, max_length=max_length, batch_size=batch_size, eval_batch_size=eval_batch_size,
-                         num_workers=num_workers, data_root=data_root, cache_dir=cache_dir,
-                         group_by_length=group_by_length, seed=seed)
+        super().__init__(tokenizer, max_length=max_length, data_root=data_root, **loading)
         self.save_hyperparameters(ignore=["label_names"])  # the task logs the final label names (linked from here)
         check_choice("tag_scheme", tag_scheme, TagScheme, DataError)
         check_source(dataset, train_file, {"val_file": val_file, "test_file": test_file}, data_root)

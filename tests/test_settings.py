@@ -203,7 +203,7 @@ ENCODER_VALUES = {"preset": "bert-mini", "vocab_size": 40000, "hidden_size": 64,
                   "position": "rope", "position_offset": 2, "rope_base": 500.0, "sinusoidal_scale": 0.03,
                   "embedding_scale": 8.0,
                   "t5_num_buckets": 16, "t5_max_distance": 64, "norm": "rmsnorm", "norm_placement": "pre",
-                  "norm_eps": 1e-6,
+                  "first_attention_norm": False, "norm_eps": 1e-6,
                   "activation": "relu", "bias": False, "hidden_dropout": 0.2, "attention_dropout": 0.2,
                   "initializer_range": 0.05, "unpad_below": 0.5, "flex_attention": True}
 SECOND_ENCODER_VALUES = {"preset": "bert-small", "position": "alibi", "norm_placement": "post", "norm": "layernorm",
