@@ -68,6 +68,7 @@ class RunFolderError(ValueError):
 # the task lacks, does not apply: MLM data has no labels, and token classification takes label names, not a count.
 DATA_LINKS: list[tuple[str, str, Any]] = [
     ("data.vocab_size", "model.init_args.vocab_size", None),
+    ("data.pad_token_id", "model.init_args.pad_token_id", None),
     ("data.num_labels", "model.init_args.num_labels", None),
     ("data.label_names", "model.init_args.label_names", None),
     ("data.metric_names", "model.init_args.metrics", None),

@@ -303,7 +303,8 @@ def config_from_transformers(hf: dict[str, Any], source: str) -> EncoderConfig:
     for key, name in layout.same_as.items():
         if hf.get(key, values[name]) != values[name]:
             raise ValueError(f"{source}: {key}={hf[key]} differs from {layout.config_keys[name]}={values[name]}; "
-                             f"litbert's embeddings are as wide as its hidden states.")
+                             f"litbert has one {name} for both (its embeddings are as wide as its hidden states, "
+                             f"its dropouts one rate).")
     values.update(layout.fixed)
     if layout.read_keys is not None:
         values.update(layout.read_keys(hf, source))
@@ -396,7 +397,7 @@ def _from_transformers(directory: Path) -> Checkpoint:
     mlm = heads.get("mlm", {})
     if mlm and "bias" not in mlm and "cls.predictions.decoder.bias" in top:  # older BERT checkpoints
         mlm["bias"] = top["cls.predictions.decoder.bias"]
-    if "dense.weight" not in mlm:
+    if "dense.weight" not in mlm or "bias" not in mlm:  # no MLM head; or (ModernBERT) a classifier's transform
         heads.pop("mlm", None)
     elif "dense.bias" not in mlm:  # a transform without a bias (ModernBERT's classifier_bias false)
         mlm["dense.bias"] = torch.zeros_like(mlm["dense.weight"][:, 0])

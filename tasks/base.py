@@ -163,11 +163,13 @@ def over_checkpoint(encoder: EncoderSpec | None, pretrained: Checkpoint, setting
 
 
 def build_encoder(
-    encoder: EncoderSpec | None, pretrained: Checkpoint | None, vocab_size: int | None
+    encoder: EncoderSpec | None, pretrained: Checkpoint | None, vocab_size: int | None,
+    pad_token_id: int | None = None,
 ) -> Encoder:
     """An encoder from a checkpoint read with `load_checkpoint` (`pretrained`, with the spec's shape-preserving
     overrides applied) or a preset spec; `vocab_size` (from the tokenizer) sizes a new encoder's embeddings and must
-    fit in a pretrained one's."""
+    fit in a pretrained one's; `pad_token_id` (the tokenizer's) is a new encoder's padding row, the one embedding
+    that starts at zero and is never trained (a pretrained encoder keeps its own: its weights were trained so)."""
     if pretrained is not None:
         pretrained = over_checkpoint(encoder, pretrained)
         model = Encoder.from_pretrained(pretrained)
@@ -187,6 +189,14 @@ def build_encoder(
                 f"remove the override (the vocabulary size is taken from the tokenizer) or raise it."
             )
         config = dataclasses.replace(config, vocab_size=spec.vocab_size or vocab_size)
+    if pad_token_id is not None:
+        if spec.pad_token_id is not None and spec.pad_token_id != pad_token_id:
+            raise ValueError(
+                f"model.encoder.pad_token_id={spec.pad_token_id}, but the tokenizer pads with id {pad_token_id}; "
+                f"row {spec.pad_token_id} would stay zero and untrained while it embeds a real token. Remove the "
+                f"override (the padding id is taken from the tokenizer)."
+            )
+        config = dataclasses.replace(config, pad_token_id=pad_token_id)
     return Encoder(config)
 
 

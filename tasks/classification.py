@@ -28,6 +28,7 @@ class SequenceClassification(EncoderTask):
         pretrained: str | None = None,
         pretrained_layers: Sequence[int] | Literal["every_other"] | None = None,
         vocab_size: int | None = None,
+        pad_token_id: int | None = None,
         pooling: Literal["cls", "mean"] = "cls",
         classifier_dropout: float = 0.1,
         teacher: str | None = None,
@@ -46,6 +47,7 @@ class SequenceClassification(EncoderTask):
             pretrained_layers: keep only these layers of `pretrained`, in order: "every_other" makes DistilBERT's
                 half-depth student of it (layers 0, 2, 4, ...), e.g. of a fine-tuned teacher; or a list of indices.
             vocab_size: the tokenizer's vocabulary size; linked from the datamodule.
+            pad_token_id: the tokenizer's padding id; linked from the datamodule: a new encoder's padding row.
             pooling: "cls" (BERT's pooler on the first token) or "mean" over real tokens.
             classifier_dropout: dropout before the classifier.
             teacher: a fine-tuned classifier checkpoint directory to distil from (logit KD): the loss becomes
@@ -71,7 +73,7 @@ class SequenceClassification(EncoderTask):
         self.label_names = list(label_names) if label_names is not None else None
         self.regression = num_labels == 1
         checkpoint = read_pretrained(pretrained, pretrained_layers)
-        self.encoder = build_encoder(encoder, checkpoint, vocab_size)
+        self.encoder = build_encoder(encoder, checkpoint, vocab_size, pad_token_id)
         self.head = fine_tuning_head(SequenceClassificationHead, checkpoint, self.encoder.config.hidden_size,
                                      num_labels, pooling=pooling, dropout=classifier_dropout)
         self.validation_names = list(validation_names)
@@ -162,6 +164,7 @@ class TokenClassification(EncoderTask):
         pretrained: str | None = None,
         pretrained_layers: Sequence[int] | Literal["every_other"] | None = None,
         vocab_size: int | None = None,
+        pad_token_id: int | None = None,
         classifier_dropout: float = 0.1,
         optimization: Optimization | None = None,
     ) -> None:
@@ -173,6 +176,7 @@ class TokenClassification(EncoderTask):
             pretrained_layers: keep only these layers of `pretrained`, in order: "every_other" makes DistilBERT's
                 half-depth student of it (layers 0, 2, 4, ...), e.g. of a fine-tuned teacher; or a list of indices.
             vocab_size: the tokenizer's vocabulary size; linked from the datamodule.
+            pad_token_id: the tokenizer's padding id; linked from the datamodule: a new encoder's padding row.
             classifier_dropout: dropout before the classifier.
             optimization: AdamW and learning-rate schedule.
         """
@@ -180,7 +184,7 @@ class TokenClassification(EncoderTask):
         self.save_hyperparameters()
         self.label_names = list(label_names)
         checkpoint = read_pretrained(pretrained, pretrained_layers)
-        self.encoder = build_encoder(encoder, checkpoint, vocab_size)
+        self.encoder = build_encoder(encoder, checkpoint, vocab_size, pad_token_id)
         self.head = fine_tuning_head(TokenClassificationHead, checkpoint, self.encoder.config.hidden_size,
                                      len(self.label_names), dropout=classifier_dropout)
         self.val_entities = EntityF1(self.label_names)

@@ -135,7 +135,12 @@ class Distillation(EncoderTask):
         else:
             teacher_config = self.teacher.encoder.config
             base = student.build() if student.preset else dataclasses.replace(teacher_config, **student.overrides())
+            # The teacher's vocabulary and padding row: the data is tokenized with the teacher's tokenizer.
+            if student.pad_token_id not in (None, teacher_config.pad_token_id):
+                raise ValueError(f"model.student.pad_token_id={student.pad_token_id}, but the teacher's tokenizer pads "
+                                 f"with id {teacher_config.pad_token_id}; remove the override.")
             config = dataclasses.replace(base, vocab_size=teacher_config.vocab_size,
+                                         pad_token_id=teacher_config.pad_token_id,
                                          name=base.name if student.preset else f"{base.name}-student")
             check_scheme_settings(student, config, "model.student")
             if config.hidden_size != teacher_config.hidden_size and alpha_cos:

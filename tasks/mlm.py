@@ -73,6 +73,7 @@ class MaskedLM(EncoderTask):
         encoder: EncoderSpec | None = None,
         pretrained: str | None = None,
         vocab_size: int | None = None,
+        pad_token_id: int | None = None,
         optimization: Optimization | None = None,
     ) -> None:
         """
@@ -80,12 +81,13 @@ class MaskedLM(EncoderTask):
             encoder: preset and overrides for a new encoder (ignored when `pretrained` is given).
             pretrained: a litbert or transformers-format checkpoint directory to continue from.
             vocab_size: the tokenizer's vocabulary size; linked from the datamodule.
+            pad_token_id: the tokenizer's padding id; linked from the datamodule: a new encoder's padding row.
             optimization: AdamW and learning-rate schedule.
         """
         super().__init__(optimization)
         self.save_hyperparameters()
         checkpoint = read_pretrained(pretrained)
-        self.encoder = build_encoder(encoder, checkpoint, vocab_size)
+        self.encoder = build_encoder(encoder, checkpoint, vocab_size, pad_token_id)
         if checkpoint is not None and "mlm" in checkpoint.head_states:
             self.head = MaskedLMHead.from_pretrained(checkpoint, self.encoder)
         else:  # a new model, or a checkpoint without an MLM head (e.g. BertModel): the head starts fresh

@@ -96,6 +96,25 @@ def test_every_shipped_config_instantiates(config, env, minilm, tmp_path):
         assert model.label_names == data.label_names and len(model.label_names) == 9
 
 
+def test_a_new_encoder_pads_with_the_tokenizers_padding_row(env, shared_data, tmp_path):
+    """configs/pretrain/modern.yaml trains byte-level BPE (<s> 0, <pad> 1) for the `modern` preset (pad_token_id 0):
+    the new encoder takes the tokenizer's padding id, so that the row left at zero and never trained is <pad>'s,
+    not <s>'s; a different explicit id is refused. The same for a distillation student named by preset."""
+    from data.tokenizers import save_tokenizer, train_tokenizer
+
+    lines = [line for line in (shared_data / "wikitext-2" / "wiki.valid.tokens").read_text().splitlines() if line]
+    bpe = save_tokenizer(train_tokenizer(lines[:2000], "byte_level_bpe", vocab_size=600), tmp_path / "bpe")
+    args = ["--config", "configs/pretrain/modern.yaml", "--data.tokenizer", str(bpe), "--data.train_tokenizer",
+            "null", "--trainer.default_root_dir", str(tmp_path / "run")]
+    cli = train.make_cli(args)
+    assert cli.datamodule.pad_token_id == 1
+    word = cli.model.encoder.embeddings.word
+    assert (cli.model.encoder.config.pad_token_id, word.padding_idx) == (1, 1)
+    assert not word.weight[1].any() and word.weight[0].any()
+    with pytest.raises(ValueError, match="pad_token_id=0, but the tokenizer pads with id 1"):
+        train.make_cli([*args, "--model.encoder.pad_token_id", "0"])
+
+
 def test_glue_configs_share_one_recipe(env, minilm, tmp_path):
     """The nine GLUE configs extend configs/glue/base.yaml and hold only their task, folder, run name and (MRPC,
     WNLI) epochs: a change of recipe in the base reaches every task, and a later --config or flag still wins."""
