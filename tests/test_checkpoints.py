@@ -127,6 +127,21 @@ def test_a_family_is_a_table_entry_modernbert(tmp_path):
             assert max_diff_on_real_tokens(head(encoder(ids, mask)), expected, mask) < 1e-5
 
 
+def test_a_modernbert_classifier_loads_its_encoder_and_no_mlm_head(tmp_path):
+    """ModernBERT's classifier keeps a transform (`head.dense`, `head.norm`) under the names of its MLM head's; without
+    a decoder bias it is not taken for one. The encoder loads; the classification head starts fresh."""
+    from encoders.checkpoints import load_checkpoint
+
+    reference = random_weights(transformers.ModernBertForSequenceClassification(modernbert_config(num_labels=3)))
+    reference.save_pretrained(tmp_path)
+    assert load_checkpoint(tmp_path).head_states == {}
+    encoder = Encoder.from_pretrained(tmp_path).eval()
+    ids, mask, _ = inputs("modernbert", 0)
+    with torch.no_grad():
+        expected = reference.model(input_ids=ids, attention_mask=mask).last_hidden_state
+        assert max_diff_on_real_tokens(encoder(ids, mask), expected, mask) < 1e-5
+
+
 def test_modernbert_with_sliding_window_layers_is_refused_by_name(tmp_path):
     transformers.ModernBertModel(modernbert_config(layer_types=None, num_hidden_layers=4)).save_pretrained(tmp_path)
     with pytest.raises(ValueError, match=r"layers \[1, 2\] use ModernBERT's sliding-window attention \(128 tokens\)"):
