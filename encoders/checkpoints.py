@@ -80,35 +80,41 @@ _BERT_ACTIVATIONS = {"gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new
 
 
 def _modernbert_keys(hf: dict[str, Any], source: str) -> dict[str, Any]:
-    """ModernBERT's RoPE base from transformers 5's nested `rope_parameters` or the published checkpoints' flat
-    `global_rope_theta`; and the check that every layer attends globally, in either form (`layer_types`, or one
-    global layer in every `global_attn_every_n_layers`)."""
+    """ModernBERT's attention pattern and RoPE bases, from transformers 5's `layer_types` and nested
+    `rope_parameters` or the published checkpoints' flat `global_attn_every_n_layers` and `*_rope_theta`."""
     n = hf["num_hidden_layers"]
     every = hf.get("global_attn_every_n_layers", 3)
     types = hf.get("layer_types") or ["full_attention" if i % every == 0 else "sliding_attention" for i in range(n)]
-    local = [i for i, kind in enumerate(types) if kind != "full_attention"]
-    if local:
-        raise ValueError(
-            f"{source}: layers {local} use ModernBERT's sliding-window attention ({hf.get('local_attention', 128)} "
-            f"tokens), which litbert does not have; only checkpoints whose every layer attends globally load "
-            f"(layer_types all 'full_attention', or global_attn_every_n_layers=1)."
-        )
-    rope = (hf.get("rope_parameters") or {}).get("full_attention") or {}
-    if rope.get("rope_type", "default") != "default":
-        raise ValueError(f"{source}: rope_type={rope['rope_type']!r} (RoPE scaling) has no litbert equivalent; only "
-                         f"'default' checkpoints load.")
-    return {"rope_base": float(rope.get("rope_theta", hf.get("global_rope_theta", 160_000.0)))}
+    global_layers = [i for i, kind in enumerate(types) if kind == "full_attention"]
+    every = global_layers[1] if len(global_layers) > 1 else n if global_layers == [0] else 0
+    if every == 0 or types != ["full_attention" if i % every == 0 else "sliding_attention" for i in range(n)]:
+        raise ValueError(f"{source}: layer_types={types} has no litbert equivalent; litbert's layers attend globally "
+                         f"every n layers from layer 0, and within a window otherwise.")
+    ropes = hf.get("rope_parameters") or {}
+    for kind in ("full_attention", "sliding_attention"):
+        if ropes.get(kind, {}).get("rope_type", "default") != "default":
+            raise ValueError(f"{source}: rope_type={ropes[kind]['rope_type']!r} ({kind}; RoPE scaling) has no litbert "
+                             f"equivalent; only 'default' checkpoints load.")
+    rope_base = float(ropes.get("full_attention", {}).get("rope_theta", hf.get("global_rope_theta", 160_000.0)))
+    if every == 1:
+        return {"rope_base": rope_base}
+    local_base = float(ropes.get("sliding_attention", {}).get("rope_theta", hf.get("local_rope_theta", 10_000.0)))
+    return {"rope_base": rope_base, "local_rope_base": local_base, "global_every": every,
+            "local_window": hf.get("local_attention", 128) // 2}
 
 
 def _modernbert_entries(config: EncoderConfig) -> dict[str, Any]:
-    """Both spellings, so that transformers 4 (flat keys) and 5 (nested) build every layer global."""
-    rope = {"rope_type": "default", "rope_theta": config.rope_base}
-    return {"layer_types": ["full_attention"] * config.num_layers, "global_attn_every_n_layers": 1,
-            "rope_parameters": {"full_attention": rope, "sliding_attention": rope},
-            "global_rope_theta": config.rope_base, "local_rope_theta": config.rope_base}
+    """Both spellings, for transformers 4 (flat keys) and 5 (nested)."""
+    local_base = config.local_rope_base or config.rope_base
+    types = ["full_attention" if config.is_global(i) else "sliding_attention" for i in range(config.num_layers)]
+    return {"layer_types": types, "global_attn_every_n_layers": config.global_every,
+            "local_attention": 2 * config.local_window if config.local_window else 128,
+            "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": config.rope_base},
+                                "sliding_attention": {"rope_type": "default", "rope_theta": local_base}},
+            "global_rope_theta": config.rope_base, "local_rope_theta": local_base}
 
 
-_BERT_FIXED = {"norm_placement": "post", "norm": "layernorm", "bias": True, "embedding_scale": 1.0}
+_BERT_FIXED = {"norm_placement": "post", "norm": "layernorm", "bias": True, "embedding_scale": 1.0, "local_window": 0}
 _BERT_KEYS = {"vocab_size": "vocab_size", "hidden_size": "hidden_size", "num_layers": "num_hidden_layers",
               "num_heads": "num_attention_heads", "intermediate_size": "intermediate_size",
               "max_position_embeddings": "max_position_embeddings", "type_vocab_size": "type_vocab_size",
@@ -177,11 +183,11 @@ LAYOUTS: dict[str, Layout] = {
         "electra", "Electra", "electra.", defaults=_BERT_DEFAULTS, **_BERT, heads={},
         same_as={"embedding_size": "hidden_size"},
     ),
-    # ModernBERT (Warner et al., 2024) with every layer global: pre-norm, LayerNorms and linear layers without
-    # biases, one fused QKV projection, RoPE, GeGLU (the first half of `Wi` goes through the GELU, as litbert's),
-    # no norm before the first layer's attention. Its dropouts sit elsewhere (inside the feed-forward, on the
-    # attention output at the attention rate); loaded checkpoints have them at 0. Its classifier head adds a norm
-    # litbert's has not, so only the encoder and the MLM head are mapped.
+    # ModernBERT (Warner et al., 2024): pre-norm, LayerNorms and linear layers without biases, one fused QKV
+    # projection, RoPE, GeGLU (the first half of `Wi` goes through the GELU, as litbert's), no norm before the first
+    # layer's attention, sliding-window layers between global ones (their own RoPE base). Its dropouts sit
+    # elsewhere (inside the feed-forward, on the attention output at the attention rate); loaded checkpoints have
+    # them at 0. Its classifier head adds a norm litbert's has not, so only the encoder and the MLM head are mapped.
     "modernbert": Layout(
         "modernbert", "ModernBert", "model.",
         config_keys={"vocab_size": "vocab_size", "hidden_size": "hidden_size", "num_layers": "num_hidden_layers",

@@ -32,6 +32,7 @@ class EncoderConfig:
     position: str = "learned"  # a key of encoders.positions.POSITIONS
     position_offset: int = 0  # first row of the learned table used by token 0; RoBERTa uses pad_token_id + 1
     rope_base: float = 10000.0
+    local_rope_base: float | None = None  # RoPE base of the local layers (ModernBERT: 10,000); None: rope_base
     # The sinusoidal table is added times this factor. 1 adds it as Vaswani et al.'s table (and DistilBERT) does; its
     # entries (RMS 0.71) then outweigh tokens embedded at initializer_range 0.02 by 35x at first. 0.028 (= 0.02 x
     # sqrt 2) gives both the same scale.
@@ -41,6 +42,11 @@ class EncoderConfig:
     embedding_scale: float = 1.0
     t5_num_buckets: int = 32
     t5_max_distance: int = 128
+    # Sliding-window attention (ModernBERT, Warner et al., 2024): with local_window > 0, layer i attends globally
+    # when i % global_every == 0 and otherwise only to the tokens within local_window positions of it (ModernBERT:
+    # 64, i.e. its local_attention of 128, and every third layer global). 0: every layer global.
+    local_window: int = 0
+    global_every: int = 1
     norm: str = "layernorm"  # a key of encoders.layers.NORMS
     norm_placement: NormPlacement = "post"  # "post" as in BERT; "pre" adds a final norm after the last block
     # Pre-norm only: False leaves the first block's attention input as the embeddings' norm left it, instead of
@@ -89,6 +95,18 @@ class EncoderConfig:
                 "only pre-norm blocks have (post-norm normalises after the residual); set norm_placement='pre' or "
                 "first_attention_norm=True."
             )
+        if self.local_window < 0 or self.global_every < 1:
+            raise ValueError(f"EncoderConfig.local_window={self.local_window} must be >= 0 and global_every="
+                             f"{self.global_every} >= 1.")
+        if (self.local_window > 0) != (self.global_every > 1):
+            raise ValueError(
+                f"EncoderConfig.local_window={self.local_window} and global_every={self.global_every}: sliding-window "
+                f"layers need both, a window (> 0) and global layers only every n > 1 layers; with one alone every "
+                f"layer attends globally and the other changes nothing."
+            )
+        if self.local_rope_base is not None and (self.local_window == 0 or self.local_rope_base <= 1):
+            raise ValueError(f"EncoderConfig.local_rope_base={self.local_rope_base} is the RoPE base of local layers; "
+                             f"it must be > 1 and needs local_window > 0.")
         if not 0 <= self.pad_token_id < self.vocab_size:
             raise ValueError(f"EncoderConfig.pad_token_id={self.pad_token_id} must lie in [0, vocab_size).")
         if self.type_vocab_size < 0 or self.position_offset < 0:
@@ -112,6 +130,10 @@ class EncoderConfig:
                 f"EncoderConfig.t5_num_buckets={self.t5_num_buckets} must be even and >= 4, and t5_max_distance="
                 f"{self.t5_max_distance} larger than a quarter of it (the exact-distance buckets)."
             )
+
+    def is_global(self, layer: int) -> bool:
+        """Whether layer `layer` attends to the whole sequence (else within `local_window`)."""
+        return self.local_window == 0 or layer % self.global_every == 0
 
     @property
     def head_dim(self) -> int:
@@ -166,10 +188,11 @@ PRESETS: dict[str, dict[str, Any]] = {
     # The axes composed: pre-norm, RMSNorm, rotary positions, GeGLU, no biases.
     "modern": dict(_bert(12, 768), intermediate_size=2048, type_vocab_size=0, position="rope", norm="rmsnorm",
                    norm_placement="pre", norm_eps=1e-5, activation="geglu", bias=False, max_position_embeddings=1024),
-    # ModernBERT-base's shape (Warner et al., 2024) with every layer global (litbert has no sliding windows):
-    # exports to transformers' ModernBert classes.
+    # ModernBERT-base (Warner et al., 2024): every third layer global, the others within 64 tokens; exports to
+    # transformers' ModernBert classes.
     "modernbert-base": dict(_bert(22, 768), intermediate_size=1152, vocab_size=50368, type_vocab_size=0,
-                            pad_token_id=50283, position="rope", rope_base=160_000.0, norm_placement="pre",
-                            norm_eps=1e-5, first_attention_norm=False, activation="geglu", bias=False,
-                            hidden_dropout=0.0, attention_dropout=0.0, max_position_embeddings=8192),
+                            pad_token_id=50283, position="rope", rope_base=160_000.0, local_rope_base=10_000.0,
+                            local_window=64, global_every=3, norm_placement="pre", norm_eps=1e-5,
+                            first_attention_norm=False, activation="geglu", bias=False, hidden_dropout=0.0,
+                            attention_dropout=0.0, max_position_embeddings=8192),
 }

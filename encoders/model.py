@@ -7,6 +7,7 @@ Heads live in `encoders.heads`; checkpoint conversion in `encoders.checkpoints`.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -16,7 +17,7 @@ from torch import nn
 
 from encoders.checkpoints import Checkpoint, load_checkpoint, save_checkpoint
 from encoders.config import EncoderConfig
-from encoders.kernels import Dropout, Unpadded
+from encoders.kernels import Dropout, ScoreMod, Unpadded
 from encoders.layers import AttentionInputs, Block, build_norm
 from encoders.positions import build_position
 
@@ -78,6 +79,10 @@ class Encoder(nn.Module):
         self.config = config
         self.embeddings = Embeddings(config)
         self.position = build_position(config)
+        # The local layers' RoPE, where its base differs (ModernBERT); it holds no weights.
+        self.local_position = None
+        if config.local_rope_base is not None and config.local_rope_base != config.rope_base:
+            self.local_position = build_position(dataclasses.replace(config, rope_base=config.local_rope_base))
         self.blocks = nn.ModuleList(Block(config, first=i == 0) for i in range(config.num_layers))
         # Pre-norm leaves the residual stream unnormalised; one final norm closes it.
         self.final_norm = build_norm(config) if config.norm_placement == "pre" else nn.Identity()
@@ -118,6 +123,25 @@ class Encoder(nn.Module):
         if bias is None:
             return keep
         return bias[None].masked_fill(~keep, torch.finfo(bias.dtype).min)  # (B, H, T, T)
+
+    def windowed(self, mask: torch.Tensor | ScoreMod | None, seq_len: int, device: torch.device):
+        """`mask` (see `attention_mask` and `score_mod`) restricted to the keys within `local_window` of each query,
+        for the local layers. Every query keeps its own position, so no row of a padded batch is all masked (a
+        padding query far from every real token would otherwise give NaN)."""
+        window = self.config.local_window
+        index = torch.arange(seq_len, device=device)
+        distance = (index[:, None] - index[None, :]).abs()
+        near = distance <= window  # (T, T)
+        if mask is None:
+            return near[None, None]
+        if callable(mask):
+            def within_window(score, batch, head, query, key):
+                return torch.where((query - key).abs() <= window, mask(score, batch, head, query, key), -float("inf"))
+
+            return within_window
+        if mask.dtype == torch.bool:
+            return (mask & near) | (distance == 0)
+        return mask.masked_fill(~near, torch.finfo(mask.dtype).min)  # padding keys are already at the minimum
 
     def score_mod(self, attention_mask: torch.Tensor | None, seq_len: int, device: torch.device,
                   return_attentions: bool, document_ids: torch.Tensor | None = None):
@@ -199,9 +223,13 @@ class Encoder(nn.Module):
         if unpadded is not None:
             x = unpadded.unpad(x)  # (N, C)
         inputs = AttentionInputs(self.position, positions, mask, unpadded, return_attentions)
+        local = inputs
+        if self.config.local_window:
+            local = AttentionInputs(self.local_position or self.position, positions,
+                                    self.windowed(mask, seq_len, input_ids.device), unpadded, return_attentions)
         hidden_states, attentions = [x], []
-        for block in self.blocks:
-            x, probs = block(x, inputs)
+        for i, block in enumerate(self.blocks):
+            x, probs = block(x, inputs if self.config.is_global(i) else local)
             hidden_states.append(x)
             attentions.append(probs)
         x = self.final_norm(x)

@@ -121,7 +121,7 @@ class RotaryPositions(PositionScheme):
     are computed for the first layer and reused by the others (kept until a different `positions` or dtype comes).
     """
 
-    settings = ("rope_base",)
+    settings = ("rope_base", "local_rope_base")
 
     def __init__(self, config: EncoderConfig) -> None:
         super().__init__()

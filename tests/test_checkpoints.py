@@ -1,5 +1,6 @@
 """Numbers against transformers: models built from small random configs (no download), saved, loaded."""
 
+import dataclasses
 import io
 import json
 
@@ -142,10 +143,36 @@ def test_a_modernbert_classifier_loads_its_encoder_and_no_mlm_head(tmp_path):
         assert max_diff_on_real_tokens(encoder(ids, mask), expected, mask) < 1e-5
 
 
-def test_modernbert_with_sliding_window_layers_is_refused_by_name(tmp_path):
-    transformers.ModernBertModel(modernbert_config(layer_types=None, num_hidden_layers=4)).save_pretrained(tmp_path)
-    with pytest.raises(ValueError, match=r"layers \[1, 2\] use ModernBERT's sliding-window attention \(128 tokens\)"):
-        Encoder.from_pretrained(tmp_path)
+def test_modernbert_sliding_window_layers_match_transformers(tmp_path):
+    """The published pattern (every third layer global, the others within `local_attention // 2` tokens, with their
+    own RoPE base) loads with transformers' numbers; windows and bases small enough here to change the outputs. A
+    pattern litbert cannot express is refused, naming it."""
+    ropes = {"full_attention": {"rope_type": "default", "rope_theta": 2_000.0},
+             "sliding_attention": {"rope_type": "default", "rope_theta": 300.0}}
+    config = modernbert_config(layer_types=None, num_hidden_layers=4, local_attention=6, rope_parameters=ropes)
+    assert config.layer_types == ["full_attention", "sliding_attention", "sliding_attention", "full_attention"]
+    reference = random_weights(transformers.ModernBertForMaskedLM(config))
+    reference.save_pretrained(tmp_path)
+    encoder = Encoder.from_pretrained(tmp_path).eval()
+    head = MaskedLMHead.from_pretrained(tmp_path, encoder).eval()
+    assert (encoder.config.global_every, encoder.config.local_window, encoder.config.rope_base,
+            encoder.config.local_rope_base) == (3, 3, 2_000.0, 300.0)
+    ids, mask, _ = inputs("modernbert", 0)
+    with torch.no_grad():
+        expected = reference(input_ids=ids, attention_mask=mask).logits
+        assert max_diff_on_real_tokens(head(encoder(ids, mask)), expected, mask) < 1e-5
+        # the windows matter: the same weights attending globally everywhere give other logits
+        wide = Encoder(dataclasses.replace(encoder.config, local_window=0, global_every=1, local_rope_base=None))
+        wide.load_state_dict(encoder.state_dict())
+        assert max_diff_on_real_tokens(head(wide.eval()(ids, mask)), expected, mask) > 1e-2
+        probs = encoder(ids, mask, return_attentions=True).attentions
+    far = (torch.arange(17)[:, None] - torch.arange(17)[None, :]).abs() > 3
+    assert probs[0][..., far].abs().max() > 0 and probs[1][..., far].abs().max() == 0 == probs[2][..., far].abs().max()
+    odd = tmp_path / "odd"
+    types = ["sliding_attention", "full_attention", "full_attention"]
+    transformers.ModernBertModel(modernbert_config(layer_types=types)).save_pretrained(odd)
+    with pytest.raises(ValueError, match=r"layer_types=\['sliding_attention', .* has no litbert equivalent"):
+        Encoder.from_pretrained(odd)
 
 
 def test_modernbert_preset_exports_to_transformers_and_back(tmp_path):
@@ -153,13 +180,15 @@ def test_modernbert_preset_exports_to_transformers_and_back(tmp_path):
     that transformers loads with the same logits; a classifier (ModernBERT's has a norm litbert's has not) makes
     "auto" write litbert's own format and "transformers" refuse, saying why."""
     config = EncoderConfig.from_name("modernbert-base", num_layers=3, hidden_size=32, num_heads=4,
-                                     intermediate_size=40, vocab_size=101, pad_token_id=0, rope_base=5_000.0)
+                                     intermediate_size=40, vocab_size=101, pad_token_id=0, rope_base=5_000.0,
+                                     local_window=4, global_every=2, local_rope_base=500.0)
     encoder = random_weights(Encoder(config))
     head = random_weights(MaskedLMHead(config, encoder.embeddings.word))
     encoder.save_pretrained(tmp_path, head=head)
     assert json.loads((tmp_path / "config.json").read_text())["architectures"] == ["ModernBertForMaskedLM"]
     theirs = transformers.AutoModelForMaskedLM.from_pretrained(tmp_path).eval()
-    assert theirs.config.layer_types == ["full_attention"] * 3 and theirs.config.classifier_bias
+    assert theirs.config.layer_types == ["full_attention", "sliding_attention", "full_attention"]
+    assert theirs.config.classifier_bias and theirs.config.sliding_window == 4
     ids, mask, _ = inputs("modernbert", 0)
     with torch.no_grad():
         ours = head(encoder(ids, mask))
