@@ -17,6 +17,8 @@ from tasks.mlm import masked_lm_loss
 
 VOCAB = TINY_CONFIG["vocab_size"]
 SCHEMES = sorted(POSITIONS)  # every registered scheme, so a new one is covered by default
+# Every layer global, or every other layer within 3 tokens (ModernBERT's sliding windows).
+WINDOWS = {"global": {}, "local": {"local_window": 3, "global_every": 2}}
 BIAS_SCHEMES = sorted(name for name, scheme in POSITIONS.items() if scheme.score_mod is not PositionScheme.score_mod)
 
 
@@ -176,10 +178,11 @@ def padded_batch(seq_len: int = 20) -> tuple[torch.Tensor, torch.Tensor]:
 
 @pytest.mark.parametrize("position", SCHEMES)
 @pytest.mark.parametrize("norm_placement", ["post", "pre"])
-def test_unpadded_path_equals_padded_path(position, norm_placement):
+@pytest.mark.parametrize("window", WINDOWS)
+def test_unpadded_path_equals_padded_path(position, norm_placement, window):
     """The same model run padded (`unpad_below=0`) and unpadded (`unpad_below=1`): equal hidden states on
     real tokens, equal MLM loss and equal gradients."""
-    encoder, head = mlm_model(position=position, norm_placement=norm_placement)
+    encoder, head = mlm_model(position=position, norm_placement=norm_placement, **WINDOWS[window])
     ids, attention_mask = padded_batch()
     labels = mask_labels(ids, attention_mask, probability=0.3)
     params = parameters(encoder, head)
@@ -254,11 +257,13 @@ def test_dropout_is_reproducible_and_identity_when_off():
 
 
 @pytest.mark.parametrize("position", SCHEMES)
-def test_explicit_attention_path_equals_sdpa(position):
+@pytest.mark.parametrize("window", WINDOWS)
+def test_explicit_attention_path_equals_sdpa(position, window):
     """Training on CPU with attention dropout runs attention as explicit matmuls (to use litbert's dropout);
     with a dropout that rounds to no drop at all, it must give SDPA's output and gradients."""
     torch.manual_seed(0)
-    encoder = Encoder(tiny_config(position=position, attention_dropout=1e-9)).double()  # float64: exact comparison
+    # float64: exact comparison
+    encoder = Encoder(tiny_config(position=position, attention_dropout=1e-9, **WINDOWS[window])).double()
     ids = torch.randint(5, VOCAB, (3, 20))
     attention_mask = torch.ones_like(ids)
     attention_mask[1, 12:] = 0
@@ -294,10 +299,10 @@ def test_vocab_cross_entropy_equals_library_cross_entropy(dtype):
         torch.testing.assert_close(vocab_cross_entropy(base, targets), ref.detach(), atol=1e-6, rtol=1e-6)
 
 
-def flex_and_dense(position: str, device: str, grad: bool):
+def flex_and_dense(position: str, device: str, grad: bool, window: str = "global"):
     """Outputs on real tokens (and parameter gradients when `grad`) with FlexAttention forced, then without."""
     torch.manual_seed(0)
-    encoder = Encoder(tiny_config(position=position)).to(device)
+    encoder = Encoder(tiny_config(position=position, **WINDOWS[window])).to(device)
     if position == "t5":
         torch.nn.init.normal_(encoder.position.relative_bias.weight, std=0.5)
     ids = torch.randint(5, VOCAB, (3, 24), device=device)
@@ -315,10 +320,11 @@ def flex_and_dense(position: str, device: str, grad: bool):
 
 
 @pytest.mark.parametrize("position", BIAS_SCHEMES)
-def test_flex_attention_equals_the_dense_bias(position):
+@pytest.mark.parametrize("window", WINDOWS)
+def test_flex_attention_equals_the_dense_bias(position, window):
     """FlexAttention evaluates the ALiBi / T5 bias and the key padding inside the kernel (the GPU default for
     bias schemes). Forced on CPU, where torch has its forward only, it must give the dense-bias SDPA output."""
-    (flex, _), (dense, _) = flex_and_dense(position, "cpu", grad=False)
+    (flex, _), (dense, _) = flex_and_dense(position, "cpu", grad=False, window=window)
     torch.testing.assert_close(flex, dense, atol=2e-5, rtol=1e-4)
 
 
