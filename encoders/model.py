@@ -246,12 +246,16 @@ class Encoder(nn.Module):
 
     def flops_per_token(self, seq_len: int, training: bool = False) -> int:
         """Matmul FLOPs per token of one forward pass at sequence length `seq_len` (x3 with `training`: the
-        backward pass costs twice the forward). Counts the projections and attention's two seq_len-long products;
-        norms, activations and softmax are negligible and left out, as in the usual MFU accounting."""
-        c, inner = self.config.hidden_size, self.config.intermediate_size
+        backward pass costs twice the forward). Counts the projections and attention's two products over the keys
+        a token attends to (all seq_len, or at most 2 * local_window + 1 in a sliding-window layer); norms,
+        activations and softmax are negligible and left out, as in the usual MFU accounting."""
+        config = self.config
+        c, inner = config.hidden_size, config.intermediate_size
         up = 2 * inner if self.blocks[0].feed_forward.gated else inner
-        per_layer = 2 * (3 * c * c + c * c + c * up + inner * c) + 2 * 2 * seq_len * c
-        forward = self.config.num_layers * per_layer
+        projections = 2 * (3 * c * c + c * c + c * up + inner * c)
+        keys = [seq_len if config.is_global(i) else min(seq_len, 2 * config.local_window + 1)
+                for i in range(config.num_layers)]
+        forward = sum(projections + 2 * 2 * k * c for k in keys)
         return 3 * forward if training else forward
 
     def flops(self, lengths: Sequence[int], training: bool = False) -> int:

@@ -30,6 +30,15 @@ def test_encoder_flops_count_real_tokens_at_their_own_length():
     assert encoder.flops([10, 3]) == 10 * hand_flops_per_token(config, 10) + 3 * hand_flops_per_token(config, 3)
 
 
+def test_sliding_window_layers_count_the_keys_in_their_window():
+    """Four layers, every other within 8 tokens: at 128 tokens the two local layers attend to 17 keys, not 128."""
+    config = EncoderConfig.from_name("bert-mini", vocab_size=100, local_window=8, global_every=2)
+    full = hand_flops_per_token(config, 128)
+    local = hand_flops_per_token(config, 17)
+    assert Encoder(config).flops_per_token(128) == (full + local) // 2
+    assert Encoder(config).flops_per_token(10) == hand_flops_per_token(config, 10)  # shorter than the window
+
+
 def test_masked_lm_flops_add_the_head_on_masked_tokens_only():
     model = MaskedLM(encoder=TINY, vocab_size=64)
     batch = mlm_batches(1)[0]
