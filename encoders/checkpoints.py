@@ -1,5 +1,5 @@
 """Reading and writing checkpoints: transformers-format BERT, RoBERTa, DistilBERT, ELECTRA (its discriminator
-encoder) and ModernBERT (its all-global form), and litbert's own format.
+encoder) and ModernBERT, and litbert's own format.
 
 A transformers checkpoint is a directory with `config.json` and weights (`model.safetensors`, a sharded
 `model.safetensors.index.json`, or `pytorch_model.bin`, read with `torch.load(weights_only=True)`). Each family's
@@ -90,6 +90,8 @@ def _modernbert_keys(hf: dict[str, Any], source: str) -> dict[str, Any]:
     if every == 0 or types != ["full_attention" if i % every == 0 else "sliding_attention" for i in range(n)]:
         raise ValueError(f"{source}: layer_types={types} has no litbert equivalent; litbert's layers attend globally "
                          f"every n layers from layer 0, and within a window otherwise.")
+    if hf.get("rope_scaling"):
+        raise ValueError(f"{source}: rope_scaling={hf['rope_scaling']!r} has no litbert equivalent.")
     ropes = hf.get("rope_parameters") or {}
     for kind in ("full_attention", "sliding_attention"):
         if ropes.get(kind, {}).get("rope_type", "default") != "default":
@@ -99,7 +101,8 @@ def _modernbert_keys(hf: dict[str, Any], source: str) -> dict[str, Any]:
     if every == 1:
         return {"rope_base": rope_base}
     local_base = float(ropes.get("sliding_attention", {}).get("rope_theta", hf.get("local_rope_theta", 10_000.0)))
-    return {"rope_base": rope_base, "local_rope_base": local_base, "global_every": every,
+    return {"rope_base": rope_base, "local_rope_base": None if local_base == rope_base else local_base,
+            "global_every": every,
             "local_window": hf.get("local_attention", 128) // 2}
 
 
@@ -403,8 +406,8 @@ def _from_transformers(directory: Path) -> Checkpoint:
     mlm = heads.get("mlm", {})
     if mlm and "bias" not in mlm and "cls.predictions.decoder.bias" in top:  # older BERT checkpoints
         mlm["bias"] = top["cls.predictions.decoder.bias"]
-    if "dense.weight" not in mlm or "bias" not in mlm:  # no MLM head; or (ModernBERT) a classifier's transform
-        heads.pop("mlm", None)
+    if "dense.weight" not in mlm or layout.head_bias_key is not None and "bias" not in mlm:
+        heads.pop("mlm", None)  # no MLM head; or (ModernBERT) a classifier's transform under the same names
     elif "dense.bias" not in mlm:  # a transform without a bias (ModernBERT's classifier_bias false)
         mlm["dense.bias"] = torch.zeros_like(mlm["dense.weight"][:, 0])
     # A token classifier and a sequence classifier share the name `classifier` in BERT and DistilBERT; which one
@@ -454,6 +457,20 @@ def load_checkpoint(directory: str | Path | Checkpoint) -> Checkpoint:
     return checkpoint
 
 
+def _window_pattern(checkpoint: Checkpoint, layers: list[int]) -> dict[str, Any]:
+    """The sliding-window settings under which the kept layers attend as they did: global where they were global."""
+    old = checkpoint.config
+    kept = [old.is_global(i) for i in layers]
+    if all(kept):
+        return {"local_window": 0, "global_every": 1}
+    every = kept.index(True, 1) if kept.count(True) > 1 else len(kept)
+    if kept != [i % every == 0 for i in range(len(kept))]:
+        pattern = ", ".join(f"{i} ({'global' if g else 'local'})" for i, g in zip(layers, kept, strict=True))
+        raise ValueError(f"layers={layers} of {checkpoint.source}: {pattern}; litbert's layers attend globally every n "
+                         f"layers from the first and within a window otherwise, so pick layers in that pattern.")
+    return {"global_every": every}
+
+
 def select_layers(checkpoint: Checkpoint, layers: Sequence[int] | str) -> Checkpoint:
     """The checkpoint with only these encoder blocks, in this order ("every_other": DistilBERT's half-depth student);
     embeddings, position tables, the final norm and the heads are kept as they are."""
@@ -472,7 +489,7 @@ def select_layers(checkpoint: Checkpoint, layers: Sequence[int] | str) -> Checkp
         prefix = f"blocks.{old}."
         state.update({f"blocks.{new}.{k[len(prefix):]}": v
                       for k, v in checkpoint.encoder_state.items() if k.startswith(prefix)})
-    config = replace(checkpoint.config, num_layers=len(layers))
+    config = replace(checkpoint.config, num_layers=len(layers), **_window_pattern(checkpoint, layers))
     if not config.first_attention_norm and layers[0] != 0:
         # Layer 0 alone has no attention norm (its input is the embeddings' norm); every other layer keeps its own.
         if 0 in layers:

@@ -104,9 +104,8 @@ class EncoderConfig:
                 f"layers need both, a window (> 0) and global layers only every n > 1 layers; with one alone every "
                 f"layer attends globally and the other changes nothing."
             )
-        if self.local_rope_base is not None and (self.local_window == 0 or self.local_rope_base <= 1):
-            raise ValueError(f"EncoderConfig.local_rope_base={self.local_rope_base} is the RoPE base of local layers; "
-                             f"it must be > 1 and needs local_window > 0.")
+        if self.local_rope_base is not None and self.local_rope_base <= 1:
+            raise ValueError(f"EncoderConfig.local_rope_base={self.local_rope_base} must be > 1.")
         if not 0 <= self.pad_token_id < self.vocab_size:
             raise ValueError(f"EncoderConfig.pad_token_id={self.pad_token_id} must lie in [0, vocab_size).")
         if self.type_vocab_size < 0 or self.position_offset < 0:

@@ -79,9 +79,11 @@ class Encoder(nn.Module):
         self.config = config
         self.embeddings = Embeddings(config)
         self.position = build_position(config)
-        # The local layers' RoPE, where its base differs (ModernBERT); it holds no weights.
+        # The local layers' RoPE, where its base differs (ModernBERT); it holds no weights. (A preset's local base is
+        # unused by the other schemes and without local layers, as its rope_base is.)
         self.local_position = None
-        if config.local_rope_base is not None and config.local_rope_base != config.rope_base:
+        local_base = config.local_rope_base
+        if config.position == "rope" and config.local_window and local_base not in (None, config.rope_base):
             self.local_position = build_position(dataclasses.replace(config, rope_base=config.local_rope_base))
         self.blocks = nn.ModuleList(Block(config, first=i == 0) for i in range(config.num_layers))
         # Pre-norm leaves the residual stream unnormalised; one final norm closes it.
@@ -126,8 +128,9 @@ class Encoder(nn.Module):
 
     def windowed(self, mask: torch.Tensor | ScoreMod | None, seq_len: int, device: torch.device):
         """`mask` (see `attention_mask` and `score_mod`) restricted to the keys within `local_window` of each query,
-        for the local layers. Every query keeps its own position, so no row of a padded batch is all masked (a
-        padding query far from every real token would otherwise give NaN)."""
+        for the local layers. In a boolean mask every query keeps its own position, so no row of a padded batch is
+        all masked (a padding query far from every real token would otherwise give NaN); a float mask holds the
+        dtype's minimum, not -inf, and FlexAttention gives fully masked rows zeros."""
         window = self.config.local_window
         index = torch.arange(seq_len, device=device)
         distance = (index[:, None] - index[None, :]).abs()

@@ -118,12 +118,23 @@ def check_scheme_settings(encoder: EncoderSpec, config: EncoderConfig, setting: 
         given = ", ".join(f"{name}={getattr(encoder, name)!r}" for name in unused)
         raise ValueError(f"{setting}: {given} belong to another position scheme; position={config.position!r} does "
                          f"not read them. Remove them, or set {setting}.position to their scheme.")
+    if getattr(encoder, "local_rope_base", None) is not None and not config.local_window:
+        raise ValueError(f"{setting}.local_rope_base={encoder.local_rope_base} is the RoPE base of sliding-window "
+                         f"layers, but there are none (local_window=0); remove it or set local_window and "
+                         f"global_every.")
 
 
 def parameter_shapes(config: EncoderConfig) -> dict[str, tuple[int, ...]]:
     """Name -> shape of every weight of an encoder with this configuration (built on the meta device: no memory)."""
     with torch.device("meta"):
         return {name: tuple(value.shape) for name, value in Encoder(config).state_dict().items()}
+
+
+def _keeps_shapes(base: EncoderConfig, overrides: dict[str, typing.Any], shapes: dict[str, tuple[int, ...]]) -> bool:
+    try:
+        return parameter_shapes(dataclasses.replace(base, **overrides)) == shapes
+    except ValueError:  # not a valid configuration alone
+        return False
 
 
 def over_checkpoint(encoder: EncoderSpec | None, pretrained: Checkpoint, setting: str = "model.encoder") -> Checkpoint:
@@ -145,9 +156,15 @@ def over_checkpoint(encoder: EncoderSpec | None, pretrained: Checkpoint, setting
     if "initializer_range" in overrides:
         raise ValueError(f"{setting}.initializer_range only sets how new weights start; the pretrained weights of "
                          f"{pretrained.source} are loaded as they are. Remove the setting.")
+    if overrides.get("pad_token_id", base.pad_token_id) != base.pad_token_id:
+        raise ValueError(f"{setting}.pad_token_id={overrides['pad_token_id']}: the padding row of {pretrained.source} "
+                         f"is {base.pad_token_id}, trained as such; remove the setting.")
     shapes = parameter_shapes(base)
-    refused = [name for name, value in overrides.items()
-               if parameter_shapes(dataclasses.replace(base, **{name: value})) != shapes]
+    # All at once first: settings that only hold together (local_window with global_every) are valid only so.
+    refused = []
+    if parameter_shapes(dataclasses.replace(base, **overrides)) != shapes:
+        refused = [name for name, value in overrides.items() if not _keeps_shapes(base, {name: value}, shapes)]
+        refused = refused or list(overrides)
     if refused:
         changes = ", ".join(f"{name}={overrides[name]!r} (checkpoint: {getattr(base, name)!r})" for name in refused)
         raise ValueError(
@@ -182,13 +199,14 @@ def build_encoder(
     spec = encoder if encoder is not None else EncoderSpec()
     config = spec.build()
     check_scheme_settings(spec, config)
+    from_data = {}  # replaced together: a preset's padding id may lie past a small tokenizer's vocabulary
     if vocab_size is not None:
         if spec.vocab_size is not None and vocab_size > spec.vocab_size:
             raise ValueError(
                 f"The tokenizer has {vocab_size} tokens but model.encoder.vocab_size={spec.vocab_size}; "
                 f"remove the override (the vocabulary size is taken from the tokenizer) or raise it."
             )
-        config = dataclasses.replace(config, vocab_size=spec.vocab_size or vocab_size)
+        from_data["vocab_size"] = spec.vocab_size or vocab_size
     if pad_token_id is not None:
         if spec.pad_token_id is not None and spec.pad_token_id != pad_token_id:
             raise ValueError(
@@ -196,8 +214,8 @@ def build_encoder(
                 f"row {spec.pad_token_id} would stay zero and untrained while it embeds a real token. Remove the "
                 f"override (the padding id is taken from the tokenizer)."
             )
-        config = dataclasses.replace(config, pad_token_id=pad_token_id)
-    return Encoder(config)
+        from_data["pad_token_id"] = pad_token_id
+    return Encoder(dataclasses.replace(config, **from_data))
 
 
 def validation_prefixes(split_names: Sequence[str]) -> list[str]:

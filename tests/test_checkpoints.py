@@ -92,7 +92,7 @@ def test_a_family_is_a_table_entry_electra_discriminator(tmp_path):
 
 
 def modernbert_config(**overrides):
-    """A small ModernBERT with every layer global (litbert has no sliding windows), pad id 0 as `inputs` pads."""
+    """A small ModernBERT with every layer global (unless overridden), pad id 0 as `inputs` pads."""
     values = dict(vocab_size=101, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=40,
                   max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1,
                   sep_token_id=2, layer_types=["full_attention"] * 3)
@@ -168,6 +168,15 @@ def test_modernbert_sliding_window_layers_match_transformers(tmp_path):
         probs = encoder(ids, mask, return_attentions=True).attentions
     far = (torch.arange(17)[:, None] - torch.arange(17)[None, :]).abs() > 3
     assert probs[0][..., far].abs().max() > 0 and probs[1][..., far].abs().max() == 0 == probs[2][..., far].abs().max()
+    # The published checkpoints' flat keys say the same.
+    flat = json.loads((tmp_path / "config.json").read_text())
+    for key in ("layer_types", "rope_parameters"):
+        flat.pop(key)
+    flat |= {"global_attn_every_n_layers": 3, "global_rope_theta": 2_000.0, "local_rope_theta": 300.0}
+    (tmp_path / "flat").mkdir()
+    (tmp_path / "flat" / "config.json").write_text(json.dumps(flat))
+    (tmp_path / "flat" / "model.safetensors").write_bytes((tmp_path / "model.safetensors").read_bytes())
+    assert Encoder.from_pretrained(tmp_path / "flat").config == encoder.config
     odd = tmp_path / "odd"
     types = ["sliding_attention", "full_attention", "full_attention"]
     transformers.ModernBertModel(modernbert_config(layer_types=types)).save_pretrained(odd)
@@ -203,9 +212,10 @@ def test_modernbert_preset_exports_to_transformers_and_back(tmp_path):
         encoder.save_pretrained(tmp_path / "strict", head=classifier, format="transformers")
 
 
-def test_a_modernbert_student_keeps_layer_zero_first(tmp_path):
+def test_a_modernbert_student_keeps_layer_zero_first_and_each_layers_attention(tmp_path):
     """Layer 0 alone has no attention norm: a student may start from it or from another layer (which brings its
-    norm), but may not move it later."""
+    norm), but may not move it later. Each kept layer attends as it did, globally or within its window; a choice of
+    layers litbert's pattern cannot express is refused."""
     from encoders.checkpoints import load_checkpoint, select_layers
 
     transformers.ModernBertModel(modernbert_config(num_hidden_layers=4, layer_types=["full_attention"] * 4)) \
@@ -218,6 +228,35 @@ def test_a_modernbert_student_keeps_layer_zero_first(tmp_path):
         assert student.config.first_attention_norm is first_norm
     with pytest.raises(ValueError, match=r"layers=\[2, 0\]: layer 0 .* has no attention norm"):
         select_layers(checkpoint, [2, 0])
+    windowed = tmp_path / "windowed"  # layers global, local, local, global
+    transformers.ModernBertModel(modernbert_config(num_hidden_layers=4, layer_types=None, local_attention=6)) \
+        .save_pretrained(windowed)
+    checkpoint = load_checkpoint(windowed)
+    for layers, pattern in (("every_other", (3, 2)), ([0, 3], (0, 1)), ([0, 1, 3], (3, 2))):
+        config = select_layers(checkpoint, layers).config
+        assert (config.local_window, config.global_every) == pattern, layers
+    with pytest.raises(ValueError, match=r"layers=\[1, 2\] .* 1 \(local\), 2 \(local\)"):
+        select_layers(checkpoint, [1, 2])
+
+
+def test_window_settings_apply_together_over_a_checkpoint_and_the_padding_row_stays(tmp_path):
+    """local_window and global_every hold only together, so they are applied together over a checkpoint; the
+    checkpoint's padding row is its own; a local RoPE base without local layers is refused, and the modernbert-base
+    preset can be made all-global."""
+    from encoders.checkpoints import load_checkpoint
+    from tasks.base import EncoderSpec, build_encoder, over_checkpoint
+
+    transformers.BertModel(hf_config("bert")).save_pretrained(tmp_path)
+    checkpoint = load_checkpoint(tmp_path)
+    config = over_checkpoint(EncoderSpec(local_window=4, global_every=2), checkpoint).config
+    assert (config.local_window, config.global_every) == (4, 2)
+    with pytest.raises(ValueError, match="pad_token_id=5: the padding row .* is 0"):
+        over_checkpoint(EncoderSpec(pad_token_id=5), checkpoint)
+    with pytest.raises(ValueError, match="local_rope_base=500.0 is the RoPE base of sliding-window layers"):
+        build_encoder(EncoderSpec(preset="bert-tiny", position="rope", local_rope_base=500.0), None, 100)
+    flat = build_encoder(EncoderSpec(preset="modernbert-base", num_layers=2, local_window=0, global_every=1), None, 100,
+                         pad_token_id=0)
+    assert flat.local_position is None and flat.config.is_global(1)
 
 
 @pytest.mark.parametrize(("family", "_", "mlm"), FAMILIES)

@@ -81,12 +81,19 @@ def test_max_sequence_length():
     assert EncoderConfig.from_name("bert-base", position="alibi").max_sequence_length is None
 
 
-def test_modernbert_preset_is_modernbert_base_with_every_layer_global():
-    """The preset has transformers' ModernBERT-base defaults' parameters, one for one (149M, Warner et al., 2024)."""
+def test_modernbert_preset_is_transformers_modernbert_base():
+    """The preset is transformers' ModernBertConfig defaults (ModernBERT-base, Warner et al., 2024): the same
+    parameters one for one (149M), the same global and sliding-window layers, window and RoPE bases."""
     import transformers
 
-    theirs = transformers.ModernBertModel(transformers.ModernBertConfig()).num_parameters()
-    assert Encoder(EncoderConfig.from_name("modernbert-base")).num_parameters() == theirs == 149_014_272
+    theirs = transformers.ModernBertConfig()
+    ours = EncoderConfig.from_name("modernbert-base")
+    assert Encoder(ours).num_parameters() == transformers.ModernBertModel(theirs).num_parameters() == 149_014_272
+    assert [("full_attention" if ours.is_global(i) else "sliding_attention") for i in range(ours.num_layers)] == \
+        theirs.layer_types
+    assert (ours.local_window, ours.rope_base, ours.local_rope_base) == (
+        theirs.sliding_window, theirs.rope_parameters["full_attention"]["rope_theta"],
+        theirs.rope_parameters["sliding_attention"]["rope_theta"])
 
 
 def test_only_pre_norm_can_leave_the_first_attention_input_alone():

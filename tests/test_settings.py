@@ -306,7 +306,7 @@ SPECIFIC = {
     ("distillation", "model.init_args.teacher"): "{tiny_b}",
 }
 # Linked from the data: the parser takes a value, and the run refuses one that differs from the data's.
-LINKED = ("vocab_size", "num_labels", "label_names", "metrics", "validation_names")
+LINKED = ("vocab_size", "pad_token_id", "num_labels", "label_names", "metrics", "validation_names")
 
 
 def as_argument(value: Any) -> str:
@@ -460,6 +460,8 @@ def test_values_from_the_data_cannot_be_set_to_others(glue):
         glue("--model.init_args.num_labels", "3")
     with pytest.raises(ValueError, match=r"model.metrics=\['f1'\] is set from the data"):
         glue("--model.init_args.metrics", '["f1"]')
+    with pytest.raises(ValueError, match=r"model.pad_token_id=5 is set from the data \(GLUEDataModule gives 0\)"):
+        glue("--model.init_args.pad_token_id", "5")
     assert glue("--model.init_args.num_labels", "2").model.hparams.num_labels == 2  # the data's own value
 
 
