@@ -241,22 +241,28 @@ def report(records: list[dict], write: Path | None, section: str) -> None:
 
 
 def task_rows(task: str, records: list[dict], runs: list[str]) -> list[list[str]]:
+    """One row per run: metrics over every seed; times over the runs that had the machine to themselves (a record
+    marked `"contended": true` ran beside other work, so its metrics stand and its time does not)."""
     rows, rates = [], {}
     for run in runs:
         mine = [r for r in records if r["run"] == run]
         if not mine:
             continue
-        seconds = statistics.median(r["seconds"] for r in mine)
-        rates[run] = statistics.median(r["samples_per_second"] for r in mine)
+        timed = [r for r in mine if not r.get("contended")]
+        seconds, rate = "contended", "contended"
+        if timed:
+            rates[run] = statistics.median(r["samples_per_second"] for r in timed)
+            seconds = f"{statistics.median(r['seconds'] for r in timed):.0f}" + (f" ({len(timed)})" if len(timed) <
+                                                                                  len(mine) else "")
+            rate = f"{rates[run]:.1f}"
         shown = []
         for name in mine[0]["metrics"]:
             values = [r["metrics"][name] for r in mine]
             spread = f" ± {statistics.stdev(values):.3f}" if len(values) > 1 else ""
             shown.append(f"{name} {statistics.mean(values):.3f}{spread}")
-        rows.append([task, f"{mine[0]['examples']:,} x {mine[0]['epochs']}", run, "; ".join(shown), f"{seconds:.0f}",
-                     f"{rates[run]:.1f}"])
+        rows.append([task, f"{mine[0]['examples']:,} x {mine[0]['epochs']}", run, "; ".join(shown), seconds, rate])
     for row in rows:
-        row.append(f"{rates['litbert'] / rates[row[2]]:.2f}x" if "litbert" in rates else "")
+        row.append(f"{rates['litbert'] / rates[row[2]]:.2f}x" if "litbert" in rates and row[2] in rates else "")
     return rows
 
 
