@@ -26,7 +26,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from encoders.choices import check_choice
-from encoders.config import EncoderConfig
+from encoders.config import EncoderConfig, global_every
 from encoders.positions import sinusoidal_table
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ class Layout:
     activation_key: str = "hidden_act"
     # the family's activation names -> litbert's; an export writes the first name of each
     activations: dict[str, str] = field(default_factory=lambda: dict(_BERT_ACTIVATIONS))
-    positions: tuple[str, ...] = ("learned",)  # position schemes it stores
+    positions: tuple[str, ...] = ("learned",)  # position schemes it stores; its checkpoints have the first
     sinusoidal_key: str | None = None  # the config.json flag that selects sinusoidal positions
     offset_from_pad: bool = False  # positions start at pad_token_id + 1 (RoBERTa)
     token_types: bool = True  # has a token-type table (type_vocab_size >= 1)
@@ -85,9 +85,8 @@ def _modernbert_keys(hf: dict[str, Any], source: str) -> dict[str, Any]:
     n = hf["num_hidden_layers"]
     every = hf.get("global_attn_every_n_layers", 3)
     types = hf.get("layer_types") or ["full_attention" if i % every == 0 else "sliding_attention" for i in range(n)]
-    global_layers = [i for i, kind in enumerate(types) if kind == "full_attention"]
-    every = global_layers[1] if len(global_layers) > 1 else n if global_layers == [0] else 0
-    if every == 0 or types != ["full_attention" if i % every == 0 else "sliding_attention" for i in range(n)]:
+    every = global_every([kind == "full_attention" for kind in types])
+    if every is None or any(kind not in ("full_attention", "sliding_attention") for kind in types):
         raise ValueError(f"{source}: layer_types={types} has no litbert equivalent; litbert's layers attend globally "
                          f"every n layers from layer 0, and within a window otherwise.")
     if hf.get("rope_scaling"):
@@ -207,7 +206,7 @@ LAYOUTS: dict[str, Layout] = {
                "feed_forward.down": "mlp.Wo", "feed_forward_norm": "mlp_norm"},
         heads={"mlm": {"dense": "head.dense", "norm": "head.norm", "bias": "decoder.bias"}},
         fixed={"norm_placement": "pre", "norm": "layernorm", "bias": False, "embedding_scale": 1.0,
-               "type_vocab_size": 0, "first_attention_norm": False, "position": "rope"},
+               "type_vocab_size": 0, "first_attention_norm": False},
         activation_key="hidden_activation", activations={"gelu": "geglu"}, positions=("rope",), token_types=False,
         required={"norm_bias": False, "attention_bias": False, "mlp_bias": False, "decoder_bias": True,
                   "classifier_activation": "gelu"},
@@ -314,7 +313,7 @@ def config_from_transformers(hf: dict[str, Any], source: str) -> EncoderConfig:
             raise ValueError(f"{source}: {key}={hf[key]} differs from {layout.config_keys[name]}={values[name]}; "
                              f"litbert has one {name} for both (its embeddings are as wide as its hidden states, "
                              f"its dropouts one rate).")
-    values.update(layout.fixed)
+    values.update(layout.fixed, position=layout.positions[0])
     if layout.read_keys is not None:
         values.update(layout.read_keys(hf, source))
     if layout.offset_from_pad:
@@ -459,12 +458,11 @@ def load_checkpoint(directory: str | Path | Checkpoint) -> Checkpoint:
 
 def _window_pattern(checkpoint: Checkpoint, layers: list[int]) -> dict[str, Any]:
     """The sliding-window settings under which the kept layers attend as they did: global where they were global."""
-    old = checkpoint.config
-    kept = [old.is_global(i) for i in layers]
-    if all(kept):
+    kept = [checkpoint.config.is_global(i) for i in layers]
+    every = global_every(kept)
+    if every == 1:
         return {"local_window": 0, "global_every": 1}
-    every = kept.index(True, 1) if kept.count(True) > 1 else len(kept)
-    if kept != [i % every == 0 for i in range(len(kept))]:
+    if every is None:
         pattern = ", ".join(f"{i} ({'global' if g else 'local'})" for i, g in zip(layers, kept, strict=True))
         raise ValueError(f"layers={layers} of {checkpoint.source}: {pattern}; litbert's layers attend globally every n "
                          f"layers from the first and within a window otherwise, so pick layers in that pattern.")
@@ -506,7 +504,7 @@ def _mismatches(config: EncoderConfig, layout: Layout, kind: str | None = None) 
     """What in `config` (and a head of `kind`) the family `layout` cannot express, each with the reason."""
     family = layout.class_prefix
     reasons = [f"{name}={getattr(config, name)!r} ({family} has {value!r})" for name, value in layout.fixed.items()
-               if getattr(config, name) != value and name != "position"]
+               if getattr(config, name) != value]
     if config.position not in layout.positions:
         reasons.append(f"position={config.position!r} ({family} stores {' or '.join(layout.positions)} positions)")
     if config.activation not in layout.activations.values():

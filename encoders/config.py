@@ -9,6 +9,7 @@ the fixed choices are `Literal`s, checked with `check_choice`.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -17,6 +18,15 @@ from encoders.layers import ACTIVATIONS, NORMS
 from encoders.positions import POSITIONS
 
 NormPlacement = Literal["post", "pre"]
+
+
+def global_every(is_global: Sequence[bool]) -> int | None:
+    """The n for which layer i attends globally exactly when i % n == 0 (`EncoderConfig.global_every`; 1: every
+    layer), or None when these layers' pattern is not of that form."""
+    if not is_global or not is_global[0]:
+        return None
+    every = is_global.index(True, 1) if is_global.count(True) > 1 else len(is_global)
+    return every if list(is_global) == [i % every == 0 for i in range(len(is_global))] else None
 
 
 @dataclass

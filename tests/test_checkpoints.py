@@ -99,6 +99,18 @@ def modernbert_config(**overrides):
     return transformers.ModernBertConfig(**{**values, **overrides})
 
 
+def flat_copy(folder, **flat_keys):
+    """`folder/flat`: the checkpoint with the published ModernBERT checkpoints' flat config keys instead of
+    transformers 5's `layer_types` and `rope_parameters`."""
+    config = json.loads((folder / "config.json").read_text())
+    for key in ("layer_types", "rope_parameters"):
+        config.pop(key)
+    (folder / "flat").mkdir()
+    (folder / "flat" / "config.json").write_text(json.dumps(config | flat_keys))
+    (folder / "flat" / "model.safetensors").write_bytes((folder / "model.safetensors").read_bytes())
+    return folder / "flat"
+
+
 def test_a_family_is_a_table_entry_modernbert(tmp_path):
     """ModernBERT, a family without biases whose checkpoint fuses Q, K and V, is one `LAYOUTS` row: its MLM model
     loads with transformers' numbers (its padded rows taking litbert's unpadded path), whether its config.json has
@@ -110,14 +122,8 @@ def test_a_family_is_a_table_entry_modernbert(tmp_path):
     ids, mask, _ = inputs("modernbert", 0)
     with torch.no_grad():
         expected = reference(input_ids=ids, attention_mask=mask).logits
-    flat = json.loads((tmp_path / "config.json").read_text())
-    for key in ("layer_types", "rope_parameters"):
-        flat.pop(key)
-    (tmp_path / "flat").mkdir()
-    (tmp_path / "flat" / "config.json").write_text(json.dumps(flat | {"global_attn_every_n_layers": 1,
-                                                                     "global_rope_theta": 2_000.0}))
-    (tmp_path / "flat" / "model.safetensors").write_bytes((tmp_path / "model.safetensors").read_bytes())
-    for folder in (tmp_path, tmp_path / "flat"):
+    flat = flat_copy(tmp_path, global_attn_every_n_layers=1, global_rope_theta=2_000.0)
+    for folder in (tmp_path, flat):
         encoder = Encoder.from_pretrained(folder).eval()
         head = MaskedLMHead.from_pretrained(folder, encoder).eval()
         config = encoder.config
@@ -169,14 +175,8 @@ def test_modernbert_sliding_window_layers_match_transformers(tmp_path):
     far = (torch.arange(17)[:, None] - torch.arange(17)[None, :]).abs() > 3
     assert probs[0][..., far].abs().max() > 0 and probs[1][..., far].abs().max() == 0 == probs[2][..., far].abs().max()
     # The published checkpoints' flat keys say the same.
-    flat = json.loads((tmp_path / "config.json").read_text())
-    for key in ("layer_types", "rope_parameters"):
-        flat.pop(key)
-    flat |= {"global_attn_every_n_layers": 3, "global_rope_theta": 2_000.0, "local_rope_theta": 300.0}
-    (tmp_path / "flat").mkdir()
-    (tmp_path / "flat" / "config.json").write_text(json.dumps(flat))
-    (tmp_path / "flat" / "model.safetensors").write_bytes((tmp_path / "model.safetensors").read_bytes())
-    assert Encoder.from_pretrained(tmp_path / "flat").config == encoder.config
+    flat = flat_copy(tmp_path, global_attn_every_n_layers=3, global_rope_theta=2_000.0, local_rope_theta=300.0)
+    assert Encoder.from_pretrained(flat).config == encoder.config
     odd = tmp_path / "odd"
     types = ["sliding_attention", "full_attention", "full_attention"]
     transformers.ModernBertModel(modernbert_config(layer_types=types)).save_pretrained(odd)
