@@ -4,6 +4,7 @@ reads the same without them; each is measured in BENCHMARKS.md (`bench/fast_path
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -99,6 +100,20 @@ class Unpadded:
     def unpad(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, F) -> (N, F)."""
         return x.reshape(-1, x.shape[-1]).index_select(0, self.index)
+
+    @functools.cached_property
+    def _firsts(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Where each sequence's position 0 sits among the N tokens (B,), and whether it is a real token (B,)."""
+        starts = torch.arange(self.batch_size, device=self.index.device) * self.seq_len
+        at = torch.searchsorted(self.index, starts).clamp(max=self.index.numel() - 1)
+        return at, self.index[at] == starts
+
+    def first(self, tokens: torch.Tensor) -> torch.Tensor:
+        """(N, F) -> (B, 1, F): each sequence's position 0, zeros where it is padding (as `pad` gives)."""
+        if self.index.numel() == 0:
+            return tokens.new_zeros(self.batch_size, 1, tokens.shape[-1])
+        at, real = self._firsts
+        return (tokens.index_select(0, at) * real[:, None].to(tokens.dtype)).unsqueeze(1)
 
 
 _compiled_flex_attention = None

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from encoders.choices import check_choice
@@ -85,6 +86,10 @@ class AttentionInputs:
     unpadded: Unpadded | None = None  # set when the blocks carry the (N, C) real tokens only
     return_attention: bool = False  # also return each layer's (B, H, T, T) attention probabilities
 
+    def first(self, x: torch.Tensor) -> torch.Tensor:
+        """Each sequence's first token of a block's input, (B, 1, C)."""
+        return self.unpadded.first(x) if self.unpadded is not None else x[:, :1]
+
 
 class Attention(nn.Module):
     """Multi-head self-attention with one fused QKV projection."""
@@ -97,9 +102,13 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size, bias=config.bias)
         self.out = nn.Linear(config.hidden_size, config.hidden_size, bias=config.bias)
 
-    def forward(self, x: torch.Tensor, inputs: AttentionInputs) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(self, x: torch.Tensor, inputs: AttentionInputs,
+                first_only: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(B, T, C) -> (B, T, C), and the attention probabilities when asked for; with `inputs.unpadded`, `x` and
-        the result hold the real tokens only, (N, C)."""
+        the result hold the real tokens only, (N, C). With `first_only`, only each sequence's first token queries
+        (every token is still a key and value): the result is (B, 1, C)."""
+        if first_only:
+            return self.first_query(x, inputs)
         qkv = self.qkv(x)
         if inputs.unpadded is not None:
             qkv = inputs.unpadded.pad(qkv)  # (B, T, 3C): attention works on whole sequences
@@ -111,6 +120,24 @@ class Attention(nn.Module):
         if inputs.unpadded is not None:
             y = inputs.unpadded.unpad(y)  # (N, C)
         return self.out(y), probs
+
+    def first_query(self, x: torch.Tensor, inputs: AttentionInputs) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`forward` for each sequence's first token only: keys and values of every token, one query per sequence."""
+        C = self.out.in_features
+        weight, bias = self.qkv.weight, self.qkv.bias
+        q = F.linear(inputs.first(x), weight[:C], None if bias is None else bias[:C])  # (B, 1, C)
+        kv = F.linear(x, weight[C:], None if bias is None else bias[C:])
+        if inputs.unpadded is not None:
+            kv = inputs.unpadded.pad(kv)  # (B, T, 2C)
+        B, T = kv.shape[0], kv.shape[1]
+        k, v = kv.view(B, T, 2, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # each (B, H, T, D)
+        q = q.view(B, 1, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, 1, D)
+        q, k = inputs.scheme.rotate(q, k, inputs.positions)
+        mask = inputs.mask
+        if isinstance(mask, torch.Tensor) and mask.shape[-2] > 1:
+            mask = mask[..., :1, :]  # the first query's row of a (.., T, T) mask or bias
+        y, probs = attend(q, k, v, mask, self.dropout if self.training else 0.0, inputs.return_attention)
+        return self.out(y.transpose(1, 2).reshape(B, 1, C)), probs
 
 
 class Block(nn.Module):
@@ -126,12 +153,15 @@ class Block(nn.Module):
         self.feed_forward_norm = build_norm(config)
         self.dropout = Dropout(config.hidden_dropout)
 
-    def forward(self, x: torch.Tensor, inputs: AttentionInputs) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """`x` is (B, T, C), or (N, C) real tokens with `inputs.unpadded`: everything but attention is per token."""
+    def forward(self, x: torch.Tensor, inputs: AttentionInputs,
+                first_only: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """`x` is (B, T, C), or (N, C) real tokens with `inputs.unpadded`: everything but attention is per token.
+        With `first_only` the block computes each sequence's first token only, (B, 1, C), from all of `x`."""
+        residual = inputs.first(x) if first_only else x
         if self.pre_norm:
-            attended, probs = self.attention(self.attention_norm(x), inputs)
-            x = x + self.dropout(attended)
+            attended, probs = self.attention(self.attention_norm(x), inputs, first_only)
+            x = residual + self.dropout(attended)
             return x + self.dropout(self.feed_forward(self.feed_forward_norm(x))), probs
-        attended, probs = self.attention(x, inputs)
-        x = self.attention_norm(x + self.dropout(attended))
+        attended, probs = self.attention(x, inputs, first_only)
+        x = self.attention_norm(residual + self.dropout(attended))
         return self.feed_forward_norm(x + self.dropout(self.feed_forward(x))), probs

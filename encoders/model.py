@@ -202,6 +202,7 @@ class Encoder(nn.Module):
         return_hidden_states: bool = False,
         return_attentions: bool = False,
         document_ids: torch.Tensor | None = None,
+        first_token_only: bool = False,
     ) -> torch.Tensor | EncoderOutput:
         """Hidden states (B, T, C) for `input_ids` (B, T); `attention_mask` is 1 for real tokens, 0 for padding.
         Hidden states at padding are not meaningful: zeros when the blocks ran unpadded, else whatever the
@@ -210,7 +211,15 @@ class Encoder(nn.Module):
         up to the positions, which still count from the row's start).
 
         With `return_hidden_states` or `return_attentions`, an `EncoderOutput` carrying them instead.
+
+        With `first_token_only`, the last layer computes each sequence's first token only ([CLS], what BERT's pooler
+        reads), attending over all tokens as before: (B, 1, C), equal to `[:, :1]` of the full result. The other
+        tokens' last-layer work is skipped (its query side, attention output and feed-forward: 1/num_layers of
+        the encoder's FLOPs, less their key and value projections), forward and backward.
         """
+        if first_token_only and (return_hidden_states or return_attentions):
+            raise ValueError("first_token_only skips the last layer's other tokens, so it cannot return every "
+                             "token's hidden states or attentions; ask for one or the other.")
         seq_len = input_ids.shape[1]
         positions = torch.arange(seq_len, device=input_ids.device)
         x = self.position.embed(self.embeddings(input_ids, token_type_ids), positions)
@@ -231,12 +240,13 @@ class Encoder(nn.Module):
             local = AttentionInputs(self.local_position or self.position, positions,
                                     self.windowed(mask, seq_len, input_ids.device), unpadded, return_attentions)
         hidden_states, attentions = [x], []
+        last = len(self.blocks) - 1
         for i, block in enumerate(self.blocks):
-            x, probs = block(x, inputs if self.config.is_global(i) else local)
+            x, probs = block(x, inputs if self.config.is_global(i) else local, first_token_only and i == last)
             hidden_states.append(x)
             attentions.append(probs)
         x = self.final_norm(x)
-        if unpadded is not None:
+        if unpadded is not None and not first_token_only:
             return unpadded.pad(x)
         if not (return_hidden_states or return_attentions):
             return x
@@ -261,10 +271,21 @@ class Encoder(nn.Module):
         forward = sum(projections + 2 * 2 * k * c for k in keys)
         return 3 * forward if training else forward
 
-    def flops(self, lengths: Sequence[int], training: bool = False) -> int:
+    def flops(self, lengths: Sequence[int], training: bool = False, first_token_only: bool = False) -> int:
         """Model FLOPs of encoding sequences of these real lengths: `flops_per_token` at each length, per token.
-        Padding does no useful work and is not counted."""
-        return sum(self.flops_per_token(length, training) * length for length in lengths)
+        Padding does no useful work and is not counted. With `first_token_only` (see `forward`), the last layer's
+        other tokens count their key and value projections only."""
+        total = sum(self.flops_per_token(length, training) * length for length in lengths)
+        if first_token_only and self.config.num_layers:
+            config = self.config
+            c, inner = config.hidden_size, config.intermediate_size
+            up = 2 * inner if self.blocks[-1].feed_forward.gated else inner
+            skipped = 2 * (c * c + c * c + c * up + inner * c)  # query and output projections, feed-forward
+            last = config.num_layers - 1
+            for length in lengths:
+                keys = length if config.is_global(last) else min(length, 2 * config.local_window + 1)
+                total -= (3 if training else 1) * (length - 1) * (skipped + 2 * 2 * keys * c)
+        return total
 
     def num_parameters(self, exclude_embeddings: bool = False) -> int:
         params = {id(p): p for p in self.parameters()}

@@ -43,6 +43,8 @@ class PositionScheme(nn.Module):
         return x
 
     def rotate(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Queries (B, H, n, D) at the first n of `positions` (all, or the first token only) and keys (B, H, T, D)
+        at all T, as the scheme moves them before attention (RoPE rotates them; the others leave them)."""
         return q, k
 
     def bias(self, q_len: int, k_len: int) -> torch.Tensor | None:
@@ -148,7 +150,8 @@ class RotaryPositions(PositionScheme):
 
     def rotate(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         cos, sin = self.cos_sin(positions, q.dtype)
-        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        n = q.shape[-2]  # the queries may be the first n positions only (`Encoder.forward`'s first_token_only)
+        return q * cos[:n] + rotate_half(q) * sin[:n], k * cos + rotate_half(k) * sin
 
 
 def alibi_slopes(num_heads: int) -> torch.Tensor:

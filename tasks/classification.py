@@ -94,9 +94,16 @@ class SequenceClassification(EncoderTask):
     def export_labels(self) -> Sequence[str] | None:
         return self.label_names
 
+    @property
+    def first_token_only(self) -> bool:
+        """BERT's pooler reads the first token only, so the encoder's last layer computes no other
+        (`Encoder.forward`); mean pooling needs them all."""
+        return self.head.pooling == "cls"
+
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         mask = batch.get("attention_mask")
-        hidden = self.encoder(batch["input_ids"], mask, batch.get("token_type_ids"))
+        hidden = self.encoder(batch["input_ids"], mask, batch.get("token_type_ids"),
+                              first_token_only=self.first_token_only)
         logits = self.head(hidden, mask)
         return logits.squeeze(-1) if self.regression else logits
 
@@ -121,7 +128,7 @@ class SequenceClassification(EncoderTask):
 
     def training_flops(self, batch: dict[str, torch.Tensor]) -> int:
         """The encoder (forward and backward), plus the teacher's forward pass when distilling."""
-        flops = super().training_flops(batch)
+        flops = self.encoder.flops(sequence_lengths(batch), training=True, first_token_only=self.first_token_only)
         if self.teacher is not None:
             flops += self.teacher.encoder.flops(sequence_lengths(batch))
         return flops

@@ -201,6 +201,71 @@ def test_unpadded_path_equals_padded_path(position, norm_placement, window):
         torch.testing.assert_close(unpadded_grad, padded_grad, atol=1e-6, rtol=1e-4)
 
 
+@pytest.mark.parametrize("position", SCHEMES)
+@pytest.mark.parametrize("norm_placement", ["post", "pre"])
+@pytest.mark.parametrize("window", WINDOWS)
+@pytest.mark.parametrize("path", ["padded", "unpadded", "documents", "explicit"])
+def test_first_token_only_equals_the_full_last_layer(position, norm_placement, window, path):
+    """`first_token_only` (what BERT's pooler reads) gives the full encoder's first token and its gradients, padded,
+    unpadded, with packed documents' (B, 1, T, T) mask, and on the explicit attention path (training on CPU with
+    attention dropout that rounds to nothing)."""
+    torch.manual_seed(0)
+    overrides = {"attention_dropout": 1e-9} if path == "explicit" else {}
+    encoder = Encoder(tiny_config(position=position, norm_placement=norm_placement, **WINDOWS[window],
+                                  **overrides)).double()
+    if position == "t5":
+        torch.nn.init.normal_(encoder.position.relative_bias.weight, std=0.5)
+    encoder.config.unpad_below = 1.0 if path == "unpadded" else 0.0
+    encoder.train(path == "explicit")
+    ids, attention_mask = padded_batch()
+    documents = None
+    if path == "documents":
+        documents = (torch.arange(20) >= 9).long().expand(4, 20)  # two documents a row; the first token's is 0
+    params = list(encoder.parameters())
+    results = {}
+    for first_only in (False, True):
+        hidden = encoder(ids, attention_mask, document_ids=documents, first_token_only=first_only)
+        first = hidden[:, :1]
+        assert hidden.shape == ((4, 1, 32) if first_only else (4, 20, 32))
+        loss = (first * torch.linspace(-1, 1, 32, dtype=torch.float64)).sum() + first.square().sum()
+        results[first_only] = (first.detach(), torch.autograd.grad(loss, params, allow_unused=True))
+    torch.testing.assert_close(results[True][0], results[False][0], atol=1e-12, rtol=1e-10)
+    for fast, full in zip(results[True][1], results[False][1], strict=True):
+        assert (fast is None) == (full is None)
+        if full is not None:
+            torch.testing.assert_close(fast, full, atol=1e-12, rtol=1e-9)
+
+
+@pytest.mark.parametrize("position", BIAS_SCHEMES)
+def test_first_token_only_under_flex_attention(position):
+    """FlexAttention's score_mod sees the one query at index 0, the first token's true position."""
+    torch.manual_seed(0)
+    encoder = Encoder(tiny_config(position=position, flex_attention=True)).eval()
+    torch.nn.init.normal_(encoder.blocks[-1].attention.qkv.weight, std=0.5)
+    if position == "t5":
+        torch.nn.init.normal_(encoder.position.relative_bias.weight, std=0.5)
+    ids, attention_mask = padded_batch(24)
+    with torch.no_grad():
+        full = encoder(ids, attention_mask)[:, :1]
+        first = encoder(ids, attention_mask, first_token_only=True)
+    torch.testing.assert_close(first, full, atol=2e-5, rtol=1e-4)
+
+
+def test_first_token_only_counts_the_work_it_skips_and_refuses_every_token_outputs():
+    encoder = Encoder(tiny_config(local_window=2, global_every=2))  # layer 1, the last, is local
+    c, inner, lengths = 32, 64, [20, 3]
+    full, fast = encoder.flops(lengths, training=True), encoder.flops(lengths, training=True, first_token_only=True)
+    # Tokens after the first skip the last layer's query and output projections, feed-forward and attention products
+    # (a local layer's token attends to at most 2 * 2 + 1 keys); they keep their key and value projections.
+    skipped = sum((n - 1) * (2 * (2 * c * c + 2 * c * inner) + 4 * min(n, 5) * c) for n in lengths)
+    assert full - fast == 3 * skipped
+    assert encoder.flops(lengths, first_token_only=True) == encoder.flops(lengths) - skipped
+    ids = torch.randint(5, VOCAB, (2, 8))
+    for outputs in ({"return_hidden_states": True}, {"return_attentions": True}):
+        with pytest.raises(ValueError, match="first_token_only"):
+            encoder(ids, first_token_only=True, **outputs)
+
+
 def test_unpadded_path_is_taken_only_when_padding_is_large():
     encoder = Encoder(tiny_config())
     ids, attention_mask = padded_batch()  # 51% real tokens

@@ -324,6 +324,32 @@ def test_every_glue_task_has_its_metrics():
         assert set(collection.keys()) == set(task.metrics), name
 
 
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_a_classifier_reads_what_the_full_encoder_computes(pooling, monkeypatch):
+    """With BERT's pooler the encoder's last layer computes the first token only; logits and gradients are those of
+    the full encoder's output under the head, and mean pooling still gets every token."""
+    torch.manual_seed(0)
+    model = SequenceClassification(num_labels=3, encoder=TINY, vocab_size=64, pooling=pooling, classifier_dropout=0.0)
+    batch = classification_batches(1)[0]
+    batch["attention_mask"][1, 7:] = 0
+    asked, forward = [], model.encoder.forward
+
+    def recording(*args, **kwargs):
+        asked.append(kwargs["first_token_only"])
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(model.encoder, "forward", recording)
+    logits = model(batch)
+    full = model.head(forward(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids")),
+                      batch["attention_mask"])
+    assert asked == [pooling == "cls"]
+    torch.testing.assert_close(logits, full, atol=1e-6, rtol=1e-5)
+    params = list(model.parameters())
+    fast_grads = torch.autograd.grad(logits.square().sum(), params)
+    for a, b in zip(fast_grads, torch.autograd.grad(full.square().sum(), params), strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
+
+
 def test_a_pretrained_directory_is_read_once(tmp_path, monkeypatch):
     import transformers
 

@@ -63,13 +63,18 @@ def test_distillation_flops_add_the_teachers_forward(teacher_dir):  # noqa: F811
     assert teacher > student / 3  # the frozen teacher's forward is a real share of the step
 
 
-def test_sequence_classification_flops_are_the_encoders():
-    model = SequenceClassification(encoder=TINY, vocab_size=64, num_labels=2)
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_sequence_classification_flops_are_the_encoders(pooling):
+    """BERT's pooler reads the first token, so the last layer computes no other (`first_token_only`); mean pooling
+    needs every token's."""
+    model = SequenceClassification(encoder=TINY, vocab_size=64, num_labels=2, pooling=pooling)
     ids = torch.randint(5, 64, (4, 12))
     mask = torch.ones_like(ids)
     mask[0, 5:] = 0
-    assert model.training_flops({"input_ids": ids, "attention_mask": mask}) == model.encoder.flops(
-        [5, 12, 12, 12], training=True)
+    full = model.encoder.flops([5, 12, 12, 12], training=True)
+    expected = model.encoder.flops([5, 12, 12, 12], training=True, first_token_only=True) if pooling == "cls" else full
+    assert model.training_flops({"input_ids": ids, "attention_mask": mask}) == expected
+    assert (expected < full) == (pooling == "cls")
 
 
 def test_matmul_dtype_follows_the_precision_setting():
