@@ -55,7 +55,11 @@ class Layout:
     qkv: tuple[str, ...]  # the query, key and value projections, or one fused projection
     block: dict[str, str]
     heads: dict[str, dict[str, str]]  # head kind -> its parameters, relative to the task model's root
-    pooler_activation: str = "tanh"
+    # Its sequence classifier's pooler, as `SequenceClassificationHead` options (a head exports only if it has them),
+    # and the config.json keys of the options it stores instead of fixing them (ModernBERT's pooling, dense bias).
+    pooler: dict[str, Any] = field(default_factory=lambda: {"pooling": "cls", "pooler_activation": "tanh",
+                                                            "pooler_bias": True, "pooler_norm": False})
+    pooler_keys: dict[str, str] = field(default_factory=dict)
     fixed: dict[str, Any] = field(default_factory=dict)  # EncoderConfig values the family has and does not store
     activation_key: str = "hidden_act"
     # the family's activation names -> litbert's; an export writes the first name of each
@@ -173,7 +177,7 @@ LAYOUTS: dict[str, Layout] = {
         heads={"mlm": {"dense": "vocab_transform", "norm": "vocab_layer_norm", "bias": "vocab_projector.bias"},
                "sequence_classification": {"pooler.0": "pre_classifier", "classifier": "classifier"},
                "token_classification": {"classifier": "classifier"}},
-        pooler_activation="relu",
+        pooler={"pooling": "cls", "pooler_activation": "relu", "pooler_bias": True, "pooler_norm": False},
         # DistilBERT hard-codes its LayerNorm epsilon, and adds its sinusoidal table unscaled
         fixed=_BERT_FIXED | {"type_vocab_size": 0, "norm_eps": 1e-12, "sinusoidal_scale": 1.0},
         activation_key="activation", activations={"gelu": "gelu", "relu": "relu"}, positions=("learned", "sinusoidal"),
@@ -189,7 +193,9 @@ LAYOUTS: dict[str, Layout] = {
     # projection, RoPE, GeGLU (the first half of `Wi` goes through the GELU, as litbert's), no norm before the first
     # layer's attention, sliding-window layers between global ones (their own RoPE base). Its dropouts sit
     # elsewhere (inside the feed-forward, on the attention output at the attention rate); loaded checkpoints have
-    # them at 0. Its classifier head adds a norm litbert's has not, so only the encoder and the MLM head are mapped.
+    # them at 0. Its classifier's head (dense, GELU, norm) is the MLM transform's shape under the same names, so an
+    # MLM checkpoint's transform starts a classifier's pooler, as in transformers. Its token classifier has that head
+    # too, which litbert's has not: token classifiers stay in litbert's format.
     "modernbert": Layout(
         "modernbert", "ModernBert", "model.",
         config_keys={"vocab_size": "vocab_size", "hidden_size": "hidden_size", "num_layers": "num_hidden_layers",
@@ -204,7 +210,11 @@ LAYOUTS: dict[str, Layout] = {
         layer="layers.{i}.", qkv=("attn.Wqkv",),
         block={"attention.out": "attn.Wo", "attention_norm": "attn_norm", "feed_forward.up": "mlp.Wi",
                "feed_forward.down": "mlp.Wo", "feed_forward_norm": "mlp_norm"},
-        heads={"mlm": {"dense": "head.dense", "norm": "head.norm", "bias": "decoder.bias"}},
+        heads={"mlm": {"dense": "head.dense", "norm": "head.norm", "bias": "decoder.bias"},
+               "sequence_classification": {"pooler.0": "head.dense", "pooler.2": "head.norm",
+                                           "classifier": "classifier"}},
+        pooler={"pooling": "cls", "pooler_activation": "gelu", "pooler_bias": False, "pooler_norm": True},
+        pooler_keys={"pooling": "classifier_pooling", "pooler_bias": "classifier_bias"},
         fixed={"norm_placement": "pre", "norm": "layernorm", "bias": False, "embedding_scale": 1.0,
                "type_vocab_size": 0, "first_attention_norm": False},
         activation_key="hidden_activation", activations={"gelu": "geglu"}, positions=("rope",), token_types=False,
@@ -418,7 +428,8 @@ def _from_transformers(directory: Path) -> Checkpoint:
         heads["sequence_classification"] = {k: v for k, v in heads["sequence_classification"].items()
                                             if k.startswith("pooler.")}
     heads = {kind: state for kind, state in heads.items() if state}
-    return Checkpoint(config, encoder, heads, {"pooler_activation": layout.pooler_activation})
+    pooler = layout.pooler | {option: hf_config[key] for option, key in layout.pooler_keys.items() if key in hf_config}
+    return Checkpoint(config, encoder, heads, pooler | {"norm_eps": config.norm_eps})
 
 
 def _from_litbert(directory: Path) -> Checkpoint:
@@ -500,8 +511,10 @@ def select_layers(checkpoint: Checkpoint, layers: Sequence[int] | str) -> Checkp
 # ----------------------------------------------------------------------------------------------------- writing
 
 
-def _mismatches(config: EncoderConfig, layout: Layout, kind: str | None = None) -> list[str]:
-    """What in `config` (and a head of `kind`) the family `layout` cannot express, each with the reason."""
+def _mismatches(config: EncoderConfig, layout: Layout, kind: str | None = None,
+                head_options: dict[str, Any] | None = None) -> list[str]:
+    """What in `config` (and a head of `kind` with `head_options`) the family `layout` cannot express, each with the
+    reason."""
     family = layout.class_prefix
     reasons = [f"{name}={getattr(config, name)!r} ({family} has {value!r})" for name, value in layout.fixed.items()
                if getattr(config, name) != value]
@@ -511,6 +524,16 @@ def _mismatches(config: EncoderConfig, layout: Layout, kind: str | None = None) 
         reasons.append(f"activation={config.activation!r} ({family}: {', '.join(set(layout.activations.values()))})")
     if kind is not None and kind not in layout.heads:
         reasons.append(f"a {kind} head ({family}'s is not litbert's)")
+    if kind == "sequence_classification" and head_options:
+        stored = {"pooling": ("cls", "mean"), "pooler_bias": (True, False)}
+        for option, value in layout.pooler.items():
+            allowed = stored[option] if option in layout.pooler_keys else (value,)
+            if head_options.get(option, value) not in allowed:
+                reasons.append(f"{option}={head_options[option]!r} (the {family} classifier's is "
+                               f"{' or '.join(map(repr, allowed))})")
+        if layout.pooler["pooler_norm"] and head_options.get("norm_eps") != config.norm_eps:
+            reasons.append(f"a pooler norm_eps={head_options.get('norm_eps')} ({family}'s is the encoder's, "
+                           f"{config.norm_eps})")
     if layout.token_types and config.type_vocab_size == 0:
         reasons.append(f"type_vocab_size=0 ({family} has token types)")
     offset = config.pad_token_id + 1 if layout.offset_from_pad else 0
@@ -519,10 +542,11 @@ def _mismatches(config: EncoderConfig, layout: Layout, kind: str | None = None) 
     return reasons
 
 
-def transformers_layout(config: EncoderConfig, kind: str | None = None) -> Layout:
-    """The first family of EXPORT_FAMILIES that expresses `config` (and a head of `kind`) exactly; `ValueError`
-    saying, for the closest family, what it cannot express."""
-    found = {name: _mismatches(config, LAYOUTS[name], kind) for name in EXPORT_FAMILIES}
+def transformers_layout(config: EncoderConfig, kind: str | None = None,
+                        head_options: dict[str, Any] | None = None) -> Layout:
+    """The first family of EXPORT_FAMILIES that expresses `config` (and a head of `kind` with `head_options`)
+    exactly; `ValueError` saying, for the closest family, what it cannot express."""
+    found = {name: _mismatches(config, LAYOUTS[name], kind, head_options) for name in EXPORT_FAMILIES}
     for name, reasons in found.items():
         if not reasons:
             return LAYOUTS[name]
@@ -559,13 +583,13 @@ def _head_kind(head: nn.Module | None) -> str | None:
     return kind
 
 
-def _head_options(head: nn.Module) -> dict[str, Any]:
-    return {k: getattr(head, k) for k in ("num_labels", "pooling", "pooler_activation") if hasattr(head, k)}
+def _head_options(head: nn.Module | None) -> dict[str, Any]:
+    return dict(getattr(head, "options", {}))
 
 
 def _to_transformers(encoder: nn.Module, head: nn.Module | None, kind: str | None) -> tuple[dict, dict]:
     config: EncoderConfig = encoder.config
-    layout = transformers_layout(config, kind)
+    layout = transformers_layout(config, kind, _head_options(head))
     ours = {k: v.detach().cpu() for k, v in encoder.state_dict().items()}
     prefix = layout.prefix if head is not None else ""
     state: dict[str, torch.Tensor] = {}
@@ -603,12 +627,7 @@ def _to_transformers(encoder: nn.Module, head: nn.Module | None, kind: str | Non
             architecture = f"{base_class}ForMaskedLM"
         else:
             if kind == "sequence_classification":
-                if head.pooling != "cls" or head.pooler_activation != layout.pooler_activation:
-                    raise ValueError(
-                        f"transformers' {base_class}ForSequenceClassification pools the first token with "
-                        f"{layout.pooler_activation}; this head uses pooling={head.pooling!r}, "
-                        f"activation={head.pooler_activation!r}. Save with format='litbert'."
-                    )
+                extra |= {key: getattr(head, option) for option, key in layout.pooler_keys.items()}
                 if head.num_labels == 1:
                     extra["problem_type"] = "regression"
                 architecture = f"{base_class}ForSequenceClassification"
@@ -627,7 +646,7 @@ def save_checkpoint(encoder: nn.Module, directory: Path, head: nn.Module | None 
     kind = _head_kind(head)
     if format == "auto":
         try:
-            transformers_layout(encoder.config, kind)
+            transformers_layout(encoder.config, kind, _head_options(head))
             format = "transformers"
         except ValueError:
             format = "litbert"

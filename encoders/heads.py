@@ -3,8 +3,9 @@
 - `MaskedLMHead`: BERT's transform (dense, activation, norm) then a decoder tied to the word embeddings plus a
   bias. Given the masked positions it transforms and projects only those rows, so pretraining pays for the
   vocabulary projection on ~15% of tokens instead of all of them.
-- `SequenceClassificationHead`: BERT's pooler (dense + tanh on the first token) or a masked mean, then dropout
-  and a linear classifier (num_labels=1 for regression).
+- `SequenceClassificationHead`: the first token or a masked mean through a pooler (BERT's dense + tanh,
+  DistilBERT's dense + ReLU, or ModernBERT's dense + GELU + LayerNorm), then dropout and a linear classifier
+  (num_labels=1 for regression).
 - `TokenClassificationHead`: dropout and a linear classifier on every token.
 
 Deviation: RoBERTa's classification head also applies dropout before its dense layer; ours applies it only
@@ -14,7 +15,7 @@ after the pooler, which is identical at evaluation time and loads the same weigh
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -26,7 +27,11 @@ from encoders.config import EncoderConfig
 from encoders.layers import Dropout, activation_spec, build_norm
 
 Pooling = Literal["cls", "mean"]  # the first token through BERT's pooler, or the mean over real tokens
-PoolerActivation = Literal["tanh", "relu"]  # BERT's, DistilBERT's pre-classifier
+PoolerActivation = Literal["tanh", "relu", "gelu"]  # BERT's pooler, DistilBERT's pre-classifier, ModernBERT's head
+POOLER_ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU}
+# Pooling and the pooler's shape, as a checkpoint's `head_options` carry them: a head over a checkpoint takes them
+# unless given (a fresh one its family's, as transformers' `*ForSequenceClassification` of that checkpoint has).
+POOLER_OPTIONS = ("pooling", "pooler_activation", "pooler_bias", "pooler_norm", "norm_eps")
 
 
 class MaskedLMHead(nn.Module):
@@ -81,22 +86,36 @@ class SequenceClassificationHead(nn.Module):
         pooler_activation: PoolerActivation = "tanh",
         dropout: float = 0.1,
         initializer_range: float = 0.02,
+        pooler_bias: bool = True,
+        pooler_norm: bool = False,
+        norm_eps: float = 1e-5,
     ) -> None:
+        """`pooler_bias`: the pooler's dense layer has a bias (ModernBERT's `classifier_bias`, off by default there);
+        `pooler_norm`: a LayerNorm without bias, of epsilon `norm_eps`, after the activation (ModernBERT's head)."""
         super().__init__()
         check_choice("pooling", pooling, Pooling)
-        check_choice("pooler_activation", pooler_activation, PoolerActivation)
+        check_choice("pooler_activation", pooler_activation, POOLER_ACTIVATIONS)
         if num_labels < 1:
             raise ValueError(f"num_labels={num_labels}; use 1 for regression, >= 2 for classification.")
         self.num_labels = num_labels
         self.pooling = pooling
-        self.pooler_activation = pooler_activation
-        self.pooler = nn.Sequential(nn.Linear(hidden_size, hidden_size),
-                                    nn.Tanh() if pooler_activation == "tanh" else nn.ReLU())
+        self.pooler_activation, self.pooler_bias, self.pooler_norm = pooler_activation, pooler_bias, pooler_norm
+        self.norm_eps = norm_eps
+        pooler = [nn.Linear(hidden_size, hidden_size, bias=pooler_bias), POOLER_ACTIVATIONS[pooler_activation]()]
+        if pooler_norm:
+            pooler.append(nn.LayerNorm(hidden_size, eps=norm_eps, bias=False))
+        self.pooler = nn.Sequential(*pooler)
         self.dropout = Dropout(dropout)
         self.classifier = nn.Linear(hidden_size, num_labels)
         for linear in (self.pooler[0], self.classifier):
             nn.init.normal_(linear.weight, std=initializer_range)
-            nn.init.zeros_(linear.bias)
+            if linear.bias is not None:
+                nn.init.zeros_(linear.bias)
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """What a checkpoint stores to rebuild this head (and an export checks against the family's)."""
+        return {"num_labels": self.num_labels, **{name: getattr(self, name) for name in POOLER_OPTIONS}}
 
     def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Logits (B, num_labels) from hidden states (B, T, C)."""
@@ -117,8 +136,7 @@ class SequenceClassificationHead(nn.Module):
         absent from the checkpoint is freshly initialised, as when fine-tuning starts from a pretrained encoder."""
         checkpoint = load_checkpoint(directory)
         state, num_labels = _classifier_state(checkpoint, cls.kind, num_labels, "classifier")
-        kwargs.setdefault("pooler_activation", checkpoint.head_options.get("pooler_activation", "tanh"))
-        head = cls(checkpoint.config.hidden_size, num_labels, **kwargs)
+        head = cls(checkpoint.config.hidden_size, num_labels, **(_pooler_options(checkpoint) | kwargs))
         head.load_state_dict(state, strict=False)  # the pooler alone, when the classifier starts fresh
         return head
 
@@ -137,6 +155,10 @@ class TokenClassificationHead(nn.Module):
         self.classifier = nn.Linear(hidden_size, num_labels)
         nn.init.normal_(self.classifier.weight, std=initializer_range)
         nn.init.zeros_(self.classifier.bias)
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return {"num_labels": self.num_labels}
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits (B, T, num_labels)."""
@@ -157,10 +179,19 @@ class TokenClassificationHead(nn.Module):
 def fine_tuning_head(cls: type[SequenceClassificationHead] | type[TokenClassificationHead],
                      checkpoint: Checkpoint | None, hidden_size: int, num_labels: int, **kwargs) -> nn.Module:
     """The head a fine-tune starts from: the checkpoint's head of `cls.kind` when it has one (resuming an exported
-    fine-tuned model; a BERT pooler is kept either way, as transformers does), else a new one."""
+    fine-tuned model; a BERT pooler is kept either way, as transformers does), else a new one; a sequence
+    classifier pools and has the pooler of the checkpoint's family (DistilBERT's ReLU, ModernBERT's GELU and norm and
+    its `classifier_pooling`) unless `kwargs` say otherwise, as transformers' `*ForSequenceClassification` of that
+    checkpoint would."""
     if checkpoint is not None and cls.kind in checkpoint.head_states:
         return cls.from_pretrained(checkpoint, num_labels=num_labels, **kwargs)
+    if checkpoint is not None and cls is SequenceClassificationHead:
+        kwargs = _pooler_options(checkpoint) | kwargs
     return cls(hidden_size, num_labels, **kwargs)
+
+
+def _pooler_options(checkpoint: Checkpoint) -> dict[str, Any]:
+    return {k: v for k, v in checkpoint.head_options.items() if k in POOLER_OPTIONS}
 
 
 def _classifier_state(

@@ -29,7 +29,7 @@ class SequenceClassification(EncoderTask):
         pretrained_layers: Sequence[int] | Literal["every_other"] | None = None,
         vocab_size: int | None = None,
         pad_token_id: int | None = None,
-        pooling: Literal["cls", "mean"] = "cls",
+        pooling: Literal["cls", "mean"] | None = None,
         classifier_dropout: float = 0.1,
         teacher: str | None = None,
         temperature: float | None = None,
@@ -48,7 +48,8 @@ class SequenceClassification(EncoderTask):
                 half-depth student of it (layers 0, 2, 4, ...), e.g. of a fine-tuned teacher; or a list of indices.
             vocab_size: the tokenizer's vocabulary size; linked from the datamodule.
             pad_token_id: the tokenizer's padding id; linked from the datamodule: a new encoder's padding row.
-            pooling: "cls" (BERT's pooler on the first token) or "mean" over real tokens.
+            pooling: "cls" (the pooler on the first token) or "mean" over real tokens; unset, the pretrained
+                checkpoint's (a ModernBERT's `classifier_pooling`, a litbert classifier's own), else "cls".
             classifier_dropout: dropout before the classifier.
             teacher: a fine-tuned classifier checkpoint directory to distil from (logit KD): the loss becomes
                 alpha * T^2 * KL(teacher || student at temperature T) + (1 - alpha) * cross-entropy with the
@@ -75,7 +76,8 @@ class SequenceClassification(EncoderTask):
         checkpoint = read_pretrained(pretrained, pretrained_layers)
         self.encoder = build_encoder(encoder, checkpoint, vocab_size, pad_token_id)
         self.head = fine_tuning_head(SequenceClassificationHead, checkpoint, self.encoder.config.hidden_size,
-                                     num_labels, pooling=pooling, dropout=classifier_dropout)
+                                     num_labels, dropout=classifier_dropout,
+                                     **({} if pooling is None else {"pooling": pooling}))
         self.validation_names = list(validation_names)
         self.val_metrics = nn.ModuleList(
             classification_metrics(metrics, num_labels).clone(prefix=f"{name}/") for name in self.validation_names

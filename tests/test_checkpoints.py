@@ -10,7 +10,7 @@ import transformers
 from runs import MINILM
 
 from encoders import Encoder, EncoderConfig, MaskedLMHead, SequenceClassificationHead, TokenClassificationHead
-from encoders.checkpoints import CheckpointError
+from encoders.checkpoints import CheckpointError, load_checkpoint
 
 SIZES = dict(vocab_size=101, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=40,
              max_position_embeddings=40)
@@ -134,19 +134,62 @@ def test_a_family_is_a_table_entry_modernbert(tmp_path):
             assert max_diff_on_real_tokens(head(encoder(ids, mask)), expected, mask) < 1e-5
 
 
-def test_a_modernbert_classifier_loads_its_encoder_and_no_mlm_head(tmp_path):
-    """ModernBERT's classifier keeps a transform (`head.dense`, `head.norm`) under the names of its MLM head's; without
-    a decoder bias it is not taken for one. The encoder loads; the classification head starts fresh."""
-    from encoders.checkpoints import load_checkpoint
-
-    reference = random_weights(transformers.ModernBertForSequenceClassification(modernbert_config(num_labels=3)))
-    reference.save_pretrained(tmp_path)
-    assert load_checkpoint(tmp_path).head_states == {}
-    encoder = Encoder.from_pretrained(tmp_path).eval()
+@pytest.mark.parametrize(("pooling", "bias"), [("cls", False), ("mean", True)])
+def test_a_modernbert_classifier_matches_transformers_and_exports_back(tmp_path, pooling, bias):
+    """ModernBERT's classifier (pooling, dense, GELU, LayerNorm without bias, classifier) loads with transformers'
+    logits in both poolings, with or without the dense bias (`classifier_bias`), and not as an MLM head although
+    its transform has the MLM head's names; saved again it is a `ModernBertForSequenceClassification` with them."""
+    config = modernbert_config(num_labels=3, classifier_pooling=pooling, classifier_bias=bias, norm_eps=1e-6)
+    reference = random_weights(transformers.ModernBertForSequenceClassification(config))
+    reference.save_pretrained(tmp_path / "hf")
+    checkpoint = load_checkpoint(tmp_path / "hf")
+    assert sorted(checkpoint.head_states) == ["sequence_classification"]
+    encoder = Encoder.from_pretrained(checkpoint).eval()
+    head = SequenceClassificationHead.from_pretrained(checkpoint).eval()
+    assert (head.pooling, head.pooler_activation, head.pooler_bias, head.pooler_norm, head.norm_eps) == (
+        pooling, "gelu", bias, True, 1e-6)
     ids, mask, _ = inputs("modernbert", 0)
     with torch.no_grad():
-        expected = reference.model(input_ids=ids, attention_mask=mask).last_hidden_state
-        assert max_diff_on_real_tokens(encoder(ids, mask), expected, mask) < 1e-5
+        expected = reference(input_ids=ids, attention_mask=mask).logits
+        torch.testing.assert_close(head(encoder(ids, mask), mask), expected, atol=1e-5, rtol=0)
+    encoder.save_pretrained(tmp_path / "out", head=head)
+    exported = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert (exported["architectures"], exported["classifier_pooling"], exported["classifier_bias"]) == (
+        ["ModernBertForSequenceClassification"], pooling, bias)
+    again = transformers.ModernBertForSequenceClassification.from_pretrained(tmp_path / "out").eval()
+    with torch.no_grad():
+        torch.testing.assert_close(again(input_ids=ids, attention_mask=mask).logits, expected, atol=1e-5, rtol=0)
+
+
+def test_a_classifier_over_a_checkpoint_has_its_familys_pooler(tmp_path):
+    """A new classification head over a pretrained encoder is the one transformers' `*ForSequenceClassification`
+    builds for it: DistilBERT's ReLU pre-classifier, and ModernBERT's GELU + norm head, started (as transformers does)
+    from the MLM checkpoint's transform, pooling as its `classifier_pooling` says. A head litbert's family cannot
+    hold is saved in litbert's format by "auto" and refused by "transformers", saying why."""
+    from encoders.heads import fine_tuning_head
+
+    mlm = random_weights(transformers.ModernBertForMaskedLM(modernbert_config(classifier_pooling="mean")))
+    mlm.save_pretrained(tmp_path / "modernbert")
+    checkpoint = load_checkpoint(tmp_path / "modernbert")
+    head = fine_tuning_head(SequenceClassificationHead, checkpoint, 32, num_labels=2)
+    assert (head.pooling, head.pooler_activation, head.pooler_norm, head.pooler_bias) == ("mean", "gelu", True, False)
+    classifier = transformers.ModernBertForSequenceClassification.from_pretrained(tmp_path / "modernbert", num_labels=2)
+    torch.testing.assert_close(head.pooler[0].weight, classifier.head.dense.weight)
+    torch.testing.assert_close(head.pooler[2].weight, classifier.head.norm.weight)
+    assert fine_tuning_head(SequenceClassificationHead, checkpoint, 32, num_labels=2, pooling="cls").pooling == "cls"
+
+    distilbert = transformers.DistilBertConfig(vocab_size=101, dim=32, n_layers=2, n_heads=4, hidden_dim=48)
+    transformers.DistilBertForMaskedLM(distilbert).save_pretrained(tmp_path / "distilbert")
+    head = fine_tuning_head(SequenceClassificationHead, load_checkpoint(tmp_path / "distilbert"), 32, num_labels=2)
+    assert (head.pooling, head.pooler_activation, head.pooler_norm) == ("cls", "relu", False)
+
+    encoder = Encoder(EncoderConfig.from_name("bert-tiny"))
+    mean = SequenceClassificationHead(128, num_labels=2, pooling="mean")
+    encoder.save_pretrained(tmp_path / "auto", head=mean)
+    assert (tmp_path / "auto" / "litbert.json").exists()
+    assert SequenceClassificationHead.from_pretrained(tmp_path / "auto").pooling == "mean"
+    with pytest.raises(ValueError, match=r"pooling='mean' \(the Bert classifier's is 'cls'\)"):
+        encoder.save_pretrained(tmp_path / "refused", head=mean, format="transformers")
 
 
 def test_modernbert_sliding_window_layers_match_transformers(tmp_path):
@@ -186,8 +229,8 @@ def test_modernbert_sliding_window_layers_match_transformers(tmp_path):
 
 def test_modernbert_preset_exports_to_transformers_and_back(tmp_path):
     """A litbert encoder of the ModernBERT shape (trained biases in its MLM transform) writes a ModernBertForMaskedLM
-    that transformers loads with the same logits; a classifier (ModernBERT's has a norm litbert's has not) makes
-    "auto" write litbert's own format and "transformers" refuse, saying why."""
+    that transformers loads with the same logits; a classifier with BERT's pooler (ModernBERT's has GELU and a norm)
+    makes "auto" write litbert's own format and "transformers" refuse, saying why."""
     config = EncoderConfig.from_name("modernbert-base", num_layers=3, hidden_size=32, num_heads=4,
                                      intermediate_size=40, vocab_size=101, pad_token_id=0, rope_base=5_000.0,
                                      local_window=4, global_every=2, local_rope_base=500.0)
@@ -208,7 +251,8 @@ def test_modernbert_preset_exports_to_transformers_and_back(tmp_path):
         assert max_diff_on_real_tokens(again, ours, mask) < 1e-6
     classifier = SequenceClassificationHead(32, num_labels=2)
     assert (encoder.save_pretrained(tmp_path / "auto", head=classifier) / "litbert.json").exists()
-    with pytest.raises(ValueError, match="no transformers equivalent: a sequence_classification head"):
+    with pytest.raises(ValueError, match=r"no transformers equivalent: pooler_activation='tanh' \(the ModernBert "
+                                         r"classifier's is 'gelu'\); pooler_norm=False"):
         encoder.save_pretrained(tmp_path / "strict", head=classifier, format="transformers")
 
 
@@ -216,7 +260,7 @@ def test_a_modernbert_student_keeps_layer_zero_first_and_each_layers_attention(t
     """Layer 0 alone has no attention norm: a student may start from it or from another layer (which brings its
     norm), but may not move it later. Each kept layer attends as it did, globally or within its window; a choice of
     layers litbert's pattern cannot express is refused."""
-    from encoders.checkpoints import load_checkpoint, select_layers
+    from encoders.checkpoints import select_layers
 
     transformers.ModernBertModel(modernbert_config(num_hidden_layers=4, layer_types=["full_attention"] * 4)) \
         .save_pretrained(tmp_path)
@@ -243,7 +287,6 @@ def test_window_settings_apply_together_over_a_checkpoint_and_the_padding_row_st
     """local_window and global_every hold only together, so they are applied together over a checkpoint; the
     checkpoint's padding row is its own; a local RoPE base without local layers is refused, and the modernbert-base
     preset can be made all-global."""
-    from encoders.checkpoints import load_checkpoint
     from tasks.base import EncoderSpec, build_encoder, over_checkpoint
 
     transformers.BertModel(hf_config("bert")).save_pretrained(tmp_path)
