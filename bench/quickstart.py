@@ -65,7 +65,7 @@ def encoder_settings(model: Path) -> dict[str, object]:
     config = Encoder.from_pretrained(model).config
     other_schemes = {name for scheme in POSITIONS.values() for name in scheme.settings}
     skip = {"name", "vocab_size", "pad_token_id"} | (other_schemes - set(POSITIONS[config.position].settings))
-    # None is each of these settings' default (flex_attention: decide by device), which an unset value keeps.
+    # None is each of these settings' default (flex_attention: off), which an unset value keeps.
     return {key: value for key, value in config.to_dict().items() if key not in skip and value is not None}
 
 

@@ -150,22 +150,18 @@ class Encoder(nn.Module):
                   return_attentions: bool, document_ids: torch.Tensor | None = None):
         """The FlexAttention score_mod (position bias and key padding) when this forward uses FlexAttention (see
         `EncoderConfig.flex_attention`), else None."""
-        forced = self.config.flex_attention
-        use = forced if forced is not None else device.type == "cuda"
-        if not use or return_attentions:
+        if not self.config.flex_attention or return_attentions:
             return None
         # Asked only now: T5 builds its bias table here, work the dense-mask path would then do again.
         position_mod = self.position.score_mod(seq_len, seq_len)
         if position_mod is None:
             return None
         if self.training and self.config.attention_dropout > 0:
-            if forced:
-                raise ValueError(
-                    f"EncoderConfig.flex_attention=True, but FlexAttention has no dropout and this encoder trains with "
-                    f"attention_dropout={self.config.attention_dropout}; set attention_dropout=0 or leave "
-                    f"flex_attention=None (SDPA with a dense bias while dropout is on)."
-                )
-            return None
+            raise ValueError(
+                f"EncoderConfig.flex_attention=True, but FlexAttention has no dropout and this encoder trains with "
+                f"attention_dropout={self.config.attention_dropout}; set attention_dropout=0, or flex_attention=False "
+                f"(SDPA with a dense bias, the default)."
+            )
         if document_ids is not None:
             documents = real_documents(document_ids, attention_mask)
 
