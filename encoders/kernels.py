@@ -115,6 +115,13 @@ class Unpadded:
         at, real = self._firsts
         return (tokens.index_select(0, at) * real[:, None].to(tokens.dtype)).unsqueeze(1)
 
+    def first_real(self, first: torch.Tensor) -> torch.Tensor:
+        """(B, 1, F) values computed for each sequence's position 0, zeros where that position is padding (also where
+        a row of padding alone attended to nothing and gave NaN)."""
+        if self.index.numel() == 0:
+            return torch.zeros_like(first)
+        return torch.where(self._firsts[1][:, None, None], first, 0.0)
+
 
 _compiled_flex_attention = None
 

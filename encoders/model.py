@@ -242,8 +242,8 @@ class Encoder(nn.Module):
             hidden_states.append(x)
             attentions.append(probs)
         x = self.final_norm(x)
-        if unpadded is not None and not first_token_only:
-            return unpadded.pad(x)
+        if unpadded is not None:  # zeros at padding, as everywhere on the unpadded path
+            return unpadded.first_real(x) if first_token_only else unpadded.pad(x)
         if not (return_hidden_states or return_attentions):
             return x
         hidden_states[-1] = x
@@ -280,7 +280,7 @@ class Encoder(nn.Module):
             last = config.num_layers - 1
             for length in lengths:
                 keys = length if config.is_global(last) else min(length, 2 * config.local_window + 1)
-                total -= (3 if training else 1) * (length - 1) * (skipped + 2 * 2 * keys * c)
+                total -= (3 if training else 1) * max(length - 1, 0) * (skipped + 2 * 2 * keys * c)
         return total
 
     def num_parameters(self, exclude_embeddings: bool = False) -> int:

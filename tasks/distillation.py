@@ -61,7 +61,8 @@ class Teacher(nn.Module):
     def classifier(cls, directory: str) -> Teacher:
         """A fine-tuned sequence classifier (logit distillation)."""
         checkpoint = load_checkpoint(directory)
-        if "sequence_classification" not in checkpoint.head_states:
+        if "classifier.weight" not in checkpoint.head_states.get("sequence_classification", {}):
+            # (a pretrained BERT's or ModernBERT's pooler alone is no classifier)
             raise ValueError(f"The teacher {directory} holds no sequence-classification head; logit distillation "
                              f"needs a fine-tuned classifier (e.g. the `model` folder a GLUE run exports).")
         return cls(Encoder.from_pretrained(checkpoint), SequenceClassificationHead.from_pretrained(checkpoint))

@@ -236,19 +236,46 @@ def test_first_token_only_equals_the_full_last_layer(position, norm_placement, w
             torch.testing.assert_close(fast, full, atol=1e-12, rtol=1e-9)
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="the compiled FlexAttention kernel runs on GPUs only"))])
 @pytest.mark.parametrize("position", BIAS_SCHEMES)
-def test_first_token_only_under_flex_attention(position):
-    """FlexAttention's score_mod sees the one query at index 0, the first token's true position."""
+def test_first_token_only_under_flex_attention(position, device):
+    """FlexAttention's score_mod sees the one query at index 0, the first token's true position; on a GPU through
+    the compiled kernel, gradients too (heads of 16 channels, its minimum)."""
     torch.manual_seed(0)
-    encoder = Encoder(tiny_config(position=position, flex_attention=True)).eval()
+    encoder = Encoder(tiny_config(position=position, hidden_size=64, flex_attention=True)).to(device).eval()
     torch.nn.init.normal_(encoder.blocks[-1].attention.qkv.weight, std=0.5)
     if position == "t5":
         torch.nn.init.normal_(encoder.position.relative_bias.weight, std=0.5)
-    ids, attention_mask = padded_batch(24)
+    ids, attention_mask = (t.to(device) for t in padded_batch(24))
+    grad = device == "cuda"  # torch has FlexAttention's backward on GPUs only
+    params = list(encoder.parameters())
+    results = []
+    for first_only in (False, True):
+        with torch.set_grad_enabled(grad):
+            first = encoder(ids, attention_mask, first_token_only=first_only)[:, :1]
+            grads = torch.autograd.grad(first.square().sum(), params, allow_unused=True) if grad else ()
+        results.append((first.detach(), grads))
+    (full, full_grads), (fast, fast_grads) = results
+    torch.testing.assert_close(fast, full, atol=2e-5, rtol=1e-4)
+    for a, b in zip(fast_grads, full_grads, strict=True):
+        assert (a is None) == (b is None)
+        if a is not None:
+            torch.testing.assert_close(a, b, atol=2e-4, rtol=1e-3)
+
+
+def test_first_token_only_gives_zeros_where_the_first_position_is_padding():
+    """As the unpadded path gives zeros at every padding position: a left-padded row and an all-padding row."""
+    torch.manual_seed(0)
+    encoder = Encoder(tiny_config(unpad_below=1.0)).double().eval()
+    ids, attention_mask = padded_batch()
+    attention_mask[1] = 0  # all padding
+    attention_mask[2] = torch.arange(20) >= 4  # left-padded
     with torch.no_grad():
         full = encoder(ids, attention_mask)[:, :1]
         first = encoder(ids, attention_mask, first_token_only=True)
-    torch.testing.assert_close(first, full, atol=2e-5, rtol=1e-4)
+    assert (full[1:3] == 0).all()
+    torch.testing.assert_close(first, full, atol=1e-12, rtol=1e-10)
 
 
 def test_first_token_only_counts_the_work_it_skips_and_refuses_every_token_outputs():
@@ -260,6 +287,7 @@ def test_first_token_only_counts_the_work_it_skips_and_refuses_every_token_outpu
     skipped = sum((n - 1) * (2 * (2 * c * c + 2 * c * inner) + 4 * min(n, 5) * c) for n in lengths)
     assert full - fast == 3 * skipped
     assert encoder.flops(lengths, first_token_only=True) == encoder.flops(lengths) - skipped
+    assert encoder.flops([0, 1], training=True, first_token_only=True) == encoder.flops([0, 1], training=True)
     ids = torch.randint(5, VOCAB, (2, 8))
     for outputs in ({"return_hidden_states": True}, {"return_attentions": True}):
         with pytest.raises(ValueError, match="first_token_only"):

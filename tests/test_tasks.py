@@ -350,6 +350,21 @@ def test_a_classifier_reads_what_the_full_encoder_computes(pooling, monkeypatch)
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
 
 
+def test_a_pretrained_pooler_alone_is_no_teacher_classifier(tmp_path):
+    """A pretrained BERT keeps its pooler (BertModel's) for fine-tuning; as a logit-distillation teacher it is refused
+    at once, since it has no classifier."""
+    import transformers
+
+    from tasks.distillation import Teacher
+
+    config = transformers.BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=48)
+    transformers.BertModel(config).save_pretrained(tmp_path)
+    assert "pooler.0.weight" in read_pretrained(str(tmp_path)).head_states["sequence_classification"]
+    with pytest.raises(ValueError, match="holds no sequence-classification head"):
+        Teacher.classifier(str(tmp_path))
+
+
 def test_a_pretrained_directory_is_read_once(tmp_path, monkeypatch):
     import transformers
 
