@@ -112,8 +112,7 @@ class Unpadded:
         """(N, F) -> (B, 1, F): each sequence's position 0, zeros where it is padding (as `pad` gives)."""
         if self.index.numel() == 0:
             return tokens.new_zeros(self.batch_size, 1, tokens.shape[-1])
-        at, real = self._firsts
-        return (tokens.index_select(0, at) * real[:, None].to(tokens.dtype)).unsqueeze(1)
+        return self.first_real(tokens.index_select(0, self._firsts[0]).unsqueeze(1))
 
     def first_real(self, first: torch.Tensor) -> torch.Tensor:
         """(B, 1, F) values computed for each sequence's position 0, zeros where that position is padding (also where

@@ -146,8 +146,8 @@ class Encoder(nn.Module):
             return (mask & near) | (distance == 0)
         return mask.masked_fill(~near, torch.finfo(mask.dtype).min)  # padding keys are already at the minimum
 
-    def score_mod(self, attention_mask: torch.Tensor | None, seq_len: int, device: torch.device,
-                  return_attentions: bool, document_ids: torch.Tensor | None = None):
+    def score_mod(self, attention_mask: torch.Tensor | None, seq_len: int, return_attentions: bool,
+                  document_ids: torch.Tensor | None = None):
         """The FlexAttention score_mod (position bias and key padding) when this forward uses FlexAttention (see
         `EncoderConfig.flex_attention`), else None."""
         if not self.config.flex_attention or return_attentions:
@@ -222,7 +222,7 @@ class Encoder(nn.Module):
         x = self.embeddings.dropout(self.embeddings.norm(x))
         # A float bias is cast to the blocks' compute dtype once here; left in float32, every layer would cast it
         # again (autocast casts each call's float arguments to bfloat16).
-        mask = self.score_mod(attention_mask, seq_len, x.device, return_attentions, document_ids)
+        mask = self.score_mod(attention_mask, seq_len, return_attentions, document_ids)
         if mask is None:
             mask = self.attention_mask(attention_mask, seq_len, compute_dtype(x), document_ids)
         unpadded = None
@@ -258,14 +258,17 @@ class Encoder(nn.Module):
         backward pass costs twice the forward). Counts the projections and attention's two products over the keys
         a token attends to (all seq_len, or at most 2 * local_window + 1 in a sliding-window layer); norms,
         activations and softmax are negligible and left out, as in the usual MFU accounting."""
+        forward = sum(sum(self._layer_flops(i, seq_len)) for i in range(self.config.num_layers))
+        return 3 * forward if training else forward
+
+    def _layer_flops(self, layer: int, seq_len: int) -> tuple[int, int]:
+        """One token's forward matmul FLOPs in layer `layer` (see `flops_per_token`): (its key and value projections,
+        the rest: query and output projections, feed-forward, and attention's two products over its keys)."""
         config = self.config
         c, inner = config.hidden_size, config.intermediate_size
-        up = 2 * inner if self.blocks[0].feed_forward.gated else inner
-        projections = 2 * (3 * c * c + c * c + c * up + inner * c)
-        keys = [seq_len if config.is_global(i) else min(seq_len, 2 * config.local_window + 1)
-                for i in range(config.num_layers)]
-        forward = sum(projections + 2 * 2 * k * c for k in keys)
-        return 3 * forward if training else forward
+        up = 2 * inner if self.blocks[layer].feed_forward.gated else inner
+        keys = seq_len if config.is_global(layer) else min(seq_len, 2 * config.local_window + 1)
+        return 2 * 2 * c * c, 2 * (c * c + c * c + c * up + inner * c) + 2 * 2 * keys * c
 
     def flops(self, lengths: Sequence[int], training: bool = False, first_token_only: bool = False) -> int:
         """Model FLOPs of encoding sequences of these real lengths: `flops_per_token` at each length, per token.
@@ -273,14 +276,10 @@ class Encoder(nn.Module):
         other tokens count their key and value projections only."""
         total = sum(self.flops_per_token(length, training) * length for length in lengths)
         if first_token_only and self.config.num_layers:
-            config = self.config
-            c, inner = config.hidden_size, config.intermediate_size
-            up = 2 * inner if self.blocks[-1].feed_forward.gated else inner
-            skipped = 2 * (c * c + c * c + c * up + inner * c)  # query and output projections, feed-forward
-            last = config.num_layers - 1
+            last = self.config.num_layers - 1
             for length in lengths:
-                keys = length if config.is_global(last) else min(length, 2 * config.local_window + 1)
-                total -= (3 if training else 1) * max(length - 1, 0) * (skipped + 2 * 2 * keys * c)
+                skipped = self._layer_flops(last, length)[1]
+                total -= (3 if training else 1) * max(length - 1, 0) * skipped
         return total
 
     def num_parameters(self, exclude_embeddings: bool = False) -> int:
