@@ -55,11 +55,11 @@ class Layout:
     qkv: tuple[str, ...]  # the query, key and value projections, or one fused projection
     block: dict[str, str]
     heads: dict[str, dict[str, str]]  # head kind -> its parameters, relative to the task model's root
-    # Its sequence classifier's pooler, as `SequenceClassificationHead` options (a head exports only if it has them),
-    # and the config.json keys of the options it stores instead of fixing them (ModernBERT's pooling, dense bias).
-    pooler: dict[str, Any] = field(default_factory=lambda: {"pooling": "cls", "pooler_activation": "tanh",
-                                                            "pooler_bias": True, "pooler_norm": False})
-    pooler_keys: dict[str, str] = field(default_factory=dict)
+    # Its classifier heads' shapes, as the heads' options by kind (a head exports only if it has them): BERT's pooler
+    # and no transform before the token classifier by default. Then the config.json keys of the options it stores
+    # instead of fixing them (ModernBERT's pooling and dense bias).
+    head_options: dict[str, dict[str, Any]] = field(default_factory=lambda: dict(_BERT_HEADS))
+    head_option_keys: dict[str, str] = field(default_factory=dict)
     fixed: dict[str, Any] = field(default_factory=dict)  # EncoderConfig values the family has and does not store
     activation_key: str = "hidden_act"
     # the family's activation names -> litbert's; an export writes the first name of each
@@ -78,6 +78,13 @@ class Layout:
     read_keys: Callable[[dict[str, Any], str], dict[str, Any]] | None = None
     write_keys: Callable[[EncoderConfig], dict[str, Any]] | None = None
 
+
+_BERT_HEADS = {"sequence_classification": {"pooling": "cls", "pooler_activation": "tanh", "pooler_bias": True,
+                                           "pooler_norm": False},
+               "token_classification": {"transform_activation": None, "transform_bias": True, "transform_norm": False}}
+# the values a family may store for an option of `head_option_keys`
+_STORED_VALUES = {"pooling": ("cls", "mean"), "pooler_bias": (True, False), "transform_bias": (True, False)}
+_NORM_OPTIONS = ("pooler_norm", "transform_norm")  # a head norm has the encoder's epsilon in the families
 
 # BERT's activation names; gelu_pytorch_tanh first, as the name an export writes for gelu_tanh
 _BERT_ACTIVATIONS = {"gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh", "relu": "relu"}
@@ -177,7 +184,8 @@ LAYOUTS: dict[str, Layout] = {
         heads={"mlm": {"dense": "vocab_transform", "norm": "vocab_layer_norm", "bias": "vocab_projector.bias"},
                "sequence_classification": {"pooler.0": "pre_classifier", "classifier": "classifier"},
                "token_classification": {"classifier": "classifier"}},
-        pooler={"pooling": "cls", "pooler_activation": "relu", "pooler_bias": True, "pooler_norm": False},
+        head_options=_BERT_HEADS | {"sequence_classification": {"pooling": "cls", "pooler_activation": "relu",
+                                                                "pooler_bias": True, "pooler_norm": False}},
         # DistilBERT hard-codes its LayerNorm epsilon, and adds its sinusoidal table unscaled
         fixed=_BERT_FIXED | {"type_vocab_size": 0, "norm_eps": 1e-12, "sinusoidal_scale": 1.0},
         activation_key="activation", activations={"gelu": "gelu", "relu": "relu"}, positions=("learned", "sinusoidal"),
@@ -193,9 +201,9 @@ LAYOUTS: dict[str, Layout] = {
     # projection, RoPE, GeGLU (the first half of `Wi` goes through the GELU, as litbert's), no norm before the first
     # layer's attention, sliding-window layers between global ones (their own RoPE base). Its dropouts sit
     # elsewhere (inside the feed-forward, on the attention output at the attention rate); loaded checkpoints have
-    # them at 0. Its classifier's head (dense, GELU, norm) is the MLM transform's shape under the same names, so an
-    # MLM checkpoint's transform starts a classifier's pooler, as in transformers. Its token classifier has that head
-    # too, which litbert's has not: token classifiers stay in litbert's format.
+    # them at 0. Its classifiers' head (dense, GELU, norm) is the MLM transform's shape under the same names, so an
+    # MLM checkpoint's transform starts a sequence classifier's pooler and a token classifier's transform, as in
+    # transformers.
     "modernbert": Layout(
         "modernbert", "ModernBert", "model.",
         config_keys={"vocab_size": "vocab_size", "hidden_size": "hidden_size", "num_layers": "num_hidden_layers",
@@ -212,9 +220,15 @@ LAYOUTS: dict[str, Layout] = {
                "feed_forward.down": "mlp.Wo", "feed_forward_norm": "mlp_norm"},
         heads={"mlm": {"dense": "head.dense", "norm": "head.norm", "bias": "decoder.bias"},
                "sequence_classification": {"pooler.0": "head.dense", "pooler.2": "head.norm",
-                                           "classifier": "classifier"}},
-        pooler={"pooling": "cls", "pooler_activation": "gelu", "pooler_bias": False, "pooler_norm": True},
-        pooler_keys={"pooling": "classifier_pooling", "pooler_bias": "classifier_bias"},
+                                           "classifier": "classifier"},
+               "token_classification": {"transform.0": "head.dense", "transform.2": "head.norm",
+                                        "classifier": "classifier"}},
+        head_options={"sequence_classification": {"pooling": "cls", "pooler_activation": "gelu", "pooler_bias": False,
+                                                  "pooler_norm": True},
+                      "token_classification": {"transform_activation": "gelu", "transform_bias": False,
+                                               "transform_norm": True}},
+        head_option_keys={"pooling": "classifier_pooling", "pooler_bias": "classifier_bias",
+                          "transform_bias": "classifier_bias"},
         fixed={"norm_placement": "pre", "norm": "layernorm", "bias": False, "embedding_scale": 1.0,
                "type_vocab_size": 0, "first_attention_norm": False},
         activation_key="hidden_activation", activations={"gelu": "geglu"}, positions=("rope",), token_types=False,
@@ -419,17 +433,18 @@ def _from_transformers(directory: Path) -> Checkpoint:
         heads.pop("mlm", None)  # no MLM head; or (ModernBERT) a classifier's transform under the same names
     elif "dense.bias" not in mlm:  # a transform without a bias (ModernBERT's classifier_bias false)
         mlm["dense.bias"] = torch.zeros_like(mlm["dense.weight"][:, 0])
-    # A token classifier and a sequence classifier share the name `classifier` in BERT and DistilBERT; which one
-    # a checkpoint holds is stated by its `architectures` entry.
+    # A token classifier and a sequence classifier share the name `classifier`; which one a checkpoint holds is
+    # stated by its `architectures` entry. Of a head the checkpoint is not, only its pooler or transform is kept (a
+    # BERT pooler, or the MLM transform that starts ModernBERT's classifiers).
     architecture = " ".join(hf_config.get("architectures") or [])
-    if "TokenClassification" not in architecture:
-        heads.pop("token_classification", None)
-    if "SequenceClassification" not in architecture and "sequence_classification" in heads:
-        heads["sequence_classification"] = {k: v for k, v in heads["sequence_classification"].items()
-                                            if k.startswith("pooler.")}
+    for kind, name in (("token_classification", "TokenClassification"),
+                       ("sequence_classification", "SequenceClassification")):
+        if name not in architecture and kind in heads:
+            heads[kind] = {k: v for k, v in heads[kind].items() if not k.startswith("classifier.")}
     heads = {kind: state for kind, state in heads.items() if state}
-    pooler = layout.pooler | {option: hf_config[key] for option, key in layout.pooler_keys.items() if key in hf_config}
-    return Checkpoint(config, encoder, heads, pooler | {"norm_eps": config.norm_eps})
+    options = {option: value for kind in layout.head_options.values() for option, value in kind.items()}
+    options |= {option: hf_config[key] for option, key in layout.head_option_keys.items() if key in hf_config}
+    return Checkpoint(config, encoder, heads, options | {"norm_eps": config.norm_eps})
 
 
 def _from_litbert(directory: Path) -> Checkpoint:
@@ -524,15 +539,16 @@ def _mismatches(config: EncoderConfig, layout: Layout, kind: str | None = None,
         reasons.append(f"activation={config.activation!r} ({family}: {', '.join(set(layout.activations.values()))})")
     if kind is not None and kind not in layout.heads:
         reasons.append(f"a {kind} head ({family}'s is not litbert's)")
-    if kind == "sequence_classification" and head_options:
-        stored = {"pooling": ("cls", "mean"), "pooler_bias": (True, False)}
-        for option, value in layout.pooler.items():
-            allowed = stored[option] if option in layout.pooler_keys else (value,)
+    if kind in layout.head_options and head_options:
+        expected = layout.head_options[kind]
+        for option, value in expected.items():
+            allowed = _STORED_VALUES[option] if option in layout.head_option_keys else (value,)
             if head_options.get(option, value) not in allowed:
-                reasons.append(f"{option}={head_options[option]!r} (the {family} classifier's is "
+                head = "token classifier" if kind == "token_classification" else "classifier"
+                reasons.append(f"{option}={head_options[option]!r} (the {family} {head}'s is "
                                f"{' or '.join(map(repr, allowed))})")
-        if layout.pooler["pooler_norm"] and head_options.get("norm_eps") != config.norm_eps:
-            reasons.append(f"a pooler norm_eps={head_options.get('norm_eps')} ({family}'s is the encoder's, "
+        if any(expected.get(option) for option in _NORM_OPTIONS) and head_options.get("norm_eps") != config.norm_eps:
+            reasons.append(f"a head norm_eps={head_options.get('norm_eps')} ({family}'s is the encoder's, "
                            f"{config.norm_eps})")
     if layout.token_types and config.type_vocab_size == 0:
         reasons.append(f"type_vocab_size=0 ({family} has token types)")
@@ -626,8 +642,9 @@ def _to_transformers(encoder: nn.Module, head: nn.Module | None, kind: str | Non
                 extra[layout.head_bias_key] = True
             architecture = f"{base_class}ForMaskedLM"
         else:
+            options = _head_options(head)
+            extra |= {key: options[option] for option, key in layout.head_option_keys.items() if option in options}
             if kind == "sequence_classification":
-                extra |= {key: getattr(head, option) for option, key in layout.pooler_keys.items()}
                 if head.num_labels == 1:
                     extra["problem_type"] = "regression"
                 architecture = f"{base_class}ForSequenceClassification"

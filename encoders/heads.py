@@ -6,7 +6,8 @@
 - `SequenceClassificationHead`: the first token or a masked mean through a pooler (BERT's dense + tanh,
   DistilBERT's dense + ReLU, or ModernBERT's dense + GELU + LayerNorm), then dropout and a linear classifier
   (num_labels=1 for regression).
-- `TokenClassificationHead`: dropout and a linear classifier on every token.
+- `TokenClassificationHead`: optionally a transform (dense, activation, norm: ModernBERT's), then dropout and a
+  linear classifier on every token.
 
 Deviation: RoBERTa's classification head also applies dropout before its dense layer; ours applies it only
 after the pooler, which is identical at evaluation time and loads the same weights.
@@ -29,9 +30,28 @@ from encoders.layers import Dropout, activation_spec, build_norm
 Pooling = Literal["cls", "mean"]  # the first token through BERT's pooler, or the mean over real tokens
 PoolerActivation = Literal["tanh", "relu", "gelu"]  # BERT's pooler, DistilBERT's pre-classifier, ModernBERT's head
 POOLER_ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU}
-# Pooling and the pooler's shape, as a checkpoint's `head_options` carry them: a head over a checkpoint takes them
-# unless given (a fresh one its family's, as transformers' `*ForSequenceClassification` of that checkpoint has).
+# The heads' shapes, as a checkpoint's `head_options` carry them: a head over a checkpoint takes them unless given (a
+# fresh one its family's, as transformers' `*ForSequenceClassification` / `*ForTokenClassification` of that checkpoint
+# has). Pooling and the pooler for a sequence classifier; the transform before a token classifier (None: none).
 POOLER_OPTIONS = ("pooling", "pooler_activation", "pooler_bias", "pooler_norm", "norm_eps")
+TRANSFORM_OPTIONS = ("transform_activation", "transform_bias", "transform_norm", "norm_eps")
+
+
+def dense_activation_norm(hidden_size: int, activation: str, bias: bool, norm: bool, norm_eps: float) -> nn.Sequential:
+    """A C x C dense layer, an activation of `POOLER_ACTIVATIONS`, and (with `norm`) a LayerNorm without bias: BERT's
+    pooler (tanh), DistilBERT's pre-classifier (ReLU), ModernBERT's classifier head (GELU, norm)."""
+    layers = [nn.Linear(hidden_size, hidden_size, bias=bias), POOLER_ACTIVATIONS[activation]()]
+    if norm:
+        layers.append(nn.LayerNorm(hidden_size, eps=norm_eps, bias=False))
+    return nn.Sequential(*layers)
+
+
+def _init_linears(linears: list[nn.Linear], initializer_range: float) -> None:
+    """BERT's initialisation; after all of a head's layers are built, so a seed gives the weights it always gave."""
+    for linear in linears:
+        nn.init.normal_(linear.weight, std=initializer_range)
+        if linear.bias is not None:
+            nn.init.zeros_(linear.bias)
 
 
 class MaskedLMHead(nn.Module):
@@ -77,6 +97,7 @@ class MaskedLMHead(nn.Module):
 
 class SequenceClassificationHead(nn.Module):
     kind = "sequence_classification"  # its name in checkpoints (encoders.checkpoints.HEAD_KINDS)
+    stored_options = POOLER_OPTIONS  # what it takes from a checkpoint's `head_options`
 
     def __init__(
         self,
@@ -101,16 +122,10 @@ class SequenceClassificationHead(nn.Module):
         self.pooling = pooling
         self.pooler_activation, self.pooler_bias, self.pooler_norm = pooler_activation, pooler_bias, pooler_norm
         self.norm_eps = norm_eps
-        pooler = [nn.Linear(hidden_size, hidden_size, bias=pooler_bias), POOLER_ACTIVATIONS[pooler_activation]()]
-        if pooler_norm:
-            pooler.append(nn.LayerNorm(hidden_size, eps=norm_eps, bias=False))
-        self.pooler = nn.Sequential(*pooler)
+        self.pooler = dense_activation_norm(hidden_size, pooler_activation, pooler_bias, pooler_norm, norm_eps)
         self.dropout = Dropout(dropout)
         self.classifier = nn.Linear(hidden_size, num_labels)
-        for linear in (self.pooler[0], self.classifier):
-            nn.init.normal_(linear.weight, std=initializer_range)
-            if linear.bias is not None:
-                nn.init.zeros_(linear.bias)
+        _init_linears([self.pooler[0], self.classifier], initializer_range)
 
     @property
     def options(self) -> dict[str, Any]:
@@ -134,64 +149,94 @@ class SequenceClassificationHead(nn.Module):
     ) -> SequenceClassificationHead:
         """The pooler (and, when present with a matching size, the classifier) stored in `directory`; a classifier
         absent from the checkpoint is freshly initialised, as when fine-tuning starts from a pretrained encoder."""
-        checkpoint = load_checkpoint(directory)
-        state, num_labels = _classifier_state(checkpoint, cls.kind, num_labels, "classifier")
-        head = cls(checkpoint.config.hidden_size, num_labels, **(_pooler_options(checkpoint) | kwargs))
-        head.load_state_dict(state, strict=False)  # the pooler alone, when the classifier starts fresh
-        return head
+        return _classifier_from_pretrained(cls, directory, num_labels, "classifier", kwargs)
 
 
 class TokenClassificationHead(nn.Module):
     kind = "token_classification"  # its name in checkpoints (encoders.checkpoints.HEAD_KINDS)
+    stored_options = TRANSFORM_OPTIONS  # what it takes from a checkpoint's `head_options`
 
     def __init__(
-        self, hidden_size: int, num_labels: int, dropout: float = 0.1, initializer_range: float = 0.02
+        self,
+        hidden_size: int,
+        num_labels: int,
+        dropout: float = 0.1,
+        initializer_range: float = 0.02,
+        transform_activation: PoolerActivation | None = None,
+        transform_bias: bool = True,
+        transform_norm: bool = False,
+        norm_eps: float = 1e-5,
     ) -> None:
+        """`transform_activation`: every token first goes through a dense layer (with a bias when `transform_bias`),
+        this activation and (with `transform_norm`) a LayerNorm without bias of epsilon `norm_eps`, as in
+        ModernBERT's token classifier; None: the classifier reads the hidden states directly (BERT's)."""
         super().__init__()
         if num_labels < 2:
             raise ValueError(f"num_labels={num_labels}; token classification needs at least 2 labels.")
+        if transform_activation is not None:
+            check_choice("transform_activation", transform_activation, POOLER_ACTIVATIONS)
+        elif transform_norm or not transform_bias:
+            raise ValueError(f"transform_norm={transform_norm} and transform_bias={transform_bias} shape a transform, "
+                             f"but transform_activation is None (no transform); set an activation or drop them.")
         self.num_labels = num_labels
+        self.transform_activation, self.transform_bias = transform_activation, transform_bias
+        self.transform_norm, self.norm_eps = transform_norm, norm_eps
+        self.transform = None if transform_activation is None else dense_activation_norm(
+            hidden_size, transform_activation, transform_bias, transform_norm, norm_eps)
         self.dropout = Dropout(dropout)
         self.classifier = nn.Linear(hidden_size, num_labels)
-        nn.init.normal_(self.classifier.weight, std=initializer_range)
-        nn.init.zeros_(self.classifier.bias)
+        _init_linears([self.classifier] if self.transform is None else [self.transform[0], self.classifier],
+                      initializer_range)
 
     @property
     def options(self) -> dict[str, Any]:
-        return {"num_labels": self.num_labels}
+        """What a checkpoint stores to rebuild this head (and an export checks against the family's)."""
+        return {"num_labels": self.num_labels, **{name: getattr(self, name) for name in TRANSFORM_OPTIONS}}
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits (B, T, num_labels)."""
+        if self.transform is not None:
+            hidden = self.transform(hidden)
         return self.classifier(self.dropout(hidden))
 
     @classmethod
     def from_pretrained(
         cls, directory: str | Path | Checkpoint, num_labels: int | None = None, **kwargs
     ) -> TokenClassificationHead:
-        checkpoint = load_checkpoint(directory)
-        state, num_labels = _classifier_state(checkpoint, cls.kind, num_labels, "token classifier")
-        head = cls(checkpoint.config.hidden_size, num_labels, **kwargs)
-        if state:
-            head.load_state_dict(state, strict=True)
-        return head
+        """The token classifier stored in `directory` (its transform alone, when it has one but no classifier of
+        `num_labels` outputs: the classifier is then freshly initialised)."""
+        return _classifier_from_pretrained(cls, directory, num_labels, "token classifier", kwargs)
 
 
 def fine_tuning_head(cls: type[SequenceClassificationHead] | type[TokenClassificationHead],
                      checkpoint: Checkpoint | None, hidden_size: int, num_labels: int, **kwargs) -> nn.Module:
     """The head a fine-tune starts from: the checkpoint's head of `cls.kind` when it has one (resuming an exported
-    fine-tuned model; a BERT pooler is kept either way, as transformers does), else a new one; a sequence
-    classifier pools and has the pooler of the checkpoint's family (DistilBERT's ReLU, ModernBERT's GELU and norm and
-    its `classifier_pooling`) unless `kwargs` say otherwise, as transformers' `*ForSequenceClassification` of that
-    checkpoint would."""
+    fine-tuned model; a BERT pooler or a ModernBERT transform is kept either way, as transformers does), else a new
+    one. Either has the shape of the checkpoint's family unless `kwargs` say otherwise, as transformers'
+    `*ForSequenceClassification` / `*ForTokenClassification` of that checkpoint would: DistilBERT's ReLU pooler,
+    ModernBERT's GELU and norm (and its `classifier_pooling`) before either classifier."""
     if checkpoint is not None and cls.kind in checkpoint.head_states:
         return cls.from_pretrained(checkpoint, num_labels=num_labels, **kwargs)
-    if checkpoint is not None and cls is SequenceClassificationHead:
-        kwargs = _pooler_options(checkpoint) | kwargs
+    if checkpoint is not None:
+        kwargs = _stored_options(checkpoint, cls) | kwargs
     return cls(hidden_size, num_labels, **kwargs)
 
 
-def _pooler_options(checkpoint: Checkpoint) -> dict[str, Any]:
-    return {k: v for k, v in checkpoint.head_options.items() if k in POOLER_OPTIONS}
+def _stored_options(checkpoint: Checkpoint, cls: type[nn.Module]) -> dict[str, Any]:
+    return {k: v for k, v in checkpoint.head_options.items() if k in cls.stored_options}
+
+
+def _classifier_from_pretrained(cls, directory: str | Path | Checkpoint, num_labels: int | None, description: str,
+                                kwargs: dict[str, Any]) -> nn.Module:
+    checkpoint = load_checkpoint(directory)
+    state, num_labels = _classifier_state(checkpoint, cls.kind, num_labels, description)
+    head = cls(checkpoint.config.hidden_size, num_labels, **(_stored_options(checkpoint, cls) | kwargs))
+    missing, unexpected = head.load_state_dict(state, strict=False)
+    fresh = [name for name in missing if name.startswith("classifier.")]  # a classifier of another size, or none
+    if unexpected or len(fresh) != len(missing):
+        raise ValueError(f"The {description} in {checkpoint.source} does not fit the head built from its options "
+                         f"({head.options}): missing {sorted(set(missing) - set(fresh))}, unexpected {unexpected}.")
+    return head
 
 
 def _classifier_state(

@@ -143,7 +143,7 @@ def test_a_modernbert_classifier_matches_transformers_and_exports_back(tmp_path,
     reference = random_weights(transformers.ModernBertForSequenceClassification(config))
     reference.save_pretrained(tmp_path / "hf")
     checkpoint = load_checkpoint(tmp_path / "hf")
-    assert sorted(checkpoint.head_states) == ["sequence_classification"]
+    assert sorted(checkpoint.head_states) == ["sequence_classification", "token_classification"]  # head.* twice
     encoder = Encoder.from_pretrained(checkpoint).eval()
     head = SequenceClassificationHead.from_pretrained(checkpoint).eval()
     assert (head.pooling, head.pooler_activation, head.pooler_bias, head.pooler_norm, head.norm_eps) == (
@@ -159,6 +159,52 @@ def test_a_modernbert_classifier_matches_transformers_and_exports_back(tmp_path,
     again = transformers.ModernBertForSequenceClassification.from_pretrained(tmp_path / "out").eval()
     with torch.no_grad():
         torch.testing.assert_close(again(input_ids=ids, attention_mask=mask).logits, expected, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_a_modernbert_token_classifier_matches_transformers_and_exports_back(tmp_path, bias):
+    """ModernBERT's token classifier (dense, GELU, LayerNorm without bias on every token, then the classifier) loads
+    with transformers' logits, with or without the dense bias, and exports back to a
+    `ModernBertForTokenClassification` with them; a new one over an MLM checkpoint starts its transform from the MLM
+    head's, as transformers' `from_pretrained` does, and a BERT token classifier keeps having none."""
+    from encoders.heads import fine_tuning_head
+
+    config = modernbert_config(num_labels=4, classifier_bias=bias, norm_eps=1e-6)
+    reference = random_weights(transformers.ModernBertForTokenClassification(config))
+    reference.save_pretrained(tmp_path / "hf")
+    checkpoint = load_checkpoint(tmp_path / "hf")
+    assert sorted(checkpoint.head_states) == ["sequence_classification", "token_classification"]  # its head.* too
+    assert "classifier.weight" not in checkpoint.head_states["sequence_classification"]
+    encoder = Encoder.from_pretrained(checkpoint).eval()
+    head = TokenClassificationHead.from_pretrained(checkpoint).eval()
+    assert (head.num_labels, head.transform_activation, head.transform_bias, head.transform_norm, head.norm_eps) == (
+        4, "gelu", bias, True, 1e-6)
+    ids, mask, _ = inputs("modernbert", 0)
+    with torch.no_grad():
+        expected = reference(input_ids=ids, attention_mask=mask).logits
+        assert max_diff_on_real_tokens(head(encoder(ids, mask)), expected, mask) < 1e-5
+    encoder.save_pretrained(tmp_path / "out", head=head, label_names=["O", "B-X", "I-X", "B-Y"])
+    exported = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert (exported["architectures"], exported["classifier_bias"], exported["id2label"]["1"]) == (
+        ["ModernBertForTokenClassification"], bias, "B-X")
+    again = transformers.ModernBertForTokenClassification.from_pretrained(tmp_path / "out").eval()
+    with torch.no_grad():
+        assert max_diff_on_real_tokens(again(input_ids=ids, attention_mask=mask).logits, expected, mask) < 1e-5
+
+    mlm = random_weights(transformers.ModernBertForMaskedLM(modernbert_config()))
+    mlm.save_pretrained(tmp_path / "mlm")
+    fresh = fine_tuning_head(TokenClassificationHead, load_checkpoint(tmp_path / "mlm"), 32, num_labels=3)
+    theirs = transformers.ModernBertForTokenClassification.from_pretrained(tmp_path / "mlm", num_labels=3)
+    torch.testing.assert_close(fresh.transform[0].weight, theirs.head.dense.weight)
+    torch.testing.assert_close(fresh.transform[2].weight, theirs.head.norm.weight)
+    assert fresh.classifier.weight.shape == (3, 32)
+
+    transformers.BertForMaskedLM(hf_config("bert")).save_pretrained(tmp_path / "bert")
+    bert = fine_tuning_head(TokenClassificationHead, load_checkpoint(tmp_path / "bert"), 32, num_labels=3)
+    assert bert.transform is None and sorted(bert.state_dict()) == ["classifier.bias", "classifier.weight"]
+    gelu = TokenClassificationHead(32, 3, transform_activation="gelu")
+    with pytest.raises(ValueError, match=r"transform_activation='gelu' \(the Bert token classifier's is None\)"):
+        Encoder.from_pretrained(tmp_path / "bert").save_pretrained(tmp_path / "no", head=gelu, format="transformers")
 
 
 def test_a_classifier_over_a_checkpoint_has_its_familys_pooler(tmp_path):
