@@ -263,11 +263,22 @@ def _loss_scaler(trainer: L.Trainer) -> bool:
     return getattr(trainer.precision_plugin, "scaler", None) is not None
 
 
+# EncoderConfig fields a resumed run may change: regularisation, initialisation (done before the weights were
+# trained) and kernel choices. Every other field, and every head option, changes what the trained weights compute.
+RESUMABLE_ENCODER_FIELDS = ("hidden_dropout", "attention_dropout", "initializer_range", "unpad_below", "flex_attention",
+                            "name")
+# The task settings that choose a head option, for the message when a resume would change one.
+HEAD_SETTINGS = {"pooling": "model.pooling", "pooler_activation": "model.pooler_activation",
+                 "num_labels": "the label count (the data's label set)"}
+
+
 class EncoderTask(L.LightningModule):
     """Base of every litbert task. Subclasses build `self.encoder` and `self.head`, and implement the steps."""
 
     #: The validation metric that picks the best checkpoint, and whether lower ("min") or higher ("max") is better.
     monitor: tuple[str, Literal["min", "max"]] = ("val/loss", "min")
+    #: The setting that configures `self.encoder`, for messages.
+    encoder_setting = "model.encoder"
 
     def __init__(self, optimization: Optimization | None = None) -> None:
         super().__init__()
@@ -293,6 +304,53 @@ class EncoderTask(L.LightningModule):
             optimizer, lambda step: lr_lambda(step, warmup, total, opt.schedule, decay)
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def architecture(self) -> dict[str, dict[str, typing.Any]]:
+        """What the weights compute beyond their shapes: the encoder's configuration (less the fields a resume may
+        change) and the head's options. Stored in every training checkpoint, and compared on resuming."""
+        config = {k: v for k, v in self.encoder.config.to_dict().items() if k not in RESUMABLE_ENCODER_FIELDS}
+        if config["position"] != "learned":  # then only a training length: no weights, nor values, depend on it
+            config.pop("max_position_embeddings")
+        return {"encoder": config, "head": dict(getattr(self.head, "options", {}))}
+
+    def on_save_checkpoint(self, checkpoint: dict[str, typing.Any]) -> None:
+        checkpoint["litbert_architecture"] = self.architecture()
+
+    def on_load_checkpoint(self, checkpoint: dict[str, typing.Any]) -> None:
+        """Refuse to resume a checkpoint into a model that computes something else with the same weights: a
+        position scheme, norm or activation changed on the command line, or a head whose default changed since the
+        run started (a DistilBERT classifier's pooler became ReLU). Checkpoints from before it was stored pass."""
+        saved = checkpoint.get("litbert_architecture")
+        if saved is None:
+            self._check_head_names(checkpoint)
+            return
+        now = self.architecture()
+        changed = [f"{self.encoder_setting}.{name}: {value!r} in the checkpoint, {now['encoder'].get(name)!r} now"
+                   for name, value in saved["encoder"].items() if now["encoder"].get(name) != value]
+        changed += [f"{HEAD_SETTINGS.get(name, f'the head option {name}')}: {value!r} in the checkpoint, "
+                    f"{now['head'].get(name)!r} now"
+                    for name, value in saved["head"].items() if now["head"].get(name) != value]
+        if changed:
+            raise ValueError(
+                "The checkpoint to resume was trained with a different model: " + "; ".join(changed) + ". Its "
+                "weights would compute something else in this one. Resume with these set as in the checkpoint, or "
+                "start a new run."
+            )
+
+    def _check_head_names(self, checkpoint: dict[str, typing.Any]) -> None:
+        """A checkpoint from before the architecture was stored: at least its head's parameters must be this head's
+        (ModernBERT's token classifier gained its transform since), else a message instead of a strict-loading
+        traceback. Sharded (FSDP) model states are not in the checkpoint dict and are left to the strategy."""
+        stored = {k for k in checkpoint.get("state_dict", {}) if k.startswith("head.")}
+        if not stored or self._trainer is not None and isinstance(self.trainer.strategy, FSDPStrategy):
+            return
+        own = {f"head.{name}" for name in self.head.state_dict()}
+        if stored != own:
+            raise ValueError(
+                f"The checkpoint's head has the parameters {sorted(stored - own)} and lacks {sorted(own - stored)} of "
+                f"this model's: it was saved by an earlier litbert whose head of this kind had another shape. It "
+                f"cannot be resumed by this version; start the fine-tune again."
+            )
 
     def on_before_backward(self, loss: torch.Tensor) -> None:
         self._step_loss = loss.detach()

@@ -17,6 +17,11 @@ from tasks.distillation import Teacher, soft_target_loss
 from tasks.metrics import EntityF1, classification_metrics
 
 
+def _given(**settings) -> dict:
+    """The settings that are set: the others follow the checkpoint."""
+    return {name: value for name, value in settings.items() if value is not None}
+
+
 class SequenceClassification(EncoderTask):
     def __init__(
         self,
@@ -30,6 +35,7 @@ class SequenceClassification(EncoderTask):
         vocab_size: int | None = None,
         pad_token_id: int | None = None,
         pooling: Literal["cls", "mean"] | None = None,
+        pooler_activation: Literal["tanh", "relu", "gelu"] | None = None,
         classifier_dropout: float = 0.1,
         teacher: str | None = None,
         temperature: float | None = None,
@@ -50,6 +56,8 @@ class SequenceClassification(EncoderTask):
             pad_token_id: the tokenizer's padding id; linked from the datamodule: a new encoder's padding row.
             pooling: "cls" (the pooler on the first token) or "mean" over real tokens; unset, the pretrained
                 checkpoint's (a ModernBERT's `classifier_pooling`, a litbert classifier's own), else "cls".
+            pooler_activation: the pooler's activation; unset, the pretrained checkpoint family's (BERT's and
+                RoBERTa's tanh, DistilBERT's ReLU, ModernBERT's GELU) or the fine-tuned classifier's own, else tanh.
             classifier_dropout: dropout before the classifier.
             teacher: a fine-tuned classifier checkpoint directory to distil from (logit KD): the loss becomes
                 alpha * T^2 * KL(teacher || student at temperature T) + (1 - alpha) * cross-entropy with the
@@ -76,8 +84,8 @@ class SequenceClassification(EncoderTask):
         checkpoint = read_pretrained(pretrained, pretrained_layers)
         self.encoder = build_encoder(encoder, checkpoint, vocab_size, pad_token_id)
         self.head = fine_tuning_head(SequenceClassificationHead, checkpoint, self.encoder.config.hidden_size,
-                                     num_labels, dropout=classifier_dropout,
-                                     **({} if pooling is None else {"pooling": pooling}))
+                                     num_labels, dropout=classifier_dropout, **_given(pooling=pooling,
+                                                                                       pooler_activation=pooler_activation))
         self.validation_names = list(validation_names)
         self.val_metrics = nn.ModuleList(
             classification_metrics(metrics, num_labels).clone(prefix=f"{name}/") for name in self.validation_names

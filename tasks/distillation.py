@@ -104,6 +104,8 @@ def distillation_losses(
 
 
 class Distillation(EncoderTask):
+    encoder_setting = "model.student"
+
     def __init__(
         self,
         teacher: str,

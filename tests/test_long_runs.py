@@ -167,6 +167,22 @@ def test_a_signal_saves_at_the_step_boundary_and_exits_non_zero(signum, env, tmp
     assert sorted(by_step(wandb_history(tmp_path, wandb_runs(tmp_path)[-1]), "train/loss")) == [step, step + 1]
 
 
+@pytest.mark.slow  # three fine-tuning processes: a minute and a half on 2 cores
+def test_a_resume_that_changes_what_the_weights_compute_is_refused(env, tmp_path):
+    """A run resumed with another pooler activation (the same shapes, so the weights would load) stops with status 2,
+    naming the setting and both values; with only the dropout changed, it resumes."""
+    assert_ok(train(GLUE, tmp_path, *glue_args("--trainer.max_steps", "2", "--checkpoint.every_n_steps", "2"),
+                    env=env))
+    last = tmp_path / "checkpoints" / LAST
+    resume = glue_args("--trainer.max_steps", "3", "--ckpt_path", str(last), "--export", "false")
+    refused = train(GLUE, tmp_path, *resume, "--model.pooler_activation", "relu", env=env)
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert "model.pooler_activation: 'tanh' in the checkpoint, 'relu' now" in refused.stderr
+    assert checkpoint_step(last) == 2
+    assert_ok(train(GLUE, tmp_path, *resume, "--model.encoder.hidden_dropout", "0.0", env=env))
+    assert checkpoint_step(last) == 3
+
+
 def test_slurm_requeue_signal_saves_requeues_and_the_job_resumes(env, tmp_path):
     """Under SLURM (auto-requeue), the requeue signal saves last.ckpt at the step boundary, calls
     `scontrol requeue <job>` and stops non-zero; the requeued job, run with `--ckpt_path last`, resumes there."""

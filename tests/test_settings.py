@@ -210,7 +210,7 @@ ENCODER_VALUES = {"preset": "bert-mini", "vocab_size": 40000, "hidden_size": 64,
 SECOND_ENCODER_VALUES = {"preset": "bert-small", "position": "alibi", "norm_placement": "post", "norm": "layernorm",
                          "activation": "gelu", "hidden_dropout": 0.3, "attention_dropout": 0.3, "bias": True,
                          "num_layers": 3, "hidden_size": 96, "num_heads": 3, "intermediate_size": 384}
-CHOICES = {"pooling": "mean", "schedule": "cosine",
+CHOICES = {"pooling": "mean", "pooler_activation": "relu", "schedule": "cosine",
            "truncation": {"longest_first": "error", "head": "tail", "head+tail": "head"},
            "packing": "segments", "masking": "static", "tag_scheme": "iob2", "task": "wnli", "kind": "byte_level_bpe"}
 

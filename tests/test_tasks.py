@@ -1,6 +1,7 @@
 """Task modules on small synthetic batches: optimisation pieces, losses, metrics, distillation."""
 
 import copy
+import dataclasses
 import math
 import random
 
@@ -303,6 +304,40 @@ def test_resume_continues_at_the_same_step_with_the_same_optimizer_state(tmp_pat
         torch.testing.assert_close(state["exp_avg_sq"], saved_state[index]["exp_avg_sq"])
     for name, value in captured["weights"].items():  # the weights came back, not a fresh init
         torch.testing.assert_close(value, saved["state_dict"][name], msg=name)
+
+
+def test_resuming_into_another_position_scheme_is_refused(tmp_path):
+    """The same weights under another scheme (RoPE's have no position table, nor ALiBi's) load without an error, so
+    the checkpoint's architecture is compared: the resume stops, naming the field and both values."""
+    spec = EncoderSpec(preset="bert-tiny", position="rope", num_layers=1)
+    make_trainer(tmp_path, 4).fit(MaskedLM(encoder=spec, vocab_size=64), DataLoader(mlm_batches(4), batch_size=None))
+    saved = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    assert saved["litbert_architecture"]["encoder"]["position"] == "rope"
+    other = MaskedLM(encoder=dataclasses.replace(spec, position="alibi"), vocab_size=64)
+    with pytest.raises(ValueError, match="model.encoder.position: 'rope' in the checkpoint, 'alibi' now"):
+        make_trainer(tmp_path, 6).fit(other, DataLoader(mlm_batches(4), batch_size=None),
+                                      ckpt_path=tmp_path / "checkpoints" / "last.ckpt")
+
+
+def test_a_checkpoint_from_before_the_architecture_was_stored_resumes_when_its_head_fits(tmp_path):
+    """Checkpoints written before `litbert_architecture` existed resume as before; one whose head has other
+    parameters (a ModernBERT token classifier from before its transform) stops with a message, not a traceback."""
+    spec = EncoderSpec(preset="bert-tiny", num_layers=1)
+    make_trainer(tmp_path, 4).fit(MaskedLM(encoder=spec, vocab_size=64), DataLoader(mlm_batches(4), batch_size=None))
+    saved = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    del saved["litbert_architecture"]
+    torch.save(saved, tmp_path / "old.ckpt")
+    trainer = make_trainer(tmp_path / "resumed", 6)
+    trainer.fit(MaskedLM(encoder=spec, vocab_size=64), DataLoader(mlm_batches(4), batch_size=None),
+                ckpt_path=tmp_path / "old.ckpt")
+    assert trainer.global_step == 6
+    saved["state_dict"]["head.transform.0.weight"] = saved["state_dict"].pop("head.dense.weight")
+    torch.save(saved, tmp_path / "other.ckpt")
+    with pytest.raises(ValueError, match=r"has the parameters \['head.transform.0.weight'\] and lacks "
+                                         r"\['head.dense.weight'\].*earlier litbert"):
+        make_trainer(tmp_path / "refused", 6).fit(MaskedLM(encoder=spec, vocab_size=64),
+                                                  DataLoader(mlm_batches(4), batch_size=None),
+                                                  ckpt_path=tmp_path / "other.ckpt")
 
 
 def test_load_from_checkpoint_restores_hyperparameters(tmp_path):
