@@ -26,6 +26,14 @@ training set (the same for every run and seed) where a full set is too long for 
         transformers-padded transformers-grouped
 
 `--write` replaces the part of BENCHMARKS.md between the `glue-<section>` markers with the table and the command.
+
+MFU is each run's useful work per second against the machine's measured matmul peak (`tasks.throughput`, measured
+once per task before its runs, on the threads the runs use): the model FLOPs of the training set's real tokens, the
+same count for both libraries: the encoder's forward and backward over every layer and every real token
+(`Encoder.flops`, times the epochs), as transformers' model computes them. Padding is not counted; the last layer's
+work that litbert's first-token shortcut skips is, so the shortcut shows as litbert's higher MFU. A run at 100% would
+train in the FLOPs' time at the peak, which bounds the speed-up any implementation of the same model can reach on the
+machine at these hyper-parameters (a run kept from a json written before MFU was recorded gets today's peak).
 """
 
 from __future__ import annotations
@@ -52,6 +60,8 @@ from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import f1_score, matthews_corrcoef
 from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding, Trainer, TrainingArguments
 
+from tasks.throughput import matmul_dtype, measure_matmul_peak
+
 
 def _load_train_py():
     """train.py, the entry script at the repository root (not a package module)."""
@@ -67,7 +77,7 @@ train = _load_train_py()
 RUNS = ("litbert", "transformers", "transformers-padded", "transformers-grouped")
 TASKS = ("cola", "sst2", "mrpc", "stsb", "rte", "wnli")
 HEADERS = ["task", "examples x epochs", "run", "metric (mean ± sd over seeds)", "train s (median)", "samples/s",
-           "litbert speed-up"]
+           "MFU", "litbert speed-up"]
 
 
 def litbert_cli(task: str, seed: int, root: str, extra: list[str]) -> train.LitbertCLI:
@@ -142,6 +152,22 @@ def transformers_run(task: str, settings: dict, train_set: datasets.Dataset, dev
     return seconds, official(task, predictions, prediction.label_ids)
 
 
+def padding(lengths: list[int], batch_size: int, orders: int = 20) -> float:
+    """Tokens computed per real token when random batches are padded to their longest (the `Trainer`'s default),
+    the mean over `orders` random orders."""
+    lengths, rng = np.asarray(lengths), np.random.default_rng(0)
+    padded = [sum(len(batch) * batch.max() for batch in np.array_split(lengths[rng.permutation(len(lengths))],
+                                                                          range(batch_size, len(lengths), batch_size)))
+              for _ in range(orders)]
+    return float(np.mean(padded) / lengths.sum())
+
+
+def peak_flops(dtype: torch.dtype) -> float:
+    """The fastest of 20 (2048 x 2048) matmuls: single measurements vary by a fifth on this 2-core machine
+    (0.119-0.158 TFLOP/s in float32), and a peak is the best it reaches."""
+    return max(measure_matmul_peak(torch.device("cpu"), dtype, repeats=10) for _ in range(2))
+
+
 def shipped_settings(task: str) -> tuple[dict, train.LitbertCLI]:
     """The hyper-parameters of the shipped config, as train.py resolves them on this machine."""
     with tempfile.TemporaryDirectory() as root:
@@ -202,14 +228,23 @@ def main() -> None:
         train_set = data.datasets["train"] if subset is None else data.datasets["train"].select(subset)
         columns = [c for c in ("input_ids", "token_type_ids", "labels") if c in train_set.column_names]
         hf_train, hf_dev = train_set.select_columns(columns), data.datasets["validation"].select_columns(columns)
-        tokens = sum(len(ids) for ids in train_set["input_ids"])
-        print(f"\n{task}: {len(train_set):,} of {full:,} training examples ({tokens:,} tokens), dev {len(hf_dev)}; "
+        lengths = [len(ids) for ids in train_set["input_ids"]]
+        work = {"model_flops": cli.model.encoder.flops(lengths, training=True) * settings["epochs"],
+                "peak_flops": peak_flops(matmul_dtype(settings["precision"]))}
+        print(f"\n{task}: {len(train_set):,} of {full:,} training examples ({sum(lengths):,} tokens, "
+              f"{np.mean(lengths):.1f} ± {np.std(lengths):.1f} an example; random batches padded per batch hold "
+              f"{padding(lengths, settings['batch_size']):.2f}x the real tokens), dev {len(hf_dev)}; "
+              f"{work['model_flops'] / 1e12:.1f} TFLOP to train, matmul peak {work['peak_flops'] / 1e12:.3f} TFLOP/s; "
               f"{json.dumps(settings)}", flush=True)
         for index, seed in enumerate(args.seeds):
             order = args.runs[index % len(args.runs):] + args.runs[: index % len(args.runs)]
             for run in order:
-                if any((r["task"], r["run"], r["seed"], r["examples"], r["epochs"])
-                       == (task, run, seed, len(train_set), settings["epochs"]) for r in records):
+                kept = [r for r in records if (r["task"], r["run"], r["seed"], r["examples"], r["epochs"])
+                        == (task, run, seed, len(train_set), settings["epochs"])]
+                if kept:
+                    for record in kept:  # runs recorded before the work was: the same data, this machine's peak
+                        record.setdefault("model_flops", work["model_flops"])
+                        record.setdefault("peak_flops", work["peak_flops"])
                     print(f"{task} seed {seed} {run}: in {args.json}, kept", flush=True)
                     continue
                 gc.collect()
@@ -220,12 +255,14 @@ def main() -> None:
                 samples = len(train_set) * settings["epochs"]
                 records.append({"task": task, "run": run, "seed": seed, "seconds": seconds,
                                 "samples_per_second": samples / seconds, "metrics": metrics,
-                                "examples": len(train_set), "epochs": settings["epochs"]})
+                                "examples": len(train_set), "epochs": settings["epochs"], **work})
                 shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
                 print(f"{task} seed {seed} {run}: {seconds:.1f} s, {samples / seconds:.1f} samples/s, {shown}",
                       flush=True)
                 if args.json:
                     args.json.write_text(json.dumps(records, indent=1) + "\n")
+        if args.json:
+            args.json.write_text(json.dumps(records, indent=1) + "\n")
     print()
     report(records, args.write, args.section)
 
@@ -249,18 +286,22 @@ def task_rows(task: str, records: list[dict], runs: list[str]) -> list[list[str]
         if not mine:
             continue
         timed = [r for r in mine if not r.get("contended")]
-        seconds, rate = "contended", "contended"
+        seconds, rate, mfu = "contended", "contended", "contended"
         if timed:
             rates[run] = statistics.median(r["samples_per_second"] for r in timed)
             seconds = f"{statistics.median(r['seconds'] for r in timed):.0f}" + (f" ({len(timed)})" if len(timed) <
                                                                                   len(mine) else "")
             rate = f"{rates[run]:.1f}"
+            measured = [r for r in timed if "model_flops" in r]
+            mfu = f"{statistics.median(r['model_flops'] / r['seconds'] / r['peak_flops'] for r in measured):.0%}" \
+                if measured else ""
         shown = []
         for name in mine[0]["metrics"]:
             values = [r["metrics"][name] for r in mine]
             spread = f" ± {statistics.stdev(values):.3f}" if len(values) > 1 else ""
             shown.append(f"{name} {statistics.mean(values):.3f}{spread}")
-        rows.append([task, f"{mine[0]['examples']:,} x {mine[0]['epochs']}", run, "; ".join(shown), seconds, rate])
+        rows.append([task, f"{mine[0]['examples']:,} x {mine[0]['epochs']}", run, "; ".join(shown), seconds, rate,
+                     mfu])
     for row in rows:
         row.append(f"{rates['litbert'] / rates[row[2]]:.2f}x" if "litbert" in rates and row[2] in rates else "")
     return rows

@@ -4,6 +4,7 @@ one epoch, against transformers' `Trainer` at the same hyper-parameters (bench/g
 from __future__ import annotations
 
 import json
+import statistics
 
 import pytest
 from runs import MINILM, environment, train
@@ -42,11 +43,14 @@ def test_the_glue_benchmark_resumes_a_sweep_from_its_json(shared_data, tmp_path)
     subprocess.run([*command, "--seeds", "0", "--runs", "litbert"], check=True, cwd=REPO, env=env, timeout=900)
     first = json.loads(results.read_text())
     assert [(r["task"], r["run"], r["seed"], r["examples"]) for r in first] == [("rte", "litbert", 0, 32)]
+    # A run recorded before MFU was: the resumed sweep fills in its work and peak.
+    results.write_text(json.dumps([{k: v for k, v in first[0].items() if k not in ("model_flops", "peak_flops")}]))
     done = subprocess.run([*command, "--seeds", "0", "1", "--runs", "litbert", "transformers"], check=True, cwd=REPO,
                           env=env, timeout=900, capture_output=True, text=True)
     assert "rte seed 0 litbert: in " in done.stdout and done.stdout.count(": in ") == 1
     records = json.loads(results.read_text())
-    assert records[0] == first[0]  # kept as it was, not run again
+    assert records[0]["seconds"] == first[0]["seconds"]  # kept, not run again
+    assert records[0]["model_flops"] == first[0]["model_flops"] and records[0]["peak_flops"] > 1e9
     assert sorted((r["run"], r["seed"]) for r in records) == [("litbert", 0), ("litbert", 1), ("transformers", 0),
                                                                ("transformers", 1)]
     assert all(0.0 <= r["metrics"]["accuracy"] <= 1.0 for r in records)
@@ -61,3 +65,9 @@ def test_the_glue_benchmark_resumes_a_sweep_from_its_json(shared_data, tmp_path)
     accuracy = (contended["metrics"]["accuracy"] + other["metrics"]["accuracy"]) / 2
     cells = [cell.strip() for cell in row.split("|")]
     assert f"accuracy {accuracy:.3f}" in row and f"{other['seconds']:.0f} (1)" in cells
+    # MFU: the same useful work for both libraries (the real tokens' model FLOPs), against the measured peak.
+    assert len({r["model_flops"] for r in records}) == 1 and all(r["peak_flops"] > 1e9 for r in records)
+    mfu = statistics.median(r["model_flops"] / r["seconds"] / r["peak_flops"] for r in records if r["run"] == "litbert")
+    cells = next(cells for line in table.splitlines() if (cells := [c.strip() for c in line.split("|")])[3:4] == [
+        "litbert"])
+    assert cells[7] == f"{mfu:.0%}"
