@@ -16,7 +16,7 @@ after the pooler, which is identical at evaluation time and loads the same weigh
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 import torch
 import torch.nn.functional as F
@@ -95,9 +95,40 @@ class MaskedLMHead(nn.Module):
         return head
 
 
-class SequenceClassificationHead(nn.Module):
-    kind = "sequence_classification"  # its name in checkpoints (encoders.checkpoints.HEAD_KINDS)
-    stored_options = POOLER_OPTIONS  # what it takes from a checkpoint's `head_options`
+class ClassifierHead(nn.Module):
+    """What the two classifier heads share: their options, and loading from a checkpoint."""
+
+    kind: str  # its name in checkpoints (encoders.checkpoints.HEAD_KINDS)
+    description: str  # its name in messages
+    stored_options: tuple[str, ...]  # what it takes from a checkpoint's `head_options`
+    num_labels: int
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """What a checkpoint stores to rebuild this head (and an export checks against the family's)."""
+        return {"num_labels": self.num_labels, **{name: getattr(self, name) for name in self.stored_options}}
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path | Checkpoint, num_labels: int | None = None, **kwargs) -> Self:
+        """The head stored in `directory`, shaped by its stored options unless `kwargs` say otherwise. A classifier
+        absent from the checkpoint, or of another size than `num_labels`, is freshly initialised (a pretrained
+        encoder's pooler or transform alone, as when fine-tuning starts); any other misfit is an error."""
+        checkpoint = load_checkpoint(directory)
+        state, num_labels = _classifier_state(checkpoint, cls.kind, num_labels, cls.description)
+        head = cls(checkpoint.config.hidden_size, num_labels, **(_stored_options(checkpoint, cls) | kwargs))
+        missing, unexpected = head.load_state_dict(state, strict=False)
+        fresh = [name for name in missing if name.startswith("classifier.")]
+        if unexpected or len(fresh) != len(missing):
+            raise ValueError(f"The {cls.description} in {checkpoint.source} does not fit the head built from its "
+                             f"options ({head.options}): missing {sorted(set(missing) - set(fresh))}, unexpected "
+                             f"{unexpected}.")
+        return head
+
+
+class SequenceClassificationHead(ClassifierHead):
+    kind = "sequence_classification"
+    description = "classifier"
+    stored_options = POOLER_OPTIONS
 
     def __init__(
         self,
@@ -127,11 +158,6 @@ class SequenceClassificationHead(nn.Module):
         self.classifier = nn.Linear(hidden_size, num_labels)
         _init_linears([self.pooler[0], self.classifier], initializer_range)
 
-    @property
-    def options(self) -> dict[str, Any]:
-        """What a checkpoint stores to rebuild this head (and an export checks against the family's)."""
-        return {"num_labels": self.num_labels, **{name: getattr(self, name) for name in POOLER_OPTIONS}}
-
     def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Logits (B, num_labels) from hidden states (B, T, C)."""
         if self.pooling == "cls":
@@ -143,18 +169,11 @@ class SequenceClassificationHead(nn.Module):
             pooled = (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
         return self.classifier(self.dropout(self.pooler(pooled)))
 
-    @classmethod
-    def from_pretrained(
-        cls, directory: str | Path | Checkpoint, num_labels: int | None = None, **kwargs
-    ) -> SequenceClassificationHead:
-        """The pooler (and, when present with a matching size, the classifier) stored in `directory`; a classifier
-        absent from the checkpoint is freshly initialised, as when fine-tuning starts from a pretrained encoder."""
-        return _classifier_from_pretrained(cls, directory, num_labels, "classifier", kwargs)
 
-
-class TokenClassificationHead(nn.Module):
-    kind = "token_classification"  # its name in checkpoints (encoders.checkpoints.HEAD_KINDS)
-    stored_options = TRANSFORM_OPTIONS  # what it takes from a checkpoint's `head_options`
+class TokenClassificationHead(ClassifierHead):
+    kind = "token_classification"
+    description = "token classifier"
+    stored_options = TRANSFORM_OPTIONS
 
     def __init__(
         self,
@@ -188,28 +207,15 @@ class TokenClassificationHead(nn.Module):
         _init_linears([self.classifier] if self.transform is None else [self.transform[0], self.classifier],
                       initializer_range)
 
-    @property
-    def options(self) -> dict[str, Any]:
-        """What a checkpoint stores to rebuild this head (and an export checks against the family's)."""
-        return {"num_labels": self.num_labels, **{name: getattr(self, name) for name in TRANSFORM_OPTIONS}}
-
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits (B, T, num_labels)."""
         if self.transform is not None:
             hidden = self.transform(hidden)
         return self.classifier(self.dropout(hidden))
 
-    @classmethod
-    def from_pretrained(
-        cls, directory: str | Path | Checkpoint, num_labels: int | None = None, **kwargs
-    ) -> TokenClassificationHead:
-        """The token classifier stored in `directory` (its transform alone, when it has one but no classifier of
-        `num_labels` outputs: the classifier is then freshly initialised)."""
-        return _classifier_from_pretrained(cls, directory, num_labels, "token classifier", kwargs)
 
-
-def fine_tuning_head(cls: type[SequenceClassificationHead] | type[TokenClassificationHead],
-                     checkpoint: Checkpoint | None, hidden_size: int, num_labels: int, **kwargs) -> nn.Module:
+def fine_tuning_head(cls: type[ClassifierHead], checkpoint: Checkpoint | None, hidden_size: int, num_labels: int,
+                     **kwargs) -> ClassifierHead:
     """The head a fine-tune starts from: the checkpoint's head of `cls.kind` when it has one (resuming an exported
     fine-tuned model; a BERT pooler or a ModernBERT transform is kept either way, as transformers does), else a new
     one. Either has the shape of the checkpoint's family unless `kwargs` say otherwise, as transformers'
@@ -222,21 +228,8 @@ def fine_tuning_head(cls: type[SequenceClassificationHead] | type[TokenClassific
     return cls(hidden_size, num_labels, **kwargs)
 
 
-def _stored_options(checkpoint: Checkpoint, cls: type[nn.Module]) -> dict[str, Any]:
+def _stored_options(checkpoint: Checkpoint, cls: type[ClassifierHead]) -> dict[str, Any]:
     return {k: v for k, v in checkpoint.head_options.items() if k in cls.stored_options}
-
-
-def _classifier_from_pretrained(cls, directory: str | Path | Checkpoint, num_labels: int | None, description: str,
-                                kwargs: dict[str, Any]) -> nn.Module:
-    checkpoint = load_checkpoint(directory)
-    state, num_labels = _classifier_state(checkpoint, cls.kind, num_labels, description)
-    head = cls(checkpoint.config.hidden_size, num_labels, **(_stored_options(checkpoint, cls) | kwargs))
-    missing, unexpected = head.load_state_dict(state, strict=False)
-    fresh = [name for name in missing if name.startswith("classifier.")]  # a classifier of another size, or none
-    if unexpected or len(fresh) != len(missing):
-        raise ValueError(f"The {description} in {checkpoint.source} does not fit the head built from its options "
-                         f"({head.options}): missing {sorted(set(missing) - set(fresh))}, unexpected {unexpected}.")
-    return head
 
 
 def _classifier_state(
