@@ -16,7 +16,7 @@ after the pooler, which is identical at evaluation time and loads the same weigh
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -26,6 +26,9 @@ from encoders.checkpoints import Checkpoint, load_checkpoint
 from encoders.choices import check_choice
 from encoders.config import EncoderConfig
 from encoders.layers import Dropout, activation_spec, build_norm
+
+if TYPE_CHECKING:  # annotations only: typing.Self is Python 3.11+, and the project supports 3.10
+    from typing import Self
 
 Pooling = Literal["cls", "mean"]  # the first token through BERT's pooler, or the mean over real tokens
 PoolerActivation = Literal["tanh", "relu", "gelu"]  # BERT's pooler, DistilBERT's pre-classifier, ModernBERT's head
