@@ -168,10 +168,11 @@ def peak_flops(dtype: torch.dtype) -> float:
     return max(measure_matmul_peak(torch.device("cpu"), dtype, repeats=10) for _ in range(2))
 
 
-def shipped_settings(task: str) -> tuple[dict, train.LitbertCLI]:
-    """The hyper-parameters of the shipped config, as train.py resolves them on this machine."""
+def shipped_settings(task: str, extra: list[str]) -> tuple[dict, train.LitbertCLI]:
+    """The hyper-parameters of the shipped config with the litbert runs' overrides (`extra`), as train.py resolves
+    them on this machine; the transformers runs train with the same."""
     with tempfile.TemporaryDirectory() as root:
-        cli = litbert_cli(task, 0, root, [])
+        cli = litbert_cli(task, 0, root, extra)
     config, opt = cli.config, cli.model.optimization
     settings = {
         "num_labels": cli.datamodule.num_labels, "max_length": cli.datamodule.max_length,
@@ -183,6 +184,21 @@ def shipped_settings(task: str) -> tuple[dict, train.LitbertCLI]:
         "group_by_length": cli.datamodule.group_by_length,
     }
     return settings, cli
+
+
+def machine_of(record: dict) -> str:
+    """Where and in which precision a run trained (records written before both were kept say so)."""
+    return f"{record.get('device', 'an unrecorded machine')}, {record.get('precision', 'an unrecorded precision')}"
+
+
+def refuse_other_machines(records: list[dict], machine: dict, path: Path | None) -> None:
+    """Stop where `path` holds runs from another machine or precision: their times and metrics do not share a table
+    with this machine's, and resuming would mix them silently."""
+    other = sorted({machine_of(r) for r in records} - {machine_of(machine)})
+    if other:
+        raise SystemExit(f"{path} holds runs on {'; '.join(other)}; these runs would be on {machine['device']}, "
+                         f"{machine['precision']}. Runs of two machines or precisions do not share a table: give "
+                         f"another --json.")
 
 
 def main() -> None:
@@ -213,10 +229,12 @@ def main() -> None:
     extra = list(args.litbert_args) + (["--trainer.max_epochs", str(args.epochs)] if args.epochs else [])
 
     records = json.loads(args.json.read_text()) if args.json and args.json.exists() else []
-    print(f"device: {device_name(torch.device('cpu'))}; torch {torch.__version__}, transformers "
-          f"{transformers.__version__}", flush=True)
+    device = device_name(torch.device("cpu"))
+    print(f"device: {device}; torch {torch.__version__}, transformers {transformers.__version__}", flush=True)
     for task in args.tasks:
-        settings, cli = shipped_settings(task)
+        settings, cli = shipped_settings(task, extra)
+        machine = {"device": device, "precision": settings["precision"]}
+        refuse_other_machines(records, machine, args.json)
         if args.epochs:
             settings["epochs"] = args.epochs
         data = cli.datamodule
@@ -255,7 +273,8 @@ def main() -> None:
                 samples = len(train_set) * settings["epochs"]
                 records.append({"task": task, "run": run, "seed": seed, "seconds": seconds,
                                 "samples_per_second": samples / seconds, "metrics": metrics,
-                                "examples": len(train_set), "epochs": settings["epochs"], **work})
+                                "examples": len(train_set), "epochs": settings["epochs"], **work, **machine,
+                                "versions": {"torch": torch.__version__, "transformers": transformers.__version__}})
                 shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
                 print(f"{task} seed {seed} {run}: {seconds:.1f} s, {samples / seconds:.1f} samples/s, {shown}",
                       flush=True)
@@ -274,7 +293,8 @@ def report(records: list[dict], write: Path | None, section: str) -> None:
     rows = [row for task in tasks for row in task_rows(task, [r for r in records if r["task"] == task], runs)]
     print_table(HEADERS, rows)
     if write:
-        write_table(write, section, HEADERS, rows, " ".join(sys.argv[1:]))
+        machines = "; ".join(sorted({machine_of(r) for r in records}))
+        write_table(write, section, HEADERS, rows, " ".join(sys.argv[1:]), machines)
 
 
 def task_rows(task: str, records: list[dict], runs: list[str]) -> list[list[str]]:
@@ -307,13 +327,14 @@ def task_rows(task: str, records: list[dict], runs: list[str]) -> list[list[str]
     return rows
 
 
-def write_table(path: Path, section: str, headers: list[str], rows: list[list[str]], command: str) -> None:
+def write_table(path: Path, section: str, headers: list[str], rows: list[list[str]], command: str,
+                machines: str) -> None:
     begin, end = f"<!-- glue-{section}:begin -->", f"<!-- glue-{section}:end -->"
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
         print_table(headers, rows)
     block = (f"{begin}\n`LITBERT_DATA=../shared/data python bench/glue.py {command}` on "
-             f"{device_name(torch.device('cpu'))}:\n\n{buffer.getvalue()}{end}")
+             f"{machines}:\n\n{buffer.getvalue()}{end}")
     text = path.read_text()
     if begin in text and end in text:
         text = text[: text.index(begin)] + block + text[text.index(end) + len(end):]

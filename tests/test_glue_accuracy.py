@@ -71,3 +71,13 @@ def test_the_glue_benchmark_resumes_a_sweep_from_its_json(shared_data, tmp_path)
     cells = next(cells for line in table.splitlines() if (cells := [c.strip() for c in line.split("|")])[3:4] == [
         "litbert"])
     assert cells[7] == f"{mfu:.0%}"
+    # Each run records where it trained; a sweep does not resume into runs of another machine or precision.
+    assert {(r["device"], r["precision"]) for r in records} == {(records[0]["device"], records[0]["precision"])}
+    assert "threads on" in records[0]["device"] and records[0]["precision"] in ("32-true", "bf16-mixed")
+    results.write_text(json.dumps([records[0] | {"device": "2 threads on another CPU"}]))
+    refused = subprocess.run([*command, "--seeds", "0"], cwd=REPO, env=env, timeout=300, capture_output=True,
+                             text=True)
+    assert refused.returncode != 0
+    assert f"{results} holds runs on 2 threads on another CPU, {records[0]['precision']}" in refused.stderr
+    assert "give another --json" in refused.stderr
+    assert json.loads(results.read_text())[0]["device"] == "2 threads on another CPU"  # nothing appended
