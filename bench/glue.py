@@ -215,7 +215,8 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None,
                         help="also write every run's numbers here, after each run; the runs a file already holds "
                              "(same task, run, seed, subset and epochs) are kept and not run again, so a sweep too "
-                             "long for one sitting resumes")
+                             "long for one sitting resumes; a file holding another machine's or precision's runs "
+                             "is refused")
     parser.add_argument("--write", type=Path, default=None, help="replace the GLUE table in this Markdown file")
     parser.add_argument("--section", default="accuracy",
                         help="which table of the file --write replaces (between its glue-<section> markers)")
