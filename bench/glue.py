@@ -196,9 +196,8 @@ def refuse_other_machines(records: list[dict], machine: dict, path: Path | None)
     with this machine's, and resuming would mix them silently."""
     other = sorted({machine_of(r) for r in records} - {machine_of(machine)})
     if other:
-        raise SystemExit(f"{path} holds runs on {'; '.join(other)}; these runs would be on {machine['device']}, "
-                         f"{machine['precision']}. Runs of two machines or precisions do not share a table: give "
-                         f"another --json.")
+        raise SystemExit(f"{path} holds runs on {'; '.join(other)}; these runs would be on {machine_of(machine)}. "
+                         f"Runs of two machines or precisions do not share a table: give another --json.")
 
 
 def main() -> None:
