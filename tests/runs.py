@@ -43,6 +43,23 @@ def _records(path: Path) -> list[bytes]:
     return records
 
 
+def _finished_records(path: Path, wait: float = 10.0) -> list:
+    """The parsed records of a run file, once it holds the run's exit record. `wandb.finish()` returns before W&B's
+    service process has flushed the file (it closes the stream a few milliseconds later), so a run finished in this
+    process is read only when complete; a file that has no exit record after `wait` seconds (a killed run) is read
+    as it is."""
+    deadline = time.monotonic() + wait
+    while True:
+        records = []
+        for data in _records(path):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(data)
+            records.append(record)
+        if any(r.WhichOneof("record_type") == "exit" for r in records) or time.monotonic() > deadline:
+            return records
+        time.sleep(0.05)
+
+
 def wandb_runs(root: Path) -> list[Path]:
     """The offline W&B run folders under `root`, oldest first (a resumed run adds a folder with the same id)."""
     runs = sorted(root.glob("wandb/offline-run-*"), key=lambda p: p.name)
@@ -55,9 +72,7 @@ def wandb_history(root: Path, run: Path | None = None) -> list[dict]:
     history = []
     for folder in [run] if run is not None else wandb_runs(root):
         (path,) = folder.glob("run-*.wandb")
-        for data in _records(path):
-            record = wandb_internal_pb2.Record()
-            record.ParseFromString(data)
+        for record in _finished_records(path):
             if record.WhichOneof("record_type") == "history":
                 history.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
                                 for item in record.history.item})
