@@ -43,7 +43,7 @@ def _records(path: Path) -> list[bytes]:
     return records
 
 
-def _finished_records(path: Path, wait: float = 10.0) -> list:
+def _finished_records(path: Path, wait: float = 10.0) -> list[wandb_internal_pb2.Record]:
     """The parsed records of a run file, once it holds the run's exit record. `wandb.finish()` returns before W&B's
     service process has flushed the file (it closes the stream a few milliseconds later), so a run finished in this
     process is read only when complete; a file that has no exit record after `wait` seconds (a killed run) is read
