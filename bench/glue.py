@@ -13,6 +13,10 @@ gradient clipping, max length, precision as train.py resolves it on this machine
 - `transformers-padded`: the same with every sequence padded to max_length, as run_glue pads by default.
 - `transformers-grouped`: the `Trainer`'s fastest setting here: per-batch padding and length-grouped batches
   (`train_sampling_strategy="group_by_length"`).
+- `transformers-fp32`: `transformers` in float32, the `Trainer`'s default precision (`bf16` and `fp16` off), for a
+  machine where train.py's shipped precision is a mixed one (an AMX CPU, a GPU): the `Trainer`'s defaults against
+  litbert's. The json keeps the shipped precision as the sweep's, and the run's own in `run_precision`; its MFU is
+  against the float32 peak. Refused where the shipped precision is float32 already (it would be `transformers`).
 
 Both libraries train without evaluating (litbert: `limit_val_batches=0`) and are then evaluated once on the dev
 set with the final weights, each with the task's official metric. The time is the training alone (`fit` /
@@ -74,7 +78,7 @@ def _load_train_py():
 
 train = _load_train_py()
 
-RUNS = ("litbert", "transformers", "transformers-padded", "transformers-grouped")
+RUNS = ("litbert", "transformers", "transformers-padded", "transformers-grouped", "transformers-fp32")
 TASKS = ("cola", "sst2", "mrpc", "stsb", "rte", "wnli")
 HEADERS = ["task", "examples x epochs", "run", "metric (mean ± sd over seeds)", "train s (median)", "samples/s",
            "MFU", "litbert speed-up"]
@@ -123,6 +127,7 @@ def official(task: str, predictions: np.ndarray, labels: np.ndarray) -> dict[str
 def transformers_run(task: str, settings: dict, train_set: datasets.Dataset, dev: datasets.Dataset, tokenizer,
                      seed: int, run: str) -> tuple[float, dict]:
     transformers.set_seed(seed)
+    precision = run_precision(run, settings)
     model = AutoModelForSequenceClassification.from_pretrained(
         MINILM, num_labels=settings["num_labels"], attn_implementation="sdpa", dtype=torch.float32,
         classifier_dropout=settings["classifier_dropout"])
@@ -137,7 +142,8 @@ def transformers_run(task: str, settings: dict, train_set: datasets.Dataset, dev
             weight_decay=settings["weight_decay"], adam_beta1=settings["betas"][0], adam_beta2=settings["betas"][1],
             adam_epsilon=settings["eps"], max_grad_norm=settings["max_grad_norm"],
             warmup_steps=settings["warmup"], lr_scheduler_type=settings["schedule"],
-            num_train_epochs=settings["epochs"], seed=seed, bf16=settings["precision"].startswith("bf16"),
+            num_train_epochs=settings["epochs"], seed=seed, bf16=precision.startswith("bf16"),
+            fp16=precision.startswith("16"),
             use_cpu=not torch.cuda.is_available(), report_to="none", save_strategy="no", eval_strategy="no",
             logging_strategy="no", disable_tqdm=True,
             train_sampling_strategy="group_by_length" if run == "transformers-grouped" else "random")
@@ -184,6 +190,12 @@ def shipped_settings(task: str, extra: list[str]) -> tuple[dict, train.LitbertCL
         "group_by_length": cli.datamodule.group_by_length,
     }
     return settings, cli
+
+
+def run_precision(run: str, settings: dict) -> str:
+    """The precision `run` trains in: the shipped one, except the `Trainer`'s float32 default for
+    `transformers-fp32`."""
+    return "32-true" if run == "transformers-fp32" else settings["precision"]
 
 
 def machine_of(record: dict) -> str:
@@ -235,6 +247,10 @@ def main() -> None:
         settings, cli = shipped_settings(task, extra)
         machine = {"device": device, "precision": settings["precision"]}
         refuse_other_machines(records, machine, args.json)
+        if "transformers-fp32" in args.runs and matmul_dtype(settings["precision"]) == torch.float32:
+            raise SystemExit(f"--runs transformers-fp32: the shipped precision on this machine is "
+                             f"{settings['precision']} already, so `transformers` is the Trainer's float32 default; "
+                             f"drop transformers-fp32.")
         if args.epochs:
             settings["epochs"] = args.epochs
         data = cli.datamodule
@@ -249,10 +265,14 @@ def main() -> None:
         lengths = [len(ids) for ids in train_set["input_ids"]]
         work = {"model_flops": cli.model.encoder.flops(lengths, training=True) * settings["epochs"],
                 "peak_flops": peak_flops(matmul_dtype(settings["precision"]))}
+        peaks = {settings["precision"]: work["peak_flops"]}
+        if "transformers-fp32" in args.runs:
+            peaks["32-true"] = peak_flops(torch.float32)
         print(f"\n{task}: {len(train_set):,} of {full:,} training examples ({sum(lengths):,} tokens, "
               f"{np.mean(lengths):.1f} ± {np.std(lengths):.1f} an example; random batches padded per batch hold "
               f"{padding(lengths, settings['batch_size']):.2f}x the real tokens), dev {len(hf_dev)}; "
-              f"{work['model_flops'] / 1e12:.1f} TFLOP to train, matmul peak {work['peak_flops'] / 1e12:.3f} TFLOP/s; "
+              f"{work['model_flops'] / 1e12:.1f} TFLOP to train, matmul peak "
+              f"{', '.join(f'{peak / 1e12:.3f} TFLOP/s ({name})' for name, peak in peaks.items())}; "
               f"{json.dumps(settings)}", flush=True)
         for index, seed in enumerate(args.seeds):
             order = args.runs[index % len(args.runs):] + args.runs[: index % len(args.runs)]
@@ -262,7 +282,7 @@ def main() -> None:
                 if kept:
                     for record in kept:  # runs recorded before the work was: the same data, this machine's peak
                         record.setdefault("model_flops", work["model_flops"])
-                        record.setdefault("peak_flops", work["peak_flops"])
+                        record.setdefault("peak_flops", peaks.get(run_precision(run, settings), work["peak_flops"]))
                     print(f"{task} seed {seed} {run}: in {args.json}, kept", flush=True)
                     continue
                 gc.collect()
@@ -271,9 +291,12 @@ def main() -> None:
                 else:
                     seconds, metrics = transformers_run(task, settings, hf_train, hf_dev, data.tokenizer, seed, run)
                 samples = len(train_set) * settings["epochs"]
+                own = run_precision(run, settings)
                 records.append({"task": task, "run": run, "seed": seed, "seconds": seconds,
                                 "samples_per_second": samples / seconds, "metrics": metrics,
-                                "examples": len(train_set), "epochs": settings["epochs"], **work, **machine,
+                                "examples": len(train_set), "epochs": settings["epochs"], **work,
+                                "peak_flops": peaks[own], **machine,
+                                **({"run_precision": own} if own != settings["precision"] else {}),
                                 "versions": {"torch": torch.__version__, "transformers": transformers.__version__}})
                 shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
                 print(f"{task} seed {seed} {run}: {seconds:.1f} s, {samples / seconds:.1f} samples/s, {shown}",

@@ -4,6 +4,7 @@ one epoch, against transformers' `Trainer` at the same hyper-parameters (bench/g
 from __future__ import annotations
 
 import json
+import re
 import statistics
 
 import pytest
@@ -81,3 +82,34 @@ def test_the_glue_benchmark_resumes_a_sweep_from_its_json(shared_data, tmp_path)
     assert f"{results} holds runs on 2 threads on another CPU, {records[0]['precision']}" in refused.stderr
     assert "give another --json" in refused.stderr
     assert json.loads(results.read_text())[0]["device"] == "2 threads on another CPU"  # nothing appended
+
+
+@pytest.mark.slow  # one Trainer fine-tune of 32 RTE examples and a bfloat16 matmul peak (minutes on a CPU without AMX)
+def test_the_glue_benchmark_runs_the_trainer_at_its_float32_default_beside_a_mixed_precision_sweep(shared_data,
+                                                                                                     tmp_path):
+    """Where litbert's shipped precision is a mixed one, `transformers-fp32` is the `Trainer` at its own default
+    precision: the sweep's json keeps the shipped precision, the run its own, and its MFU is against the float32
+    peak; where the shipped precision is float32 already, the run is refused."""
+    import subprocess
+    import sys
+
+    from runs import REPO
+
+    results = tmp_path / "glue.json"
+    command = [sys.executable, str(REPO / "bench" / "glue.py"), "--tasks", "rte", "--max-train-examples", "32",
+               "--epochs", "1", "--seeds", "0", "--runs", "transformers-fp32", "--json", str(results)]
+    env = environment(LITBERT_DATA=str(shared_data), LITBERT_CACHE=str(tmp_path / "cache"))
+    refused = subprocess.run([*command, "--litbert-args", "--trainer.precision", "32-true"], cwd=REPO, env=env,
+                             timeout=300, capture_output=True, text=True)
+    assert refused.returncode != 0 and not results.exists()
+    assert "shipped precision on this machine is 32-true already" in refused.stderr
+
+    done = subprocess.run([*command, "--litbert-args", "--trainer.precision", "bf16-mixed"], check=True, cwd=REPO,
+                          env=env, timeout=1200, capture_output=True, text=True)
+    (record,) = json.loads(results.read_text())
+    assert (record["run"], record["precision"], record["run_precision"]) == ("transformers-fp32", "bf16-mixed",
+                                                                            "32-true")
+    assert 0.0 <= record["metrics"]["accuracy"] <= 1.0
+    peaks = re.search(r"matmul peak ([\d.]+) TFLOP/s \(bf16-mixed\), ([\d.]+) TFLOP/s \(32-true\)", done.stdout)
+    assert peaks, done.stdout[-2000:]
+    assert f"{record['peak_flops'] / 1e12:.3f}" == peaks[2] != peaks[1]
