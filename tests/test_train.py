@@ -503,8 +503,8 @@ def test_attention_maps_are_logged_to_wandb_at_every_validation(env, minilm, tmp
         "--trainer.callbacks+=tasks.tracking.AttentionMaps", "--export", "false")
     history = wandb_history(tmp_path)
     # Validations at steps 2 and 4, and the best checkpoint's validation after fitting.
-    images = [row for row in history if "attention/maps/_type" in row]
-    assert [row["attention/maps/_type"] for row in images] == ["images/separated"] * 3, images
+    images = [row for row in history if "attention/maps._type" in row]  # wandb joins nested keys with "."
+    assert [row["attention/maps._type"] for row in images] == ["images/separated"] * 3, images
     assert len(list((tmp_path / "wandb").rglob("media/images/attention/*.png"))) == 3
     with pytest.raises(ValueError, match="AttentionMaps logs pictures to W&B, but the run's logger is none"):
         run("configs/glue/rte.yaml", tmp_path / "off", "--model.pretrained", minilm, "--trainer.max_steps", "1",
