@@ -94,12 +94,7 @@ class EncoderConfig:
                 f"EncoderConfig.hidden_size={self.hidden_size} is not divisible by num_heads={self.num_heads}; "
                 f"change one so that hidden_size / num_heads is a whole head dimension."
             )
-        if self.position == "rope" and self.head_dim % 2:
-            raise ValueError(
-                f"position='rope' rotates pairs of channels, but the head dimension is odd "
-                f"(hidden_size={self.hidden_size} / num_heads={self.num_heads} = {self.head_dim}); "
-                f"pick sizes that give an even head dimension."
-            )
+        POSITIONS[self.position].check_config(self)
         if not self.first_attention_norm and self.norm_placement != "pre":
             raise ValueError(
                 "EncoderConfig.first_attention_norm=False skips the norm before the first block's attention, which "
@@ -152,9 +147,7 @@ class EncoderConfig:
     @property
     def max_sequence_length(self) -> int | None:
         """The longest sequence the position scheme can encode; None when it has no limit."""
-        if self.position == "learned":
-            return self.max_position_embeddings - self.position_offset
-        return None
+        return POSITIONS[self.position].length_limit(self)
 
     @classmethod
     def from_name(cls, name: str, **overrides: Any) -> EncoderConfig:

@@ -39,6 +39,15 @@ class PositionScheme(nn.Module):
     max_length: int | None = None  # longest sequence the scheme encodes; None means unbounded
     settings: tuple[str, ...] = ()  # the EncoderConfig fields of this scheme alone (t5_num_buckets, rope_base, ...)
 
+    @classmethod
+    def length_limit(cls, config: EncoderConfig) -> int | None:
+        """The longest sequence the scheme encodes under `config`, known before it is built; None: no limit."""
+        return None
+
+    @classmethod
+    def check_config(cls, config: EncoderConfig) -> None:
+        """Raise ValueError, naming the settings, where `config` gives sizes the scheme cannot work with."""
+
     def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         return x
 
@@ -66,11 +75,15 @@ class LearnedPositions(PositionScheme):
 
     settings = ("position_offset",)
 
+    @classmethod
+    def length_limit(cls, config: EncoderConfig) -> int | None:
+        return config.max_position_embeddings - config.position_offset
+
     def __init__(self, config: EncoderConfig) -> None:
         super().__init__()
         self.offset = config.position_offset
         self.table = nn.Embedding(config.max_position_embeddings, config.hidden_size)
-        self.max_length = config.max_position_embeddings - self.offset
+        self.max_length = self.length_limit(config)
 
     def embed(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         if positions.numel() > self.max_length:
@@ -124,6 +137,15 @@ class RotaryPositions(PositionScheme):
     """
 
     settings = ("rope_base", "local_rope_base")
+
+    @classmethod
+    def check_config(cls, config: EncoderConfig) -> None:
+        if config.head_dim % 2:
+            raise ValueError(
+                f"position='rope' rotates pairs of channels, but the head dimension is odd "
+                f"(hidden_size={config.hidden_size} / num_heads={config.num_heads} = {config.head_dim}); "
+                f"pick sizes that give an even head dimension."
+            )
 
     def __init__(self, config: EncoderConfig) -> None:
         super().__init__()

@@ -309,7 +309,7 @@ class EncoderTask(L.LightningModule):
         """What the weights compute beyond their shapes: the encoder's configuration (less the fields a resume may
         change) and the head's options. Stored in every training checkpoint, and compared on resuming."""
         config = {k: v for k, v in self.encoder.config.to_dict().items() if k not in RESUMABLE_ENCODER_FIELDS}
-        if config["position"] != "learned":  # then only a training length: no weights, nor values, depend on it
+        if self.encoder.config.max_sequence_length is None:  # then only a training length: nothing depends on it
             config.pop("max_position_embeddings")
         return {"encoder": config, "head": dict(getattr(self.head, "options", {}))}
 

@@ -10,7 +10,8 @@ from tiny import tiny_config
 
 import train
 from data import DataError, MLMDataModule, block_documents, pack_blocks
-from encoders import Encoder
+from encoders import POSITIONS, Encoder
+from encoders.positions import PositionScheme
 
 
 def test_block_documents_number_each_blocks_documents_from_zero():
@@ -26,9 +27,14 @@ def test_block_documents_number_each_blocks_documents_from_zero():
     assert pack_blocks(documents, 5, [1], [2], separator=3).to_pylist()[1] == [1, 3, 20, 3, 2]
 
 
-# FlexAttention (a score_mod) serves the bias schemes only; the others take the dense boolean mask.
-@pytest.mark.parametrize(("position", "flex"), [("rope", False), ("alibi", False), ("alibi", True), ("t5", False),
-                                                ("t5", True), ("none", False)])
+# Every registered scheme that adds nothing to the embeddings (a token's code does not depend on where its document
+# starts), each also under FlexAttention where it has a score_mod; the others take the dense boolean mask.
+RELATIVE = [name for name, scheme in POSITIONS.items() if scheme.embed is PositionScheme.embed]
+WITH_SCORE_MOD = [name for name in RELATIVE if POSITIONS[name].score_mod is not PositionScheme.score_mod]
+
+
+@pytest.mark.parametrize(("position", "flex"), [(name, False) for name in RELATIVE] +
+                         [(name, True) for name in WITH_SCORE_MOD])
 def test_each_packed_document_is_encoded_as_if_alone(position, flex):
     torch.manual_seed(0)
     encoder = Encoder(tiny_config(position=position, flex_attention=flex)).eval()

@@ -72,7 +72,7 @@ def test_length_beyond_training(position):
     encoder = Encoder(tiny_config(position=position)).eval()
     length = 4 * encoder.config.max_position_embeddings
     ids = torch.randint(1, 97, (1, length))
-    if position == "learned":
+    if POSITIONS[position].length_limit(encoder.config) is not None:
         with pytest.raises(ValueError, match=f"Sequence length {length} exceeds the learned position table"):
             encoder(ids)
     else:
@@ -234,3 +234,35 @@ def test_a_registered_scheme_runs_through_the_command_line(monkeypatch, shared_d
     with pytest.raises(ValueError, match=r"position='distance_penalt' is not known; choose one of \['alibi', "
                                          r"'distance_penalty', 'learned'"):
         EncoderConfig(position="distance_penalt")
+
+
+class WindowedPositions(PositionScheme):
+    """A throwaway scheme with a length limit and a size rule of its own."""
+
+    @classmethod
+    def length_limit(cls, config: EncoderConfig) -> int | None:
+        return 3 * config.num_heads
+
+    @classmethod
+    def check_config(cls, config: EncoderConfig) -> None:
+        if config.num_heads < 2:
+            raise ValueError("windowed needs num_heads >= 2")
+
+    def __init__(self, config: EncoderConfig) -> None:
+        super().__init__()
+
+
+def test_a_registered_schemes_limit_and_checks_reach_the_config_and_the_data_checks(monkeypatch):
+    """A scheme states its own length limit and size rules: the config and the data's length check read them from
+    the registry, with no edit elsewhere."""
+    from data.checks import check_max_length
+
+    monkeypatch.setitem(POSITIONS, "windowed", WindowedPositions)
+    config = EncoderConfig(position="windowed", hidden_size=32, num_heads=4, intermediate_size=64)
+    assert config.max_sequence_length == 12
+    check_max_length(12, config)
+    with pytest.raises(ValueError, match="12"):
+        check_max_length(13, config)
+    with pytest.raises(ValueError, match="windowed needs num_heads >= 2"):
+        EncoderConfig(position="windowed", hidden_size=32, num_heads=1, intermediate_size=64)
+    assert EncoderConfig(position="rope", hidden_size=32, num_heads=4).max_sequence_length is None
