@@ -40,6 +40,13 @@ class CheckpointError(ValueError):
     message names the file and says what to do."""
 
 
+# Each head class's `kind`, and the transformers architecture of a checkpoint holding that head
+# (`<family>ForMaskedLM`, ...): one table for loading, saving and refusing a head.
+HEAD_ARCHITECTURES = {"mlm": "ForMaskedLM", "sequence_classification": "ForSequenceClassification",
+                      "token_classification": "ForTokenClassification"}
+HEAD_KINDS = tuple(HEAD_ARCHITECTURES)
+
+
 @dataclass(frozen=True)
 class Layout:
     """One transformers family as data: its config.json keys, its conventions, and where it keeps each litbert
@@ -437,9 +444,8 @@ def _from_transformers(directory: Path) -> Checkpoint:
     # stated by its `architectures` entry. Of a head the checkpoint is not, only its pooler or transform is kept (a
     # BERT pooler, or the MLM transform that starts ModernBERT's classifiers).
     architecture = " ".join(hf_config.get("architectures") or [])
-    for kind, name in (("token_classification", "TokenClassification"),
-                       ("sequence_classification", "SequenceClassification")):
-        if name not in architecture and kind in heads:
+    for kind in ("token_classification", "sequence_classification"):
+        if HEAD_ARCHITECTURES[kind] not in architecture and kind in heads:
             heads[kind] = {k: v for k, v in heads[kind].items() if not k.startswith("classifier.")}
     heads = {kind: state for kind, state in heads.items() if state}
     options = {option: value for kind in layout.head_options.values() for option, value in kind.items()}
@@ -586,7 +592,6 @@ def _transformers_config(config: EncoderConfig, layout: Layout, architecture: st
                 **{layout.activation_key: activation}, **extra)
 
 
-HEAD_KINDS = ("mlm", "sequence_classification", "token_classification")  # each head class's `kind`
 
 
 def _head_kind(head: nn.Module | None) -> str | None:
@@ -613,8 +618,8 @@ def _to_transformers(encoder: nn.Module, head: nn.Module | None, kind: str | Non
         for suffix in ("weight", "bias"):
             if f"{mine}.{suffix}" in ours:
                 state[f"{prefix}{theirs}.{suffix}"] = ours[f"{mine}.{suffix}"]
-    if config.position == "sinusoidal":
-        state[f"{prefix}embeddings.position_embeddings.weight"] = sinusoidal_table(
+    if config.position == "sinusoidal":  # litbert computes the fixed table; DistilBERT stores it
+        state[f"{prefix}{layout.embeddings['position.table']}.weight"] = sinusoidal_table(
             config.max_position_embeddings, config.hidden_size)
     for i in range(config.num_layers):
         layer = prefix + layout.layer.format(i=i)
@@ -626,8 +631,7 @@ def _to_transformers(encoder: nn.Module, head: nn.Module | None, kind: str | Non
                 state[f"{layer}{theirs}.{suffix}"] = ours[f"blocks.{i}.{mine}.{suffix}"]
 
     extra: dict[str, Any] = {}
-    base_class = layout.class_prefix
-    architecture = f"{base_class}Model"
+    architecture = layout.class_prefix + (HEAD_ARCHITECTURES[kind] if kind is not None else "Model")
     if kind is not None:
         head_state = {k: v.detach().cpu() for k, v in head.state_dict().items()}
         table = layout.heads[kind]
@@ -640,16 +644,11 @@ def _to_transformers(encoder: nn.Module, head: nn.Module | None, kind: str | Non
                 raise ValueError("transformers ties the MLM decoder to the word embeddings; this head is untied.")
             if layout.head_bias_key is not None:
                 extra[layout.head_bias_key] = True
-            architecture = f"{base_class}ForMaskedLM"
         else:
             options = _head_options(head)
             extra |= {key: options[option] for option, key in layout.head_option_keys.items() if option in options}
-            if kind == "sequence_classification":
-                if head.num_labels == 1:
-                    extra["problem_type"] = "regression"
-                architecture = f"{base_class}ForSequenceClassification"
-            else:
-                architecture = f"{base_class}ForTokenClassification"
+            if kind == "sequence_classification" and head.num_labels == 1:
+                extra["problem_type"] = "regression"
             extra["id2label"] = {str(i): f"LABEL_{i}" for i in range(head.num_labels)}
             extra["label2id"] = {f"LABEL_{i}": i for i in range(head.num_labels)}
     return _transformers_config(config, layout, architecture, extra), state
