@@ -75,6 +75,8 @@ class TokenizedDataModule(L.LightningDataModule):
         self.mask_token_id: int | None = self.tokenizer.mask_token_id
         self.uses_token_types = "token_type_ids" in self.tokenizer.model_input_names
         self.datasets: dict[str, datasets.Dataset] = {}
+        # The local files a subclass was given per split (train, validation, test); none: the dataset's own splits.
+        self.files: dict[str, str | None] = {}
         self.val_split_names: list[str] = ["validation"]
         self.collate: Callable[[Sequence[dict[str, Any]]], dict[str, Any]] = PaddingCollator(self.pad_token_id)
 
@@ -109,10 +111,21 @@ class TokenizedDataModule(L.LightningDataModule):
 
     # ---- splits ---------------------------------------------------------------------------------------------
 
+    def given_file(self, split: str) -> str | None:
+        """The local file given for `split`, or None when the data is a dataset's (no training file given). Local
+        training files need their other splits as files too: a missing one is an error naming its setting."""
+        if self.files.get("train") is None:
+            return None
+        path = self.files.get(split)
+        if path is None:
+            raise DataError(f"No {split} file given; set data.{'val' if split == 'validation' else split}_file.")
+        return path
+
     @property
     def has_test_split(self) -> bool:
-        """Whether there is a labelled `test` split to run."""
-        return True
+        """Whether there is a labelled `test` split to run: the dataset's own, or a test file beside local training
+        files."""
+        return self.files.get("train") is None or self.files.get("test") is not None
 
     def stage_splits(self, stage: str | None) -> list[str]:
         """The splits `stage` needs (every stage's for None)."""

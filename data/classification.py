@@ -30,7 +30,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import datasets
 from torch.utils.data import DataLoader
@@ -54,9 +54,8 @@ from encoders.choices import check_choice
 
 log = logging.getLogger(__name__)
 
-Truncation = Literal["head", "tail", "head+tail", "longest_first", "error"]
-SINGLE_TRUNCATIONS = ("head", "tail", "head+tail", "longest_first", "error")  # longest_first of one text is head
-PAIR_TRUNCATIONS = ("longest_first", "error")
+PairTruncation = Literal["longest_first", "error"]
+Truncation = Literal["head", "tail", "head+tail", PairTruncation]  # longest_first of one text is head
 
 
 @dataclass(frozen=True)
@@ -277,7 +276,7 @@ class ClassificationDataModule(TokenizedDataModule):
             raise DataError(f"data.text_columns={self.text_columns}: one text column, or two for a pair.")
         pair = len(self.text_columns) == 2
         self.truncation = truncation or ("longest_first" if pair else "head")
-        allowed = PAIR_TRUNCATIONS if pair else SINGLE_TRUNCATIONS
+        allowed = get_args(PairTruncation if pair else Truncation)
         if self.truncation not in allowed:
             raise DataError(f"data.truncation={self.truncation!r} cuts one text, but the examples are pairs "
                             f"({self.text_columns}); choose one of {list(allowed)}.")
@@ -357,10 +356,7 @@ class ClassificationDataModule(TokenizedDataModule):
         labelled = split not in (self.spec.submission if self.spec else {})
         needed = [*self.text_columns, self.label_column] if labelled else \
             [self.spec.id_column, *self.text_columns]  # type: ignore[union-attr]
-        if self.files["train"] is not None:
-            path = self.files[split]
-            if path is None:
-                raise DataError(f"No {split} file given; set data.{'val' if split == 'validation' else split}_file.")
+        if (path := self.given_file(split)) is not None:
             rows = self._from_file(Path(path), needed, labelled, quoting=True, headerless=None)
         elif self.spec is not None and (path := self._local_file(split)) is not None:
             copy = LOCAL_COPIES[self.spec.hub]
@@ -515,9 +511,7 @@ class ClassificationDataModule(TokenizedDataModule):
     @property
     def has_test_split(self) -> bool:
         """Whether there is a labelled `test` split to run (GLUE's test labels are not public)."""
-        if self.spec is not None:
-            return self.spec.labelled_test
-        return self.files["test"] is not None or self.files["train"] is None  # a hub dataset: its test split
+        return self.spec.labelled_test if self.spec is not None else super().has_test_split
 
     def setup(self, stage: str | None = None) -> None:
         super().setup(stage)
@@ -596,13 +590,13 @@ class GLUEDataModule(ClassificationDataModule):
         eval_batch_size: int | None = None,
         data_root: str | None = None,
         data_dir: str | None = None,
-        truncation: Literal["longest_first", "error"] = "longest_first",
+        truncation: PairTruncation = "longest_first",
         group_by_length: bool = False,
         num_workers: int = 0,
         cache_dir: str | None = None,
         seed: int = 0,
     ) -> None:
-        check_choice("truncation", truncation, Literal["longest_first", "error"], DataError)
+        check_choice("truncation", truncation, PairTruncation, DataError)
         super().__init__(tokenizer, dataset=glue_task(task).name, max_length=max_length, truncation=truncation,
                          batch_size=batch_size, eval_batch_size=eval_batch_size, group_by_length=group_by_length,
                          num_workers=num_workers, data_root=data_root, data_dir=data_dir, cache_dir=cache_dir,

@@ -3,7 +3,6 @@ samplers that group examples by length are in `data.loading`."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -28,9 +27,8 @@ class PaddingCollator:
     attention mask (it would be all ones before padding); it is made here from the lengths.
     """
 
-    def __init__(self, pad_token_id: int, pad_to_multiple_of: int | None = None) -> None:
+    def __init__(self, pad_token_id: int) -> None:
         self.pad_token_id = pad_token_id
-        self.pad_to_multiple_of = pad_to_multiple_of
 
     def __call__(self, examples: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
         batch: dict[str, torch.Tensor] = {}
@@ -50,8 +48,6 @@ class PaddingCollator:
             raise KeyError(f"Column {column!r} has no padding value; add it to data.collate.PAD_VALUES.")
         pad = self.pad_token_id if PAD_VALUES[column] == "pad" else PAD_VALUES[column]
         length = max(len(value) for value in values)
-        if self.pad_to_multiple_of:
-            length = math.ceil(length / self.pad_to_multiple_of) * self.pad_to_multiple_of
         out = torch.full((len(values), length), int(pad), dtype=torch.long)
         for row, value in enumerate(values):
             out[row, : len(value)] = torch.as_tensor(value, dtype=torch.long)

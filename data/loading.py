@@ -24,7 +24,6 @@ sampler, `DataLoader.sampler` is an unused default, so `ResumableLoader.sampler`
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -120,10 +119,6 @@ class LengthGroupedBatchSampler(ResumableBatches):
             if len(batch) == self.batch_size or not self.drop_last:
                 yield batch
 
-    def __len__(self) -> int:
-        total = len(self.sampler)  # type: ignore[arg-type]
-        return total // self.batch_size if self.drop_last else math.ceil(total / self.batch_size)
-
 
 class SameLengthBatchSampler(ResumableBatches):
     """Full batches whose examples all have exactly the same length, so they need no padding.
@@ -152,10 +147,6 @@ class SameLengthBatchSampler(ResumableBatches):
             batch = rest[start:start + self.batch_size]
             if len(batch) == self.batch_size or not self.drop_last:
                 yield batch
-
-    def __len__(self) -> int:
-        total = len(self.sampler)  # type: ignore[arg-type]
-        return total // self.batch_size if self.drop_last else math.ceil(total / self.batch_size)
 
 
 class ResumableLoader(DataLoader):

@@ -42,7 +42,7 @@ from datasets.arrow_writer import ArrowWriter
 from transformers import PreTrainedTokenizerFast
 
 from data.base import TokenizedDataModule
-from data.loading import ResumableLoader, SameLengthBatchSampler, epoch_sampler
+from data.loading import ResumableBatches, ResumableLoader, SameLengthBatchSampler, epoch_sampler
 from data.masking import MLMCollator
 from data.sources import (
     TABLE_READERS,
@@ -446,10 +446,9 @@ class MLMDataModule(TokenizedDataModule):
                      for text in batch[self.text_column])
         yield from (text for text in texts if text and text.strip())
 
-    def _stream(self, source: list[str] | datasets.Dataset | datasets.IterableDataset,
-                epoch: int = 0) -> Iterator[str]:
+    def _stream(self, source: list[str] | datasets.Dataset | datasets.IterableDataset) -> Iterator[str]:
         """The training documents as they come, the first `max_documents` only when set; for tokenizer training and
-        streamed pretraining. The same every pass (`epoch`): `PackedStream` shuffles."""
+        streamed pretraining. The same every pass: `PackedStream` shuffles by epoch."""
         return itertools.islice(self._all_documents(source), self._limit("train")[1])
 
     def _documents(self, split: str, source: list[str] | datasets.Dataset, role: str, folder: Path) -> datasets.Dataset:
@@ -556,15 +555,13 @@ class MLMDataModule(TokenizedDataModule):
             validation = self._build("validation", self.val_split or "validation", self.val_files)
             self.datasets["validation"] = self.fixed_masks(validation, self.val_mask_seed, self.val_masks)
 
-    def _loader(self, split: str, train: bool) -> ResumableLoader:
+    def batch_sampler(self, dataset: datasets.Dataset, train: bool, batch_size: int) -> ResumableBatches:
+        """FULL-SENTENCES blocks all have the block length but the last: full batches of equal lengths, no padding."""
         if self.packing == "segments":
-            return super()._loader(split, train)
-        dataset = self._model_view(self.datasets[split])
+            return super().batch_sampler(dataset, train, batch_size)
         lengths = pc.list_value_length(dataset.data.column("input_ids")).to_numpy()
         sampler = epoch_sampler(dataset, shuffle=train, seed=self.seed, distributed=self.distributed())
-        batches = SameLengthBatchSampler(sampler, self.batch_size if train else self.eval_batch_size,
-                                         drop_last=False, lengths=lengths)
-        return self.loader(dataset, batches)
+        return SameLengthBatchSampler(sampler, batch_size, drop_last=False, lengths=lengths)
 
     def train_dataloader(self) -> ResumableLoader | StreamingLoader:
         if not self.streaming:
@@ -579,7 +576,7 @@ class MLMDataModule(TokenizedDataModule):
         prefix, suffix = self.template.single
         sharding = self.distributed() or {"num_replicas": 1, "rank": 0}
         stream = PackedStream(
-            lambda epoch: self._stream(source, epoch), self.tokenizer,
+            lambda epoch: self._stream(source), self.tokenizer,
             partial(BlockPacker, self.max_length, prefix, suffix, self.tokenizer.sep_token_id, self.document_mask),
             self.batch_size, self.collate, seed=self.seed, shuffle_buffer=self.shuffle_buffer,
             rank=sharding["rank"], world_size=sharding["num_replicas"])

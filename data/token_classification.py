@@ -127,10 +127,7 @@ class TokenClassificationDataModule(TokenizedDataModule):
     # ---- reading ----------------------------------------------------------------------------------------------
 
     def _path(self, split: str) -> str:
-        if self.files["train"] is not None:
-            path = self.files[split]
-            if path is None:
-                raise DataError(f"No {split} file given; set {'val' if split == 'validation' else split}_file.")
+        if (path := self.given_file(split)) is not None:
             return path
         local = local_split_file(self.dataset, None, split, data_root(self.data_root))  # type: ignore[arg-type]
         if local is None:
@@ -249,8 +246,3 @@ class TokenClassificationDataModule(TokenizedDataModule):
         if erased:
             log.warning("%s: %d words had no sub-tokens and were given the unknown token", path, erased)
         return dataset
-
-    @property
-    def has_test_split(self) -> bool:
-        """Whether there is a labelled test set: the dataset's own, or `test_file` beside local train files."""
-        return self.files["train"] is None or self.files["test"] is not None

@@ -88,3 +88,27 @@ def test_long_sentences_become_windows(tmp_path, caplog):
     for r in windows:
         for w, label in zip(r["word_ids"], r["labels"], strict=True):
             assert label == (-100 if w < 0 else dm.label_names.index("B-LOC" if w % 5 == 0 else "O"))
+
+
+@pytest.mark.parametrize("module", ["token_classification", "classification"])
+def test_local_training_files_need_their_other_splits_as_files(module, tmp_path):
+    """Given a training file, a split without its file is an error naming the setting, never a silent fall-back to a
+    dataset; the test stage runs only where a test file is given (the skeleton's `given_file`, shared by both)."""
+    from data import ClassificationDataModule
+
+    if module == "token_classification":
+        path = tmp_path / "train.txt"
+        path.write_text("EU NNP B-ORG\nrejects VBZ O\n\nPeter NNP B-PER\n", encoding="utf-8")
+        make = TokenClassificationDataModule
+    else:
+        path = tmp_path / "train.csv"
+        path.write_text("text,label\ngood,1\nbad,0\n", encoding="utf-8")
+        make = ClassificationDataModule
+    dm = make(MINILM, train_file=str(path), cache_dir=str(tmp_path))
+    assert not dm.has_test_split
+    with pytest.raises(DataError, match=r"No validation file given; set data\.val_file\."):
+        dm.setup("fit")
+    with_test = make(MINILM, train_file=str(path), val_file=str(path), test_file=str(path), cache_dir=str(tmp_path))
+    assert with_test.has_test_split
+    with_test.setup("test")
+    assert len(with_test.datasets["test"]) == 2
