@@ -82,6 +82,14 @@ def train(config: str, root: Path, *overrides: str, env: dict[str, str] | None =
                           capture_output=True, text=True, timeout=timeout)
 
 
+def bench(script: str, *args: str, data: Path, cache: Path, timeout: float = 900) -> None:
+    """`python bench/<script> ...` to the end, as a user runs it, on the datasets under `data` with its caches in
+    `cache`; a failed run fails the test."""
+    env = dict(os.environ, LITBERT_DATA=str(data), LITBERT_CACHE=str(cache))
+    subprocess.run([sys.executable, str(REPO / "bench" / script), *args], check=True, cwd=REPO, env=env,
+                   timeout=timeout)
+
+
 def launch(config: str, root: Path, *overrides: str, env: dict[str, str] | None = None) -> subprocess.Popen:
     """`python train.py ...` in the background, in a process group of its own (with the ranks it starts under DDP),
     so that `kill_group` stops all of them."""

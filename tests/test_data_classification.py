@@ -92,17 +92,6 @@ def test_jsonl_string_labels_mapping_and_state(tmp_path, caplog):
     assert fresh.label_names == ["meh", "bad", "good"] and fresh.num_labels == 3
 
 
-def test_csv_label_outside_the_set(tmp_path):
-    train = tmp_path / "train.csv"
-    train.write_text("text,label\ngood film,pos\nbad film,neg\n", encoding="utf-8")
-    val = tmp_path / "val.csv"
-    val.write_text("text,label\nfine,pos\nodd,neutral\n", encoding="utf-8")
-    dm = ClassificationDataModule(MINILM, train_file=str(train), val_file=str(val), cache_dir=str(tmp_path))
-    with pytest.raises(DataError, match=r"val.csv, line 3: label 'neutral' in column 'label' is not one of the "
-                                        r"labels \['neg', 'pos'\]"):
-        dm.setup("fit")
-
-
 @pytest.mark.parametrize("max_length", [24, 40, 64])
 def test_pairs_are_cut_as_the_tokenizer_cuts_them(max_length, shared_data, tmp_path):
     """Both texts tokenized alone and wrapped in the special tokens give the tokenizer's own pair encoding,

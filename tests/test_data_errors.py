@@ -60,50 +60,47 @@ def test_regression_score_outside_range(tmp_path):
         GLUEDataModule("stsb", MINILM, data_dir=str(folder), cache_dir=str(tmp_path)).setup("validate")
 
 
-def test_conll_tag_outside_the_label_set(tmp_path):
-    train = tmp_path / "train.txt"
-    train.write_text("EU NNP B-ORG\nrejects VBZ O\n", encoding="utf-8")
-    val = tmp_path / "valid.txt"
-    val.write_text("Peter NNP B-PER\n", encoding="utf-8")
-    dm = TokenClassificationDataModule(MINILM, train_file=str(train), val_file=str(val), cache_dir=str(tmp_path))
-    with pytest.raises(DataError, match=r"valid.txt, line 1: tag 'B-PER' is not in the label set"):
-        dm.setup("validate")
+@pytest.mark.parametrize("module, train, val, stage, message", [
+    pytest.param(ClassificationDataModule, ("train.csv", "text,label\ngood film,pos\nbad film,neg\n"),
+                 ("val.csv", "text,label\nfine,pos\nodd,neutral\n"), "fit",
+                 r"val.csv, line 3: label 'neutral' in column 'label' is not one of the labels \['neg', 'pos'\]",
+                 id="csv-label"),
+    pytest.param(TokenClassificationDataModule, ("train.txt", "EU NNP B-ORG\nrejects VBZ O\n"),
+                 ("valid.txt", "Peter NNP B-PER\n"), "validate",
+                 r"valid.txt, line 1: tag 'B-PER' is not in the label set", id="conll-tag"),
+])
+def test_validation_label_outside_the_training_label_set(module, train, val, stage, message, tmp_path):
+    """A validation example whose label the training file does not have (the label set comes from training)."""
+    for name, text in (train, val):
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    dm = module(MINILM, train_file=str(tmp_path / train[0]), val_file=str(tmp_path / val[0]), cache_dir=str(tmp_path))
+    with pytest.raises(DataError, match=message):
+        dm.setup(stage)
 
 
-def test_empty_file(tmp_path):
-    path = tmp_path / "empty.tsv"
-    path.write_text("\n  \n", encoding="utf-8")
-    with pytest.raises(DataError, match=r"empty.tsv is empty; it holds no rows"):
-        read_delimited(path, "\t", ["sentence"])
-
-
-def test_header_only_file(tmp_path):
-    path = tmp_path / "header.csv"
-    path.write_text("text,label\n", encoding="utf-8")
-    with pytest.raises(DataError, match=r"header.csv has a header but no data rows"):
-        read_table(path, ["text", "label"])
-
-
-def test_invalid_utf8(tmp_path):
-    path = tmp_path / "latin1.csv"
-    path.write_bytes("text,label\nfine,1\ncaf\u00e9 cr\u00e8me,0\n".encode("latin-1"))
-    with pytest.raises(DataError, match=r"latin1.csv, line 3, column 4: invalid UTF-8 \(bytes e9"):
-        read_text(path)
-
-
-def test_invalid_jsonl_line(tmp_path):
-    path = tmp_path / "data.jsonl"
-    path.write_text('{"text": "a", "label": 1}\n{"text": "b", label: 0}\n', encoding="utf-8")
-    with pytest.raises(DataError, match=r"data.jsonl, line 2: not valid JSON"):
-        read_table(path, ["text", "label"])
-
-
-def test_conll_line_with_too_few_columns(tmp_path):
-    path = tmp_path / "bad.txt"
-    path.write_text("EU NNP B-NP B-ORG\nrejects\n", encoding="utf-8")
-    with pytest.raises(DataError, match=r"bad.txt, line 2: 1 column\(s\) \['rejects'\] where the file's first token "
-                                        r"line has 4"):
-        read_conll(path, label_column=3)
+# One malformed file each, read by the reader its format goes through.
+@pytest.mark.parametrize("name, content, read, message", [
+    pytest.param("empty.tsv", b"\n  \n", lambda path: read_delimited(path, "\t", ["sentence"]),
+                 r"empty.tsv is empty; it holds no rows", id="empty"),
+    pytest.param("header.csv", b"text,label\n", lambda path: read_table(path, ["text", "label"]),
+                 r"header.csv has a header but no data rows", id="header-only"),
+    pytest.param("latin1.csv", "text,label\nfine,1\ncaf\u00e9 cr\u00e8me,0\n".encode("latin-1"), read_text,
+                 r"latin1.csv, line 3, column 4: invalid UTF-8 \(bytes e9", id="invalid-utf8"),
+    pytest.param("data.jsonl", b'{"text": "a", "label": 1}\n{"text": "b", label: 0}\n',
+                 lambda path: read_table(path, ["text", "label"]), r"data.jsonl, line 2: not valid JSON",
+                 id="invalid-jsonl-line"),
+    pytest.param("bad.txt", b"EU NNP B-NP B-ORG\nrejects\n", lambda path: read_conll(path, label_column=3),
+                 r"bad.txt, line 2: 1 column\(s\) \['rejects'\] where the file's first token line has 4",
+                 id="conll-line-with-too-few-columns"),
+    pytest.param("words.txt", b"EU\nrejects\n", read_conll,
+                 r"words.txt, line 1: the file has 1 column\(s\) \['EU'\], so word_column=0 and label_column=-1 do "
+                 r"not name two different columns", id="conll-file-of-words-only"),
+])
+def test_malformed_file(name, content, read, message, tmp_path):
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(DataError, match=message):
+        read(path)
 
 
 @pytest.mark.parametrize("label_column", [-1, 1])
@@ -115,14 +112,6 @@ def test_conll_line_without_its_tag_is_refused(tmp_path, label_column):
     with pytest.raises(DataError, match=r"ner.txt, line 5: 1 column\(s\) \['German'\] where the file's first token "
                                         r"line has 2; a token line needs the word and its tag"):
         read_conll(path, label_column=label_column)
-
-
-def test_conll_file_of_words_only_is_refused(tmp_path):
-    path = tmp_path / "words.txt"
-    path.write_text("EU\nrejects\n", encoding="utf-8")
-    with pytest.raises(DataError, match=r"words.txt, line 1: the file has 1 column\(s\) \['EU'\], so word_column=0 "
-                                        r"and label_column=-1 do not name two different columns"):
-        read_conll(path)
 
 
 def test_max_length_beyond_the_position_scheme(shared_data, tmp_path):

@@ -8,13 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from runs import MINILM
+from runs import MINILM, REPO
 
 from data import DataError, SpecialTokenTemplate, check_max_length, check_vocab_fits, load_tokenizer, save_tokenizer
 from data.tokenizers import train_tokenizer
 from encoders import EncoderConfig
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")

@@ -3,24 +3,17 @@ student distilled, without a teacher and from random weights, the inference timi
 table written between README/BENCHMARKS-style markers."""
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[1]
+from runs import bench
 
 
 @pytest.mark.slow  # about 2 minutes on 2 cores: run by .ci/run with -m slow
 def test_the_distillation_study_runs_end_to_end(shared_data, tmp_path):
     target = tmp_path / "README.md"
     target.write_text("before\n<!-- distill-sst2:begin -->\nold\n<!-- distill-sst2:end -->\nafter\n")
-    env = dict(os.environ, LITBERT_DATA=str(shared_data), LITBERT_CACHE=str(tmp_path / "cache"))
-    subprocess.run([sys.executable, str(REPO / "bench" / "distill.py"), "--seeds", "0", "--train-batches", "3",
-                    "--repeats", "1", "--root", str(tmp_path / "runs"), "--json", str(tmp_path / "results.json"),
-                    "--write", str(target)], check=True, cwd=REPO, env=env, timeout=900)
+    bench("distill.py", "--seeds", "0", "--train-batches", "3", "--repeats", "1", "--root", str(tmp_path / "runs"),
+          "--json", str(tmp_path / "results.json"), "--write", str(target), data=shared_data, cache=tmp_path / "cache")
     results = json.loads((tmp_path / "results.json").read_text())
     assert 0.4 < results["teacher"]["val/accuracy"] <= 1.0
     for kind in ("kd", "no-teacher", "random"):
@@ -42,11 +35,10 @@ def test_the_pair_task_study_reports_accuracy_and_f1(shared_data, tmp_path):
     both official metrics with their ratios; --reuse keeps a finished student instead of training it again."""
     target = tmp_path / "BENCHMARKS.md"
     target.write_text("<!-- distill-mrpc:begin -->\n<!-- distill-mrpc:end -->\n")
-    env = dict(os.environ, LITBERT_DATA=str(shared_data), LITBERT_CACHE=str(tmp_path / "cache"))
-    command = [sys.executable, str(REPO / "bench" / "distill.py"), "--task", "mrpc", "--seeds", "0", "--students",
-               "kd", "--train-batches", "3", "--epochs", "1", "--repeats", "1", "--root", str(tmp_path / "runs"),
-               "--json", str(tmp_path / "results.json"), "--write", str(target)]
-    subprocess.run(command, check=True, cwd=REPO, env=env, timeout=900)
+    args = ["--task", "mrpc", "--seeds", "0", "--students", "kd", "--train-batches", "3", "--epochs", "1",
+            "--repeats", "1", "--root", str(tmp_path / "runs"), "--json", str(tmp_path / "results.json"),
+            "--write", str(target)]
+    bench("distill.py", *args, data=shared_data, cache=tmp_path / "cache")
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["options"]["task"] == "mrpc" and set(results["students"]) == {"kd"}
     (run,) = results["students"]["kd"]
@@ -59,6 +51,6 @@ def test_the_pair_task_study_reports_accuracy_and_f1(shared_data, tmp_path):
     # A second run with --reuse takes the finished student from its result.json (the teacher from --teacher-dir).
     record = tmp_path / "runs" / "kd-0" / "result.json"
     record.write_text(json.dumps({**run, "val/f1": 0.123}))
-    subprocess.run([*command, "--reuse", "--teacher-dir", str(tmp_path / "runs" / "teacher")], check=True, cwd=REPO,
-                   env=env, timeout=900)
+    bench("distill.py", *args, "--reuse", "--teacher-dir", str(tmp_path / "runs" / "teacher"), data=shared_data,
+          cache=tmp_path / "cache")
     assert json.loads((tmp_path / "results.json").read_text())["students"]["kd"][0]["val/f1"] == 0.123

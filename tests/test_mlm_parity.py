@@ -7,12 +7,12 @@ from pathlib import Path
 import lightning as L
 import pyarrow as pa
 import torch
-from tiny import trainer
+from tiny import TINY, trainer
 from torch.utils.data import DataLoader
 from transformers import BertForMaskedLM, DataCollatorForLanguageModeling
 
 from data import pack_blocks
-from tasks.base import EncoderSpec, Optimization, parameter_groups
+from tasks.base import Optimization, parameter_groups
 from tasks.mlm import MaskedLM
 
 STEPS, BATCH, LENGTH = 50, 8, 64
@@ -42,8 +42,7 @@ def test_fifty_steps_follow_bert_for_masked_lm(shared_data: Path, minilm_tokeniz
 
     # Dropout off: the two sides draw their dropout masks from different streams.
     optimization = Optimization(learning_rate=1e-3, warmup=0, schedule="constant")
-    ours = MaskedLM(EncoderSpec(preset="bert-tiny", hidden_dropout=0.0, attention_dropout=0.0),
-                    vocab_size=len(tokenizer), optimization=optimization)
+    ours = MaskedLM(TINY, vocab_size=len(tokenizer), optimization=optimization)
     ours.encoder.save_pretrained(tmp_path, head=ours.head, format="transformers")
     theirs = BertForMaskedLM.from_pretrained(tmp_path, attn_implementation="sdpa", dtype=torch.float32)
     assert theirs.config.hidden_dropout_prob == 0.0 and theirs.config.attention_probs_dropout_prob == 0.0

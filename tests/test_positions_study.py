@@ -3,27 +3,19 @@ lengths (a learned table reported impossible past its rows, not crashed), the fi
 written between BENCHMARKS.md-style markers, and the figures."""
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[1]
+from runs import bench
 
 
 @pytest.mark.slow  # about 3 minutes on 2 cores: run by .ci/run with -m slow
 def test_the_position_study_runs_end_to_end(shared_data, tmp_path):
     target = tmp_path / "BENCHMARKS.md"
     target.write_text("before\n<!-- positions:begin -->\nold\n<!-- positions:end -->\nafter\n")
-    env = dict(os.environ, LITBERT_DATA=str(shared_data), LITBERT_CACHE=str(tmp_path / "cache"))
-    subprocess.run([sys.executable, str(REPO / "bench" / "positions.py"), "--schemes", "learned", "alibi",
-                    "sinusoidal-scaled", "--seeds", "0", "--steps", "3", "--max-documents", "150",
-                    "--eval-documents", "15", "--finetune-steps", "2", "--factors", "1", "2", "--timing-repeats", "1",
-                    "--root",
-                    str(tmp_path / "runs"), "--figures", str(tmp_path / "figures"), "--write", str(target)],
-                   check=True, cwd=REPO, env=env, timeout=900)
+    bench("positions.py", "--schemes", "learned", "alibi", "sinusoidal-scaled", "--seeds", "0", "--steps", "3",
+          "--max-documents", "150", "--eval-documents", "15", "--finetune-steps", "2", "--factors", "1", "2",
+          "--timing-repeats", "1", "--root", str(tmp_path / "runs"), "--figures", str(tmp_path / "figures"),
+          "--write", str(target), data=shared_data, cache=tmp_path / "cache")
     results = json.loads((tmp_path / "runs" / "results.json").read_text())
     learned, alibi = results["runs"]["learned-0"], results["runs"]["alibi-0"]
     assert learned["eval"]["256"] is None and learned["eval"]["128"]["tokens"] > 100  # impossible, not crashed

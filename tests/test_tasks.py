@@ -273,15 +273,14 @@ def make_trainer(tmp_path, steps: int) -> L.Trainer:
 
 def test_resume_continues_at_the_same_step_with_the_same_optimizer_state(tmp_path):
     torch.manual_seed(0)
-    spec = EncoderSpec(preset="bert-tiny", hidden_dropout=0.0, attention_dropout=0.0)
-    model = MaskedLM(encoder=spec, vocab_size=64, optimization=Optimization(learning_rate=1e-3, warmup=2))
+    model = MaskedLM(encoder=TINY, vocab_size=64, optimization=Optimization(learning_rate=1e-3, warmup=2))
     data = DataLoader(mlm_batches(8), batch_size=None)
     make_trainer(tmp_path, 4).fit(model, data)
     checkpoint_path = tmp_path / "checkpoints" / "last.ckpt"
     saved = torch.load(checkpoint_path, weights_only=True)
     assert saved["global_step"] == 4
 
-    resumed_model = MaskedLM(encoder=spec, vocab_size=64, optimization=Optimization(learning_rate=1e-3, warmup=2))
+    resumed_model = MaskedLM(encoder=TINY, vocab_size=64, optimization=Optimization(learning_rate=1e-3, warmup=2))
     trainer = make_trainer(tmp_path, 8)
     captured = {}
 

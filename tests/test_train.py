@@ -13,20 +13,20 @@ import math
 import os
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
 import lightning as L
 import pytest
 import torch
 import yaml
-from runs import series, wandb_history
+from runs import REPO, series, wandb_history
 
 import train
 from encoders import Encoder, MaskedLMHead, SequenceClassificationHead
-from tasks.base import EncoderSpec, Optimization
+from tasks.base import EncoderSpec
 from tasks.classification import SequenceClassification
 
-REPO = Path(__file__).resolve().parents[1]
 # The runnable configs. A file other configs extend (`base:`) is the part they share (glue/base.yaml, distill/kd.yaml,
 # a layer over any classification config), built through them.
 LAYERS = {"configs/glue/base.yaml", "configs/distill/kd.yaml"}
@@ -143,16 +143,24 @@ def _signature_defaults(function) -> dict:
             if p.default is not inspect.Parameter.empty}
 
 
-def _restated(values: dict, defaults: dict, where: str) -> list[str]:
-    """Settings of `values` equal to their default (nested settings objects are compared field by field)."""
+def _settings_class(function, name: str) -> type | None:
+    """The dataclass a parameter of `function` takes (`Optimization | None` gives Optimization), or None."""
+    hint = typing.get_type_hints(function).get(name)
+    return next((t for t in (hint, *typing.get_args(hint)) if dataclasses.is_dataclass(t)), None)
+
+
+def _restated(values: dict, defaults: dict, where: str, function=None) -> list[str]:
+    """Settings of `values` equal to their default (nested settings objects, such as `optimization` or
+    `train_tokenizer`, are compared field by field with their dataclass's defaults)."""
     found = []
     for name, value in (values or {}).items():
         if name not in defaults:
             continue
         default = defaults[name]
         if isinstance(value, dict):
+            settings = _settings_class(function, name) if function is not None else None
             fields = default if isinstance(default, dict) else (
-                {f.name: f.default for f in dataclasses.fields(Optimization)} if name == "optimization" else {})
+                {f.name: f.default for f in dataclasses.fields(settings)} if settings is not None else {})
             found += _restated(value, fields, f"{where}.{name}")
         elif value == default or (isinstance(default, tuple) and list(default) == value):
             found.append(f"{where}.{name}: {value!r}")
@@ -177,7 +185,7 @@ def test_shipped_configs_restate_no_defaults(config):
         if "class_path" in part:
             module, name = part["class_path"].rsplit(".", 1)
             cls = getattr(importlib.import_module(module), name)
-            found += _restated(part.get("init_args"), _signature_defaults(cls.__init__), section)
+            found += _restated(part.get("init_args"), _signature_defaults(cls.__init__), section, cls.__init__)
     if "base" in text:
         base: dict = {}
         for name in text["base"] if isinstance(text["base"], list) else [text["base"]]:
