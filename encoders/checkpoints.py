@@ -592,8 +592,6 @@ def _transformers_config(config: EncoderConfig, layout: Layout, architecture: st
                 **{layout.activation_key: activation}, **extra)
 
 
-
-
 def _head_kind(head: nn.Module | None) -> str | None:
     if head is None:
         return None
