@@ -263,15 +263,14 @@ def main() -> None:
         columns = [c for c in ("input_ids", "token_type_ids", "labels") if c in train_set.column_names]
         hf_train, hf_dev = train_set.select_columns(columns), data.datasets["validation"].select_columns(columns)
         lengths = [len(ids) for ids in train_set["input_ids"]]
-        work = {"model_flops": cli.model.encoder.flops(lengths, training=True) * settings["epochs"],
-                "peak_flops": peak_flops(matmul_dtype(settings["precision"]))}
-        peaks = {settings["precision"]: work["peak_flops"]}
+        model_flops = cli.model.encoder.flops(lengths, training=True) * settings["epochs"]
+        peaks = {settings["precision"]: peak_flops(matmul_dtype(settings["precision"]))}  # by the runs' precisions
         if "transformers-fp32" in args.runs:
             peaks["32-true"] = peak_flops(torch.float32)
         print(f"\n{task}: {len(train_set):,} of {full:,} training examples ({sum(lengths):,} tokens, "
               f"{np.mean(lengths):.1f} ± {np.std(lengths):.1f} an example; random batches padded per batch hold "
               f"{padding(lengths, settings['batch_size']):.2f}x the real tokens), dev {len(hf_dev)}; "
-              f"{work['model_flops'] / 1e12:.1f} TFLOP to train, matmul peak "
+              f"{model_flops / 1e12:.1f} TFLOP to train, matmul peak "
               f"{', '.join(f'{peak / 1e12:.3f} TFLOP/s ({name})' for name, peak in peaks.items())}; "
               f"{json.dumps(settings)}", flush=True)
         for index, seed in enumerate(args.seeds):
@@ -281,8 +280,8 @@ def main() -> None:
                         == (task, run, seed, len(train_set), settings["epochs"])]
                 if kept:
                     for record in kept:  # runs recorded before the work was: the same data, this machine's peak
-                        record.setdefault("model_flops", work["model_flops"])
-                        record.setdefault("peak_flops", peaks.get(run_precision(run, settings), work["peak_flops"]))
+                        record.setdefault("model_flops", model_flops)
+                        record.setdefault("peak_flops", peaks[run_precision(run, settings)])
                     print(f"{task} seed {seed} {run}: in {args.json}, kept", flush=True)
                     continue
                 gc.collect()
@@ -294,8 +293,8 @@ def main() -> None:
                 own = run_precision(run, settings)
                 records.append({"task": task, "run": run, "seed": seed, "seconds": seconds,
                                 "samples_per_second": samples / seconds, "metrics": metrics,
-                                "examples": len(train_set), "epochs": settings["epochs"], **work,
-                                "peak_flops": peaks[own], **machine,
+                                "examples": len(train_set), "epochs": settings["epochs"],
+                                "model_flops": model_flops, "peak_flops": peaks[own], **machine,
                                 **({"run_precision": own} if own != settings["precision"] else {}),
                                 "versions": {"torch": torch.__version__, "transformers": transformers.__version__}})
                 shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
