@@ -87,7 +87,7 @@ def evaluate(model_dir: Path, tokenizer: Path, factors: list[int], documents: in
     """{length: {"loss", "accuracy", "tokens"}} on the first `documents` IMDB test reviews; None where the scheme
     cannot encode that length."""
     model = MaskedLM(pretrained=str(model_dir)).eval()
-    limit = model.encoder.position.max_length
+    limit = model.encoder.config.max_sequence_length
     results: dict[str, dict | None] = {}
     for factor in factors:
         length = factor * TRAIN_LENGTH

@@ -36,12 +36,12 @@ if TYPE_CHECKING:  # annotations only: config.py imports POSITIONS to validate `
 class PositionScheme(nn.Module):
     """The interface; every hook is a no-op."""
 
-    max_length: int | None = None  # longest sequence the scheme encodes; None means unbounded
     settings: tuple[str, ...] = ()  # the EncoderConfig fields of this scheme alone (t5_num_buckets, rope_base, ...)
 
     @classmethod
     def length_limit(cls, config: EncoderConfig) -> int | None:
-        """The longest sequence the scheme encodes under `config`, known before it is built; None: no limit."""
+        """The longest sequence the scheme encodes under `config` (`EncoderConfig.max_sequence_length`); None: no
+        limit."""
         return None
 
     @classmethod
