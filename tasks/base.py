@@ -16,7 +16,7 @@ from typing import Literal, Optional
 import lightning as L
 import torch
 import torch.distributed as dist
-from lightning.pytorch.strategies import FSDPStrategy
+from lightning.pytorch.strategies import FSDPStrategy, SingleDeviceStrategy
 from torch import nn
 
 from encoders import Encoder, EncoderConfig
@@ -354,6 +354,41 @@ class EncoderTask(L.LightningModule):
 
     def on_before_backward(self, loss: torch.Tensor) -> None:
         self._step_loss = loss.detach()
+
+    # The word embedding's gradient, kept from step to step on CPU. Its dense backward allocates a new
+    # vocabulary x hidden gradient every step (47 MB for BERT's 30,522 x 384), which the zeroing of gradients frees
+    # again; glibc maps a block that large afresh each time, and writing its new pages took 10 ms of a 170 ms CoLA
+    # step of MiniLM (BENCHMARKS.md). Instead the embedding's backward is sparse (the rows of the batch's tokens)
+    # and autograd adds it into this buffer, zeroed in place before each step. The sums are the same, bit for bit
+    # (tests/test_tasks.py), with one micro-batch a step. Only for one process on CPU (DDP and FSDP own their
+    # gradients' memory, and CUDA's allocator reuses the block anyway), not for a compiled encoder, and not for a
+    # weight shared with an MLM decoder, whose dense gradient would then add in another order.
+    _kept_embedding_grad: torch.Tensor | None = None
+
+    def on_train_start(self) -> None:
+        word = self.encoder.embeddings.word
+        shared = sum(p is word.weight for _, p in self.named_parameters(remove_duplicate=False)) > 1
+        if (self.device.type == "cpu" and isinstance(self.trainer.strategy, SingleDeviceStrategy) and not shared
+                and word.weight.requires_grad and self.encoder._compiled_call_impl is None):
+            word.sparse = True
+            self._kept_embedding_grad = torch.zeros_like(word.weight)
+            self._attach_embedding_grad()
+
+    def on_train_end(self) -> None:  # the last step's gradient stays, as a dense one would
+        self.encoder.embeddings.word.sparse = False
+        self._kept_embedding_grad = None
+
+    def _attach_embedding_grad(self) -> None:
+        if self._kept_embedding_grad is not None:
+            self.encoder.embeddings.word.weight.grad = self._kept_embedding_grad.zero_()
+
+    def optimizer_zero_grad(self, epoch: int, batch_idx: int, optimizer: torch.optim.Optimizer) -> None:
+        optimizer.zero_grad()
+        self._attach_embedding_grad()
+
+    def on_validation_model_zero_grad(self) -> None:
+        super().on_validation_model_zero_grad()
+        self._attach_embedding_grad()  # a sparse gradient must never land on a None grad: the fused AdamW refuses it
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         """Log the gradient norm, and stop with `DivergenceError` before the step when the loss or the norm is not

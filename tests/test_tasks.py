@@ -2,6 +2,7 @@
 
 import copy
 import dataclasses
+import functools
 import math
 import random
 
@@ -14,7 +15,15 @@ from tiny import TINY, mlm_batches, trainer
 from torch.utils.data import DataLoader
 
 from encoders import Encoder, EncoderConfig, MaskedLMHead
-from tasks.base import EncoderSpec, Optimization, build_encoder, lr_lambda, parameter_groups, read_pretrained
+from tasks.base import (
+    EncoderSpec,
+    EncoderTask,
+    Optimization,
+    build_encoder,
+    lr_lambda,
+    parameter_groups,
+    read_pretrained,
+)
 from tasks.classification import SequenceClassification, TokenClassification
 from tasks.distillation import Distillation, distillation_losses, student_from_teacher
 from tasks.metrics import EntityF1, classification_metrics, entity_spans
@@ -444,6 +453,63 @@ def test_gradient_clipping_keeps_the_fused_optimizer_and_clips_by_the_total_norm
     assert min(norms) > 0.5  # clipping scaled every step's gradient down
     for (name, mine), theirs in zip(model.state_dict().items(), reference.state_dict().values(), strict=True):
         torch.testing.assert_close(mine, theirs, msg=name)
+
+
+class GradientAddresses(L.Callback):
+    """Where the word embedding's gradient lives at each optimizer step."""
+
+    def __init__(self) -> None:
+        self.addresses = []
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+        self.addresses.append(pl_module.encoder.embeddings.word.weight.grad.data_ptr())
+
+
+@pytest.mark.parametrize(("task", "accumulate"), [("classification", 1), ("classification", 2), ("mlm", 1)])
+def test_the_kept_embedding_gradient_trains_as_the_dense_one(task, accumulate, monkeypatch):
+    """On one CPU process the word embedding's gradient is a buffer kept from step to step, which a sparse backward
+    adds into, instead of a new dense gradient each step. Training through Lightning with it (bf16-mixed, clipping,
+    a validation between steps) ends with the weights and optimizer state of the dense path, bit for bit; the buffer
+    is one tensor throughout, and the embedding is dense again after fitting. With two micro-batches a step the
+    second adds into the first in another order (row by row instead of the two sums at once), so the results agree
+    to rounding only. An MLM decoder tied to the embedding keeps the dense path."""
+    def run(keep: bool):
+        if not keep:
+            monkeypatch.setattr(EncoderTask, "on_train_start", L.LightningModule.on_train_start)
+        addresses = GradientAddresses()
+        fit = trainer(6, precision="bf16-mixed", gradient_clip_val=0.05, accumulate_grad_batches=accumulate,
+                      val_check_interval=4, limit_val_batches=2, callbacks=[addresses])
+        fit.fit(model, DataLoader(data, batch_size=None), DataLoader(data[:2], batch_size=None))
+        monkeypatch.undo()
+        return addresses.addresses, fit.optimizers[0].state_dict()
+
+    results = {}
+    for keep in (True, False):
+        torch.manual_seed(0)
+        if task == "mlm":
+            model = MaskedLM(encoder=TINY, vocab_size=64, optimization=Optimization(learning_rate=1e-3, warmup=0))
+            assert model.head.decoder.weight is model.encoder.embeddings.word.weight
+            data = mlm_batches(6)
+        else:
+            model = SequenceClassification(num_labels=2, encoder=TINY, vocab_size=64,
+                                           optimization=Optimization(learning_rate=1e-3, warmup=0))
+            data = classification_batches(6 * accumulate)
+        addresses, optimizer = run(keep)
+        results[keep] = model.state_dict(), optimizer, addresses
+        assert not model.encoder.embeddings.word.sparse
+    (weights, optimizer, addresses), (dense_weights, dense_optimizer, dense_addresses) = results[True], results[False]
+    assert len(addresses) == 6 and len(set(dense_addresses)) > 1  # the dense path allocates anew each step
+    if task == "mlm":
+        assert len(set(addresses)) > 1
+    else:
+        assert len(set(addresses)) == 1
+    # to rounding: a hundredth of one step's change at this learning rate (1e-3)
+    same = torch.equal if accumulate == 1 else functools.partial(torch.allclose, rtol=0, atol=1e-5)
+    for name, value in weights.items():
+        assert same(value, dense_weights[name]), (name, float((value - dense_weights[name]).abs().max()))
+    for index, state in optimizer["state"].items():
+        for key, value in state.items():
+            assert same(value, dense_optimizer["state"][index][key]), (index, key)
 
 
 def test_both_teachers_stay_in_eval_mode_whatever_sets_their_submodules(teacher_dir, tmp_path):
