@@ -49,6 +49,7 @@ import importlib.util
 import io
 import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -168,6 +169,19 @@ def padding(lengths: list[int], batch_size: int, orders: int = 20) -> float:
     return float(np.mean(padded) / lengths.sum())
 
 
+def litbert_commit() -> str | None:
+    """The checkout's commit, marked "-dirty" with uncommitted changes (None outside a git checkout): runs of one
+    json may span commits, and a run's time belongs to the code that ran it."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=Path(__file__).resolve().parents[1], capture_output=True,
+                              text=True, check=True).stdout.strip()
+    try:
+        dirty = git("status", "--porcelain", "--untracked-files=no")
+        return git("rev-parse", "--short=12", "HEAD") + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
 def peak_flops(dtype: torch.dtype) -> float:
     """The fastest of 20 (2048 x 2048) matmuls: single measurements vary by a fifth on this 2-core machine
     (0.119-0.158 TFLOP/s in float32), and a peak is the best it reaches."""
@@ -241,8 +255,9 @@ def main() -> None:
     extra = list(args.litbert_args) + (["--trainer.max_epochs", str(args.epochs)] if args.epochs else [])
 
     records = json.loads(args.json.read_text()) if args.json and args.json.exists() else []
-    device = device_name(torch.device("cpu"))
-    print(f"device: {device}; torch {torch.__version__}, transformers {transformers.__version__}", flush=True)
+    device, commit = device_name(torch.device("cpu")), litbert_commit()
+    print(f"device: {device}; litbert {commit}; torch {torch.__version__}, transformers {transformers.__version__}",
+          flush=True)
     for task in args.tasks:
         settings, cli = shipped_settings(task, extra)
         machine = {"device": device, "precision": settings["precision"]}
@@ -296,6 +311,7 @@ def main() -> None:
                                 "examples": len(train_set), "epochs": settings["epochs"],
                                 "model_flops": model_flops, "peak_flops": peaks[own], **machine,
                                 **({"run_precision": own} if own != settings["precision"] else {}),
+                                **({"litbert_commit": commit} if run == "litbert" else {}),
                                 "versions": {"torch": torch.__version__, "transformers": transformers.__version__}})
                 shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
                 print(f"{task} seed {seed} {run}: {seconds:.1f} s, {samples / seconds:.1f} samples/s, {shown}",
