@@ -1,5 +1,5 @@
 """Training steps of a shipped GLUE config with the word embedding's gradient kept from step to step (the default on
-one CPU process, `EncoderTask.on_train_start`) against the dense gradient torch allocates afresh each step.
+one CPU process, `EncoderTask.keep_embedding_grad`) against the dense gradient torch allocates afresh each step.
 
 Each side runs in its own process (the allocator's state is part of what is measured), through `train.make_cli` on
 `configs/glue/<task>.yaml` from MiniLM-L6, as `bench/glue.py` runs litbert; the sides alternate `--repeats` times.
@@ -43,13 +43,10 @@ class StepClock(L.Callback):
 def one_side(task: str, steps: int, kept: bool) -> float:
     from glue import litbert_cli
 
-    from tasks.base import EncoderTask
-
-    if not kept:  # the dense path: what on_train_start leaves when it does not keep the gradient
-        EncoderTask.on_train_start = L.LightningModule.on_train_start
     clock = StepClock(steps)
     with tempfile.TemporaryDirectory() as root:
         cli = litbert_cli(task, 0, root, ["--trainer.max_steps", str(steps + 1)])
+        cli.model.keep_embedding_grad = kept
         cli.trainer.callbacks.append(clock)
         cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     if clock.kept != kept:

@@ -362,13 +362,16 @@ class EncoderTask(L.LightningModule):
     # and autograd adds it into this buffer, zeroed in place before each step. The sums are the same, bit for bit
     # (tests/test_tasks.py), with one micro-batch a step. Only for one process on CPU (DDP and FSDP own their
     # gradients' memory, and CUDA's allocator reuses the block anyway), not for a compiled encoder, and not for a
-    # weight shared with an MLM decoder, whose dense gradient would then add in another order.
+    # weight shared with an MLM decoder, whose dense gradient would then add in another order. `keep_embedding_grad`
+    # False turns it off (the tests and bench/embedding_grad.py compare the two paths with it).
+    keep_embedding_grad: bool = True
     _kept_embedding_grad: torch.Tensor | None = None
 
     def on_train_start(self) -> None:
         word = self.encoder.embeddings.word
         shared = sum(p is word.weight for _, p in self.named_parameters(remove_duplicate=False)) > 1
-        if (self.device.type == "cpu" and isinstance(self.trainer.strategy, SingleDeviceStrategy) and not shared
+        if (self.keep_embedding_grad and self.device.type == "cpu" and not shared
+                and isinstance(self.trainer.strategy, SingleDeviceStrategy)
                 and word.weight.requires_grad and self.encoder._compiled_call_impl is None):
             word.sparse = True
             self._kept_embedding_grad = torch.zeros_like(word.weight)
