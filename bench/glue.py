@@ -21,8 +21,10 @@ gradient clipping, max length, precision as train.py resolves it on this machine
 Both libraries train without evaluating (litbert: `limit_val_batches=0`) and are then evaluated once on the dev
 set with the final weights, each with the task's official metric. The time is the training alone (`fit` /
 `train()`). Runs alternate: for each task and seed the three run in turn, the order rotating from seed to seed, so
-load from other processes falls on all alike. `--max-train-examples` trains on a fixed random subset of a task's
-training set (the same for every run and seed) where a full set is too long for the machine.
+load from other processes falls on all alike. Each run trains in a fresh Python process of its own (as a user's
+`train.py` or script would), so that no run inherits the allocator state of the runs before it.
+`--max-train-examples` trains on a fixed random subset of a task's training set (the same for every run and seed)
+where a full set is too long for the machine.
 
     LITBERT_DATA=../shared/data python bench/glue.py --tasks cola sst2 mrpc stsb rte wnli --seeds 0 1 2 \
         --max-train-examples 4000 --write BENCHMARKS.md
@@ -48,6 +50,7 @@ import gc
 import importlib.util
 import io
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -206,6 +209,65 @@ def shipped_settings(task: str, extra: list[str]) -> tuple[dict, train.LitbertCL
     return settings, cli
 
 
+def prepare(task: str, args: argparse.Namespace, extra: list[str]):
+    """(settings, cli, subset, train set, transformers' train set, transformers' dev set) of `task` with the sweep's
+    arguments: the shipped config's hyper-parameters and litbert's tokenized data, trained on `subset` of it (the
+    indices of --max-train-examples' fixed random subset, None for the whole set)."""
+    settings, cli = shipped_settings(task, extra)
+    if args.epochs:
+        settings["epochs"] = args.epochs
+    data = cli.datamodule
+    data.setup("fit")
+    full = len(data.datasets["train"])
+    subset = None
+    if args.max_train_examples is not None and full > args.max_train_examples:
+        subset = np.sort(np.random.default_rng(1234).permutation(full)[: args.max_train_examples])
+    train_set = data.datasets["train"] if subset is None else data.datasets["train"].select(subset)
+    columns = [c for c in ("input_ids", "token_type_ids", "labels") if c in train_set.column_names]
+    return (settings, cli, subset, train_set, train_set.select_columns(columns),
+            data.datasets["validation"].select_columns(columns))
+
+
+def run_in_fresh_process(task: str, run: str, seed: int, args: argparse.Namespace) -> tuple[float, dict, int]:
+    """(training seconds, dev metrics, process id) of one run, trained in a new Python process. Runs that follow
+    others in one process inherit their allocator's state: litbert's CoLA runs inside a sweep took 131-140 s where
+    the same run alone took 121 s. A fresh process per run times each library as a user's `train.py` or script
+    meets it."""
+    with tempfile.TemporaryDirectory() as folder:
+        result = Path(folder) / "result.json"
+        command = [sys.executable, str(Path(__file__).resolve()), "--tasks", task, "--one-run", run, str(seed),
+                   str(result)]
+        if args.max_train_examples is not None:
+            command += ["--max-train-examples", str(args.max_train_examples)]
+        if args.epochs:
+            command += ["--epochs", str(args.epochs)]
+        if args.threads:
+            command += ["--threads", str(args.threads)]
+        command += ["--litbert-args", *args.litbert_args] if args.litbert_args else []
+        done = subprocess.run(command, check=False)
+        if done.returncode != 0:
+            raise SystemExit(f"{task} seed {seed} {run}: its process ({' '.join(command)}) exited with "
+                             f"{done.returncode}; the runs before it are kept" + (f" in {args.json}" if args.json
+                                                                                    else ""))
+        outcome = json.loads(result.read_text())
+    return outcome["seconds"], outcome["metrics"], outcome["pid"]
+
+
+def one_run(args: argparse.Namespace, extra: list[str]) -> None:
+    """The child of `run_in_fresh_process`: train and evaluate one run, and write its outcome to the file named."""
+    run, seed, result = args.one_run[0], int(args.one_run[1]), Path(args.one_run[2])
+    (task,) = args.tasks
+    settings, cli, subset, _, hf_train, hf_dev = prepare(task, args, extra)
+    tokenizer = cli.datamodule.tokenizer
+    del cli  # the settings' model and datamodule are not the run's
+    gc.collect()
+    if run == "litbert":
+        seconds, metrics = litbert_run(task, seed, subset, extra)
+    else:
+        seconds, metrics = transformers_run(task, settings, hf_train, hf_dev, tokenizer, seed, run)
+    result.write_text(json.dumps({"seconds": seconds, "metrics": metrics, "pid": os.getpid()}))
+
+
 def run_precision(run: str, settings: dict) -> str:
     """The precision `run` trains in: the shipped one, except the `Trainer`'s float32 default for
     `transformers-fp32`."""
@@ -245,6 +307,8 @@ def main() -> None:
     parser.add_argument("--write", type=Path, default=None, help="replace the GLUE table in this Markdown file")
     parser.add_argument("--section", default="accuracy",
                         help="which table of the file --write replaces (between its glue-<section> markers)")
+    parser.add_argument("--one-run", nargs=3, default=None, metavar=("RUN", "SEED", "RESULT"),
+                        help=argparse.SUPPRESS)  # one run in this process (run_in_fresh_process' child)
     parser.add_argument("--from-json", type=Path, default=None,
                         help="train nothing: print (and --write) the table of the runs a --json file recorded")
     args = parser.parse_args()
@@ -253,30 +317,23 @@ def main() -> None:
         return
     setup_run(args.threads)
     extra = list(args.litbert_args) + (["--trainer.max_epochs", str(args.epochs)] if args.epochs else [])
+    if args.one_run:
+        one_run(args, extra)
+        return
 
     records = json.loads(args.json.read_text()) if args.json and args.json.exists() else []
     device, commit = device_name(torch.device("cpu")), litbert_commit()
     print(f"device: {device}; litbert {commit}; torch {torch.__version__}, transformers {transformers.__version__}",
           flush=True)
     for task in args.tasks:
-        settings, cli = shipped_settings(task, extra)
+        settings, cli, subset, train_set, _, hf_dev = prepare(task, args, extra)
         machine = {"device": device, "precision": settings["precision"]}
         refuse_other_machines(records, machine, args.json)
         if "transformers-fp32" in args.runs and matmul_dtype(settings["precision"]) == torch.float32:
             raise SystemExit(f"--runs transformers-fp32: the shipped precision on this machine is "
                              f"{settings['precision']} already, so `transformers` is the Trainer's float32 default; "
                              f"drop transformers-fp32.")
-        if args.epochs:
-            settings["epochs"] = args.epochs
-        data = cli.datamodule
-        data.setup("fit")
-        full = len(data.datasets["train"])
-        subset = None
-        if args.max_train_examples is not None and full > args.max_train_examples:
-            subset = np.sort(np.random.default_rng(1234).permutation(full)[: args.max_train_examples])
-        train_set = data.datasets["train"] if subset is None else data.datasets["train"].select(subset)
-        columns = [c for c in ("input_ids", "token_type_ids", "labels") if c in train_set.column_names]
-        hf_train, hf_dev = train_set.select_columns(columns), data.datasets["validation"].select_columns(columns)
+        full = len(cli.datamodule.datasets["train"])
         lengths = [len(ids) for ids in train_set["input_ids"]]
         model_flops = cli.model.encoder.flops(lengths, training=True) * settings["epochs"]
         peaks = {settings["precision"]: peak_flops(matmul_dtype(settings["precision"]))}  # by the runs' precisions
@@ -299,23 +356,19 @@ def main() -> None:
                         record.setdefault("peak_flops", peaks[run_precision(run, settings)])
                     print(f"{task} seed {seed} {run}: in {args.json}, kept", flush=True)
                     continue
-                gc.collect()
-                if run == "litbert":
-                    seconds, metrics = litbert_run(task, seed, subset, extra)
-                else:
-                    seconds, metrics = transformers_run(task, settings, hf_train, hf_dev, data.tokenizer, seed, run)
+                seconds, metrics, pid = run_in_fresh_process(task, run, seed, args)
                 samples = len(train_set) * settings["epochs"]
                 own = run_precision(run, settings)
                 records.append({"task": task, "run": run, "seed": seed, "seconds": seconds,
                                 "samples_per_second": samples / seconds, "metrics": metrics,
                                 "examples": len(train_set), "epochs": settings["epochs"],
-                                "model_flops": model_flops, "peak_flops": peaks[own], **machine,
+                                "model_flops": model_flops, "peak_flops": peaks[own], "process": "fresh", **machine,
                                 **({"run_precision": own} if own != settings["precision"] else {}),
                                 **({"litbert_commit": commit} if run == "litbert" else {}),
                                 "versions": {"torch": torch.__version__, "transformers": transformers.__version__}})
                 shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
-                print(f"{task} seed {seed} {run}: {seconds:.1f} s, {samples / seconds:.1f} samples/s, {shown}",
-                      flush=True)
+                print(f"{task} seed {seed} {run}: {seconds:.1f} s, {samples / seconds:.1f} samples/s, {shown} "
+                      f"(process {pid})", flush=True)
                 if args.json:
                     args.json.write_text(json.dumps(records, indent=1) + "\n")
         if args.json:

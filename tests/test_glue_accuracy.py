@@ -49,12 +49,16 @@ def test_the_glue_benchmark_resumes_a_sweep_from_its_json(shared_data, tmp_path)
     done = subprocess.run([*command, "--seeds", "0", "1", "--runs", "litbert", "transformers"], check=True, cwd=REPO,
                           env=env, timeout=900, capture_output=True, text=True)
     assert "rte seed 0 litbert: in " in done.stdout and done.stdout.count(": in ") == 1
+    # Each run trained in a process of its own, not the sweep's.
+    processes = re.findall(r"^rte seed \d \S+: .* \(process (\d+)\)$", done.stdout, flags=re.MULTILINE)
+    assert len(processes) == 3 and len(set(processes)) == 3, done.stdout[-2000:]
     records = json.loads(results.read_text())
     assert records[0]["seconds"] == first[0]["seconds"]  # kept, not run again
     assert records[0]["model_flops"] == first[0]["model_flops"] and records[0]["peak_flops"] > 1e9
     assert sorted((r["run"], r["seed"]) for r in records) == [("litbert", 0), ("litbert", 1), ("transformers", 0),
                                                                ("transformers", 1)]
     assert all(0.0 <= r["metrics"]["accuracy"] <= 1.0 for r in records)
+    assert all(r["process"] == "fresh" for r in records)
     # A run that shared the machine keeps its metrics in the table, but not its time.
     contended = next(r for r in records if (r["run"], r["seed"]) == ("transformers", 0))
     contended |= {"contended": True, "seconds": 1e6, "samples_per_second": 1e-3}
