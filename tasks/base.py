@@ -272,6 +272,12 @@ HEAD_SETTINGS = {"pooling": "model.pooling", "pooler_activation": "model.pooler_
                  "num_labels": "the label count (the data's label set)"}
 
 
+def _forget_grad_scale(optimizer: torch.optim.Optimizer, args: typing.Any, kwargs: typing.Any) -> None:
+    """After a step: the clipping factor `EncoderTask.configure_gradient_clipping` gave the fused AdamW was that
+    step's alone."""
+    optimizer.__dict__.pop("grad_scale", None)
+
+
 class EncoderTask(L.LightningModule):
     """Base of every litbert task. Subclasses build `self.encoder` and `self.head`, and implement the steps."""
 
@@ -297,6 +303,7 @@ class EncoderTask(L.LightningModule):
         fused = not by_lightning
         optimizer = torch.optim.AdamW(parameter_groups(self, opt.weight_decay), lr=opt.learning_rate,
                                       betas=opt.betas, eps=opt.eps, fused=fused)
+        optimizer.register_step_post_hook(_forget_grad_scale)
         total = max(1, int(self.trainer.estimated_stepping_batches))
         warmup = opt.steps(opt.warmup, total)
         decay = opt.steps(0.2 if opt.decay is None else opt.decay, total)
@@ -375,15 +382,50 @@ class EncoderTask(L.LightningModule):
                 and word.weight.requires_grad and self.encoder._compiled_call_impl is None):
             word.sparse = True
             self._kept_embedding_grad = torch.zeros_like(word.weight)
+            self._embedding_rows = []
+            self._embedding_rows_hook = word.weight.register_hook(self._record_embedding_rows)
             self._attach_embedding_grad()
 
     def on_train_end(self) -> None:  # the last step's gradient stays, as a dense one would
         self.encoder.embeddings.word.sparse = False
         self._kept_embedding_grad = None
+        if self._embedding_rows_hook is not None:
+            self._embedding_rows_hook.remove()
+            self._embedding_rows_hook = None
+
+    # The rows of the kept buffer written since it was last zeroed (the sparse gradients' indices, duplicates and
+    # all), or None when unknown. Only they can be nonzero: zeroing them alone, and taking the buffer's norm over
+    # them alone, spares two passes over all 30,522 rows a step (3 ms of a 146 ms CoLA step) for a batch's few
+    # hundred. Clipping and the optimizer only scale the buffer, which keeps its zeros.
+    _embedding_rows: list[torch.Tensor] | None = None
+    _embedding_rows_hook: torch.utils.hooks.RemovableHandle | None = None
+
+    def _record_embedding_rows(self, grad: torch.Tensor) -> None:
+        if grad.is_sparse and self._embedding_rows is not None:
+            self._embedding_rows.append(grad._indices()[0])
+        else:
+            self._embedding_rows = None  # a dense gradient may write any row
 
     def _attach_embedding_grad(self) -> None:
-        if self._kept_embedding_grad is not None:
-            self.encoder.embeddings.word.weight.grad = self._kept_embedding_grad.zero_()
+        buffer = self._kept_embedding_grad
+        if buffer is None:
+            return
+        if self._embedding_rows is None:
+            buffer.zero_()
+        elif self._embedding_rows:
+            buffer.index_fill_(0, torch.cat(self._embedding_rows), 0)
+        self._embedding_rows = []
+        self.encoder.embeddings.word.weight.grad = buffer
+
+    def _gradients(self) -> list[torch.Tensor]:
+        """Every parameter's gradient, for the total norm: the kept embedding buffer as its written rows only, which
+        hold all of its nonzero values."""
+        buffer, rows = self._kept_embedding_grad, self._embedding_rows
+        grads = [p.grad for p in self.parameters() if p.grad is not None]
+        if buffer is None or rows is None:
+            return grads
+        written = buffer.index_select(0, torch.unique(torch.cat(rows))) if rows else buffer[:0]
+        return [written if grad is buffer else grad for grad in grads]
 
     def optimizer_zero_grad(self, epoch: int, batch_idx: int, optimizer: torch.optim.Optimizer) -> None:
         optimizer.zero_grad()
@@ -397,7 +439,7 @@ class EncoderTask(L.LightningModule):
         """Log the gradient norm, and stop with `DivergenceError` before the step when the loss or the norm is not
         finite, so that no NaN reaches the weights. Under fp16 with a loss scaler, infinite gradients are the
         scaler's business (it skips the step and lowers the scale); only the loss is checked then."""
-        grads = [p.grad for p in self.parameters() if p.grad is not None]
+        grads = self._gradients()
         if not grads:
             return
         norm = torch.nn.utils.get_total_norm(grads)
@@ -440,9 +482,20 @@ class EncoderTask(L.LightningModule):
             return
         params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
         norm, self._grad_norm = getattr(self, "_grad_norm", None), None
-        if params:
-            norm = norm if norm is not None else torch.nn.utils.get_total_norm([p.grad for p in params])
-            torch.nn.utils.clip_grads_with_norm_(params, gradient_clip_val, norm)
+        if not params:
+            return
+        norm = norm if norm is not None else torch.nn.utils.get_total_norm(self._gradients())
+        optimizer.__dict__.pop("grad_scale", None)
+        if optimizer.defaults.get("fused") and isinstance(optimizer, torch.optim.Adam | torch.optim.AdamW):
+            # The fused kernel divides each gradient by the optimizer's `grad_scale` as it steps, and stores the
+            # quotient back (torch.amp.GradScaler's protocol for fused optimizers): clipping there spares a pass
+            # over every gradient (3 ms of a 146 ms CoLA step on CPU). The factor is clip_grad_norm_'s, inverted;
+            # `_forget_grad_scale` removes it once the step is taken.
+            divisor = (norm + 1e-6) / gradient_clip_val
+            if bool(divisor > 1.0):
+                optimizer.grad_scale = divisor.to(torch.float32)
+            return
+        torch.nn.utils.clip_grads_with_norm_(params, gradient_clip_val, norm)
 
     def training_flops(self, batch: dict[str, torch.Tensor]) -> int:
         """Model FLOPs of one training step on `batch` (forward and backward), for MFU (`tasks.throughput`): the

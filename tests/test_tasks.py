@@ -432,6 +432,7 @@ def test_gradient_clipping_keeps_the_fused_optimizer_and_clips_by_the_total_norm
     run = trainer(2, gradient_clip_val=0.05, precision=precision)
     run.fit(model, DataLoader(data, batch_size=None))
     assert run.optimizers[0].param_groups[0]["fused"] is True
+    assert "grad_scale" not in vars(run.optimizers[0])  # the fused step's clipping factor was that step's alone
 
     optimizer = torch.optim.AdamW(parameter_groups(reference, 0.01), lr=1e-3, betas=(0.9, 0.999), eps=1e-6, fused=True)
     norms = []
@@ -492,6 +493,8 @@ def test_the_kept_embedding_gradient_trains_as_the_dense_one(task, accumulate):
         addresses, optimizer = run(keep)
         results[keep] = model.state_dict(), optimizer, addresses
         assert not model.encoder.embeddings.word.sparse
+        # the kept buffer was zeroed, and its norm taken, over the rows the sparse gradients wrote
+        assert (model._embedding_rows is not None) == (keep and task != "mlm")
     (weights, optimizer, addresses), (dense_weights, dense_optimizer, dense_addresses) = results[True], results[False]
     assert len(addresses) == 6 and len(set(dense_addresses)) > 1  # the dense path allocates anew each step
     if task == "mlm":
