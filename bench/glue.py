@@ -228,8 +228,9 @@ def prepare(task: str, args: argparse.Namespace, extra: list[str]):
             data.datasets["validation"].select_columns(columns))
 
 
-def run_in_fresh_process(task: str, run: str, seed: int, args: argparse.Namespace) -> tuple[float, dict, int]:
-    """(training seconds, dev metrics, process id) of one run, trained in a new Python process. Runs that follow
+def run_in_fresh_process(task: str, run: str, seed: int, args: argparse.Namespace) -> tuple[float, dict, int, str]:
+    """(training seconds, dev metrics, process id, commit) of one run, trained in a new Python process: the commit
+    is the checkout's when that process started and imported it (see `litbert_commit`). Runs that follow
     others in one process inherit their allocator's state: litbert's CoLA runs inside a sweep took 131-140 s where
     the same run alone took 121 s. A fresh process per run times each library as a user's `train.py` or script
     meets it."""
@@ -250,13 +251,14 @@ def run_in_fresh_process(task: str, run: str, seed: int, args: argparse.Namespac
                              f"{done.returncode}; the runs before it are kept" + (f" in {args.json}" if args.json
                                                                                     else ""))
         outcome = json.loads(result.read_text())
-    return outcome["seconds"], outcome["metrics"], outcome["pid"]
+    return outcome["seconds"], outcome["metrics"], outcome["pid"], outcome["commit"]
 
 
 def one_run(args: argparse.Namespace, extra: list[str]) -> None:
     """The child of `run_in_fresh_process`: train and evaluate one run, and write its outcome to the file named."""
     run, seed, result = args.one_run[0], int(args.one_run[1]), Path(args.one_run[2])
     (task,) = args.tasks
+    commit = litbert_commit()  # the code this process imports, whatever the sweep's started with
     settings, cli, subset, _, hf_train, hf_dev = prepare(task, args, extra)
     tokenizer = cli.datamodule.tokenizer
     del cli  # the settings' model and datamodule are not the run's
@@ -265,7 +267,7 @@ def one_run(args: argparse.Namespace, extra: list[str]) -> None:
         seconds, metrics = litbert_run(task, seed, subset, extra)
     else:
         seconds, metrics = transformers_run(task, settings, hf_train, hf_dev, tokenizer, seed, run)
-    result.write_text(json.dumps({"seconds": seconds, "metrics": metrics, "pid": os.getpid()}))
+    result.write_text(json.dumps({"seconds": seconds, "metrics": metrics, "pid": os.getpid(), "commit": commit}))
 
 
 def run_precision(run: str, settings: dict) -> str:
@@ -356,7 +358,7 @@ def main() -> None:
                         record.setdefault("peak_flops", peaks[run_precision(run, settings)])
                     print(f"{task} seed {seed} {run}: in {args.json}, kept", flush=True)
                     continue
-                seconds, metrics, pid = run_in_fresh_process(task, run, seed, args)
+                seconds, metrics, pid, run_commit = run_in_fresh_process(task, run, seed, args)
                 samples = len(train_set) * settings["epochs"]
                 own = run_precision(run, settings)
                 records.append({"task": task, "run": run, "seed": seed, "seconds": seconds,
@@ -364,7 +366,7 @@ def main() -> None:
                                 "examples": len(train_set), "epochs": settings["epochs"],
                                 "model_flops": model_flops, "peak_flops": peaks[own], "process": "fresh", **machine,
                                 **({"run_precision": own} if own != settings["precision"] else {}),
-                                **({"litbert_commit": commit} if run == "litbert" else {}),
+                                **({"litbert_commit": run_commit} if run == "litbert" else {}),
                                 "versions": {"torch": torch.__version__, "transformers": transformers.__version__}})
                 shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
                 print(f"{task} seed {seed} {run}: {seconds:.1f} s, {samples / seconds:.1f} samples/s, {shown} "
