@@ -7,6 +7,7 @@ Heads live in `encoders.heads`; checkpoint conversion in `encoders.checkpoints`.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
@@ -274,12 +275,13 @@ class Encoder(nn.Module):
         """Model FLOPs of encoding sequences of these real lengths: `flops_per_token` at each length, per token.
         Padding does no useful work and is not counted. With `first_token_only` (see `forward`), the last layer's
         other tokens count their key and value projections only."""
-        total = sum(self.flops_per_token(length, training) * length for length in lengths)
+        counts = collections.Counter(int(length) for length in lengths)  # each length's count, computed once
+        total = sum(self.flops_per_token(length, training) * length * count for length, count in counts.items())
         if first_token_only and self.config.num_layers:
             last = self.config.num_layers - 1
-            for length in lengths:
+            for length, count in counts.items():
                 skipped = self._layer_flops(last, length)[1]
-                total -= (3 if training else 1) * max(length - 1, 0) * skipped
+                total -= (3 if training else 1) * max(length - 1, 0) * skipped * count
         return total
 
     def num_parameters(self, exclude_embeddings: bool = False) -> int:
