@@ -117,3 +117,32 @@ def test_the_glue_benchmark_runs_the_trainer_at_its_float32_default_beside_a_mix
     peaks = re.search(r"matmul peak ([\d.]+) TFLOP/s \(bf16-mixed\), ([\d.]+) TFLOP/s \(32-true\)", done.stdout)
     assert peaks, done.stdout[-2000:]
     assert f"{record['peak_flops'] / 1e12:.3f}" == peaks[2] != peaks[1]
+
+
+@pytest.mark.slow  # two short MiniLM-L6 fits on RTE, each in a process of its own: about a minute on 2 CPU cores
+def test_the_revisions_benchmark_times_each_revision_with_its_own_code(shared_data, tmp_path):
+    """bench/revisions.py checks a named commit out into a worktree of its own and times it beside this checkout,
+    each run with its own revision's code, and leaves no worktree behind; an unknown revision is refused."""
+    import subprocess
+    import sys
+
+    from runs import REPO
+
+    env = environment(LITBERT_DATA=str(shared_data), LITBERT_CACHE=str(tmp_path / "cache"))
+    command = [sys.executable, str(REPO / "bench" / "revisions.py"), "--task", "rte", "--skip", "1", "--steps", "2",
+               "--repeats", "1"]
+    worktrees = subprocess.run(["git", "worktree", "list"], cwd=REPO, capture_output=True, text=True).stdout
+    done = subprocess.run([*command, "--revisions", "HEAD", "."], cwd=REPO, env=env, timeout=900,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, capture_output=True,
+                          text=True).stdout.strip()
+    rows = {cells[1]: cells for line in done.stdout.splitlines()
+            if len(cells := [c.strip() for c in line.split("|")]) > 4 and cells[1].startswith(("HEAD", "."))}
+    assert set(rows) == {f"HEAD ({head})", next(name for name in rows if name.startswith(f". ({head}"))}, rows
+    assert rows[f"HEAD ({head})"][4] == "1.00x" and all(float(cells[2]) > 0 for cells in rows.values())
+    assert subprocess.run(["git", "worktree", "list"], cwd=REPO, capture_output=True, text=True).stdout == worktrees
+
+    refused = subprocess.run([*command, "--revisions", "no-such-revision", "."], cwd=REPO, env=env, timeout=300,
+                             capture_output=True, text=True)
+    assert refused.returncode != 0 and "--revisions no-such-revision: not a commit of" in refused.stderr
