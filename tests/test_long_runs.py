@@ -116,6 +116,11 @@ def test_kill_9_and_resume_repeats_the_uninterrupted_run_exactly(task, env, toke
 
     finished = whole / "checkpoints" / LAST
     assert checkpoint_step(finished) == steps
+    # The finished run's last checkpoint names the best checkpoint that is on disk, not one the final validation
+    # replaced after it was written.
+    saved = torch.load(finished, map_location="cpu", weights_only=True, mmap=True)["callbacks"]
+    (best,) = [state["best_model_path"] for key, state in saved.items() if key.startswith("BestCheckpoint")]
+    assert Path(best).name in best_checkpoints(whole), (best, best_checkpoints(whole))
     again = train(config, whole, *args, "--ckpt_path", str(finished), "--export", "false", env=env)
     assert_ok(again)
     assert series(wandb_history(whole, wandb_runs(whole)[-1]), "train/loss") == []
