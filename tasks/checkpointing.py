@@ -294,10 +294,8 @@ class LastCheckpoint(Checkpoint):
         # Written even where this step was saved at its validation's end: a best checkpoint that saves at epoch
         # ends (Lightning's choice where validation runs at them) has only now replaced, and deleted, the best one
         # that save named. A run resumed from it, or resumed once finished, would look for the deleted file.
-        if trainer.global_step == self.saved_step and not trainer.sanity_checking:
+        if not trainer.sanity_checking:
             self.save(trainer)
-        else:
-            self._save_if_new(trainer)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._save_if_new(trainer)
