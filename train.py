@@ -16,6 +16,13 @@ wrong (the last lines printed are litbert's message naming the file, field or va
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__":  # before torch is imported: a preloaded allocator must be there from the process' start
+    from tasks.allocator import preload
+
+    preload()
+
 import argparse
 import inspect
 import json
@@ -24,7 +31,6 @@ import os
 import re
 import shutil
 import signal
-import sys
 import traceback
 import warnings
 from collections.abc import Sequence
