@@ -68,6 +68,7 @@ from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import f1_score, matthews_corrcoef
 from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding, Trainer, TrainingArguments
 
+from tasks import allocator
 from tasks.throughput import matmul_dtype, measure_matmul_peak
 
 
@@ -228,12 +229,13 @@ def prepare(task: str, args: argparse.Namespace, extra: list[str]):
             data.datasets["validation"].select_columns(columns))
 
 
-def run_in_fresh_process(task: str, run: str, seed: int, args: argparse.Namespace) -> tuple[float, dict, int, str]:
-    """(training seconds, dev metrics, process id, commit) of one run, trained in a new Python process: the commit
-    is the checkout's when that process started and imported it (see `litbert_commit`). Runs that follow
-    others in one process inherit their allocator's state: litbert's CoLA runs inside a sweep took 131-140 s where
-    the same run alone took 121 s. A fresh process per run times each library as a user's `train.py` or script
-    meets it."""
+def run_in_fresh_process(task: str, run: str, seed: int,
+                         args: argparse.Namespace) -> tuple[float, dict, int, str, str]:
+    """(training seconds, dev metrics, process id, commit, memory allocator) of one run, trained in a new Python
+    process: the commit is the checkout's when that process started and imported it (see `litbert_commit`). Runs
+    that follow others in one process inherit their allocator's state: litbert's CoLA runs inside a sweep took
+    131-140 s where the same run alone took 121 s. A fresh process per run times each library as a user's
+    `train.py` or script meets it, on the memory allocator each would start with (`run_environment`)."""
     with tempfile.TemporaryDirectory() as folder:
         result = Path(folder) / "result.json"
         command = [sys.executable, str(Path(__file__).resolve()), "--tasks", task, "--one-run", run, str(seed),
@@ -245,13 +247,27 @@ def run_in_fresh_process(task: str, run: str, seed: int, args: argparse.Namespac
         if args.threads:
             command += ["--threads", str(args.threads)]
         command += ["--litbert-args", *args.litbert_args] if args.litbert_args else []
-        done = subprocess.run(command, check=False)
+        done = subprocess.run(command, env=run_environment(run), check=False)
         if done.returncode != 0:
             raise SystemExit(f"{task} seed {seed} {run}: its process ({' '.join(command)}) exited with "
                              f"{done.returncode}; the runs before it are kept" + (f" in {args.json}" if args.json
                                                                                     else ""))
         outcome = json.loads(result.read_text())
-    return outcome["seconds"], outcome["metrics"], outcome["pid"], outcome["commit"]
+    return outcome["seconds"], outcome["metrics"], outcome["pid"], outcome["commit"], outcome["allocator"]
+
+
+def run_environment(run: str) -> dict[str, str]:
+    """The environment of `run`'s process: litbert's on the memory allocator train.py would preload
+    (`tasks.allocator`, from LITBERT_ALLOCATOR), the `Trainer`'s on this one's as it is (its default: the C
+    library's malloc, unless the user preloaded another for the whole sweep). Each run records the one it ran on."""
+    environ = dict(os.environ)
+    if run == "litbert":
+        library, note = allocator.plan(environ, allocator.running())
+        if note:
+            print(note, flush=True)
+        if library is not None:
+            environ["LD_PRELOAD"] = " ".join(filter(None, [library, environ.get("LD_PRELOAD")]))
+    return environ
 
 
 def one_run(args: argparse.Namespace, extra: list[str]) -> None:
@@ -267,7 +283,8 @@ def one_run(args: argparse.Namespace, extra: list[str]) -> None:
         seconds, metrics = litbert_run(task, seed, subset, extra)
     else:
         seconds, metrics = transformers_run(task, settings, hf_train, hf_dev, tokenizer, seed, run)
-    result.write_text(json.dumps({"seconds": seconds, "metrics": metrics, "pid": os.getpid(), "commit": commit}))
+    result.write_text(json.dumps({"seconds": seconds, "metrics": metrics, "pid": os.getpid(), "commit": commit,
+                                  "allocator": allocator.running()}))
 
 
 def run_precision(run: str, settings: dict) -> str:
@@ -358,19 +375,20 @@ def main() -> None:
                         record.setdefault("peak_flops", peaks[run_precision(run, settings)])
                     print(f"{task} seed {seed} {run}: in {args.json}, kept", flush=True)
                     continue
-                seconds, metrics, pid, run_commit = run_in_fresh_process(task, run, seed, args)
+                seconds, metrics, pid, run_commit, malloc = run_in_fresh_process(task, run, seed, args)
                 samples = len(train_set) * settings["epochs"]
                 own = run_precision(run, settings)
                 records.append({"task": task, "run": run, "seed": seed, "seconds": seconds,
                                 "samples_per_second": samples / seconds, "metrics": metrics,
                                 "examples": len(train_set), "epochs": settings["epochs"],
-                                "model_flops": model_flops, "peak_flops": peaks[own], "process": "fresh", **machine,
+                                "model_flops": model_flops, "peak_flops": peaks[own], "process": "fresh",
+                                "allocator": malloc, **machine,
                                 **({"run_precision": own} if own != settings["precision"] else {}),
                                 **({"litbert_commit": run_commit} if run == "litbert" else {}),
                                 "versions": {"torch": torch.__version__, "transformers": transformers.__version__}})
                 shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
                 print(f"{task} seed {seed} {run}: {seconds:.1f} s, {samples / seconds:.1f} samples/s, {shown} "
-                      f"(process {pid})", flush=True)
+                      f"(process {pid}, malloc {malloc})", flush=True)
                 if args.json:
                     args.json.write_text(json.dumps(records, indent=1) + "\n")
         if args.json:
@@ -387,6 +405,11 @@ def report(records: list[dict], write: Path | None, section: str) -> None:
     print_table(HEADERS, rows)
     if write:
         machines = "; ".join(sorted({machine_of(r) for r in records}))
+        mallocs = {run: sorted({r["allocator"] for r in records if r["run"] == run and "allocator" in r})
+                   for run in runs}
+        if any(mallocs.values()):  # recorded since the runs' processes choose it (tasks/allocator.py)
+            machines += "; malloc: " + ", ".join(f"{run} {' / '.join(names) or 'not recorded'}"
+                                                 for run, names in mallocs.items())
         write_table(write, section, HEADERS, rows, " ".join(sys.argv[1:]), machines)
 
 

@@ -50,9 +50,14 @@ def test_the_glue_benchmark_resumes_a_sweep_from_its_json(shared_data, tmp_path)
                           env=env, timeout=900, capture_output=True, text=True)
     assert "rte seed 0 litbert: in " in done.stdout and done.stdout.count(": in ") == 1
     # Each run trained in a process of its own, not the sweep's.
-    processes = re.findall(r"^rte seed \d \S+: .* \(process (\d+)\)$", done.stdout, flags=re.MULTILINE)
+    processes = re.findall(r"^rte seed \d \S+: .* \(process (\d+), malloc \w+\)$", done.stdout, flags=re.MULTILINE)
     assert len(processes) == 3 and len(set(processes)) == 3, done.stdout[-2000:]
     records = json.loads(results.read_text())
+    # litbert's runs start on the allocator train.py preloads, the Trainer's on the sweep's own (the C library's).
+    from tasks import allocator
+
+    preloaded = "tcmalloc" if allocator.find("tcmalloc") else "system"
+    assert {r["run"]: r["allocator"] for r in records} == {"litbert": preloaded, "transformers": "system"}
     assert records[0]["seconds"] == first[0]["seconds"]  # kept, not run again
     assert records[0]["model_flops"] == first[0]["model_flops"] and records[0]["peak_flops"] > 1e9
     assert sorted((r["run"], r["seed"]) for r in records) == [("litbert", 0), ("litbert", 1), ("transformers", 0),
