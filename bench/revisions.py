@@ -8,6 +8,11 @@ optimizer steps after the first `--skip` (which pay for first allocations); the 
 revision's speed-up over the first one named.
 
     LITBERT_DATA=../shared/data python bench/revisions.py --task mrpc --revisions bcd7f17 .
+
+`--allocators` times each revision on each memory allocator named (`tasks.allocator`: `system` is the C library's
+malloc; `auto`, the default, the one train.py would preload), the allocator being what differs between sides:
+
+    LITBERT_DATA=../shared/data python bench/revisions.py --task cola --revisions . --allocators system tcmalloc
 """
 
 from __future__ import annotations
@@ -68,6 +73,9 @@ def main() -> None:
     parser.add_argument("--skip", type=int, default=10)
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--allocators", nargs="+", default=["auto"],
+                        help="memory allocators to run each revision on: auto (train.py's choice), system, tcmalloc, "
+                             "jemalloc")
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)  # one run of one checkout, in a subprocess
     args = parser.parse_args()
     if args.child:
@@ -76,6 +84,8 @@ def main() -> None:
     sys.path.insert(0, str(REPO / "bench"))
     import torch
     from common import device_name, print_table, setup_run
+
+    from tasks import allocator
 
     setup_run()
     if not args.revisions:
@@ -102,16 +112,21 @@ def main() -> None:
             # here are made absolute.
             env = dict(os.environ) | {name: str(Path(os.environ[name]).resolve()) for name in
                                       ("LITBERT_DATA", "LITBERT_CACHE") if os.environ.get(name)}
-            seconds = {revision: [] for revision in args.revisions}
+            environments = {name: allocator_environment(env, name, allocator) for name in args.allocators}
+            sides = [(revision, name) for revision in args.revisions for name in args.allocators]
+            label = {side: names[side[0]] + (f", {side[1]}" if len(args.allocators) > 1 else "") for side in sides}
+            seconds = {side: [] for side in sides}
             for repeat in range(args.repeats):
-                for revision in args.revisions if repeat % 2 == 0 else args.revisions[::-1]:
+                for side in sides if repeat % 2 == 0 else sides[::-1]:
+                    revision, name = side
                     out = subprocess.run([sys.executable, __file__, "--task", args.task, "--skip", str(args.skip),
                                           "--steps", str(args.steps), "--child", str(checkouts[revision])],
-                                         cwd=checkouts[revision], env=env, capture_output=True, text=True)
+                                         cwd=checkouts[revision], env=environments[name], capture_output=True,
+                                         text=True)
                     if out.returncode != 0:
-                        raise SystemExit(f"{names[revision]}: the run failed:\n{out.stderr[-3000:]}")
-                    seconds[revision].append(float(out.stdout.strip().splitlines()[-1]))
-                    print(f"{names[revision]}: {1000 * seconds[revision][-1]:.1f} ms/step", flush=True)
+                        raise SystemExit(f"{label[side]}: the run failed:\n{out.stderr[-3000:]}")
+                    seconds[side].append(float(out.stdout.strip().splitlines()[-1]))
+                    print(f"{label[side]}: {1000 * seconds[side][-1]:.1f} ms/step", flush=True)
         finally:
             for checkout in checkouts.values():
                 if checkout != REPO:
@@ -119,11 +134,23 @@ def main() -> None:
                                    capture_output=True)
     print(f"{device_name(torch.device('cpu'))}; {args.task}, {args.steps} steps after {args.skip}, x {args.repeats} "
           f"(alternating, a process each)")
-    median = {revision: statistics.median(values) for revision, values in seconds.items()}
-    first = median[args.revisions[0]]
+    median = {side: statistics.median(values) for side, values in seconds.items()}
+    first = median[sides[0]]
     print_table(["revision", "ms/step (median)", "runs", "speed-up"],
-                [[names[r], f"{1000 * median[r]:.1f}", " / ".join(f"{1000 * s:.1f}" for s in seconds[r]),
-                  f"{first / median[r]:.2f}x"] for r in args.revisions])
+                [[label[side], f"{1000 * median[side]:.1f}", " / ".join(f"{1000 * s:.1f}" for s in seconds[side]),
+                  f"{first / median[side]:.2f}x"] for side in sides])
+
+
+def allocator_environment(env: dict[str, str], name: str, allocator) -> dict[str, str]:
+    """`env` for a run on memory allocator `name` (a choice of `tasks.allocator`): its library preloaded, or none for
+    `system` (another allocator preloaded into this process is dropped from the run's LD_PRELOAD)."""
+    kept = [entry for entry in env.get("LD_PRELOAD", "").split()
+            if not any(f"lib{other}" in entry for other in allocator.LIBRARIES)]
+    try:
+        library, _ = allocator.plan({"LITBERT_ALLOCATOR": name}, "system")
+    except allocator.AllocatorError as error:
+        raise SystemExit(f"--allocators {name}: {error}") from None
+    return env | {"LD_PRELOAD": " ".join(filter(None, [library, *kept]))}
 
 
 if __name__ == "__main__":
