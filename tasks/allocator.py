@@ -2,11 +2,12 @@
 
 PyTorch's CPU tensors are allocated with the C library's `malloc`, and a training step on CPU allocates and frees
 hundreds of them, many of a megabyte or more. With tcmalloc (Debian's `libtcmalloc-minimal4`) preloaded instead of
-glibc's, fine-tuning steps of MiniLM-L6 ran 1.15x faster on CoLA (32 short sentences a batch; median of 9
-alternating rounds, 1.04-1.24x) and 1.03x on MRPC (BENCHMARKS.md, "The memory allocator"). jemalloc gained less
-(0.98x as Debian ships it, 1.13x with the settings PyTorch's CPU launcher gives it), glibc with larger trim and mmap
-thresholds 1.04x, inside the noise. No number is computed differently: the weights after training are the same
-bit for bit. PyTorch's own CPU launcher (`torch.backends.xeon.run_cpu`) preloads tcmalloc or jemalloc as well.
+glibc's, fine-tuning steps of MiniLM-L6 ran 1.15x faster on CoLA (32 short sentences a batch; median of 16
+alternating rounds, 0.98-1.24x) and 1.03x on MRPC, and full CoLA runs took 100.5 s against 118.2 s (BENCHMARKS.md,
+"The memory allocator"). jemalloc gained less (0.98x as Debian ships it, 1.13x with the settings PyTorch's CPU
+launcher gives it), glibc with larger trim and mmap thresholds 1.04x, inside the noise. No number is computed
+differently: the weights after training are the same bit for bit. PyTorch's own CPU launcher
+(`torch.backends.xeon.run_cpu`) preloads tcmalloc by default as well.
 
 A library can only be preloaded when a process starts, so `preload()` re-executes the command once with
 `LD_PRELOAD` naming it (same process id, same arguments). `LITBERT_ALLOCATOR` chooses:
