@@ -16,8 +16,9 @@ A library can only be preloaded when a process starts, so `preload()` re-execute
 - `tcmalloc` or `jemalloc`: that library, or an error saying how to install it (jemalloc measured no faster);
 - `system`: the C library's own, nothing preloaded.
 
-A process that already runs on tcmalloc or jemalloc (preloaded by the user, or by the launcher of a distributed
-run) is left as it is.
+A process that already runs on tcmalloc or jemalloc (preloaded by the user, or inherited by a distributed run's
+ranks) is left as it is; a `LITBERT_ALLOCATOR` naming another is refused, as is `tcmalloc` or `jemalloc` outside
+Linux.
 
 This module imports no torch: `train.py` calls `preload()` before its other imports.
 """
@@ -78,8 +79,17 @@ def choice(environ: os._Environ | dict) -> str:
 def plan(environ: os._Environ | dict, current: str) -> tuple[str | None, str | None]:
     """(library to preload or None, a note to print or None) for a process running on `current` with `environ`."""
     wanted = choice(environ)
-    if wanted == "system" or current != "system" or not sys.platform.startswith("linux"):
+    if current != "system":  # started with an allocator preloaded: by the user, or by a launcher (DDP's ranks)
+        if wanted not in ("auto", current):
+            raise AllocatorError(f"{VARIABLE}={wanted}, but this process was started on {current} (LD_PRELOAD="
+                                 f"{environ.get('LD_PRELOAD', '')!r}): drop one of the two.")
         return None, None
+    if wanted == "system":
+        return None, None
+    if not sys.platform.startswith("linux"):
+        if wanted == "auto":
+            return None, None
+        raise AllocatorError(f"{VARIABLE}={wanted}: litbert preloads an allocator on Linux only; unset it here.")
     name = "tcmalloc" if wanted == "auto" else wanted
     library = find(name)
     if library is None:

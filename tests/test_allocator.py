@@ -38,6 +38,22 @@ def test_auto_preloads_tcmalloc_where_installed(installed):
     assert plan({"LITBERT_ALLOCATOR": "tcmalloc"}, "tcmalloc") == (None, None)
 
 
+def test_an_allocator_asked_for_against_the_one_preloaded_is_refused(installed):
+    installed({"tcmalloc": "libtcmalloc_minimal.so.4"})
+    for wanted in ("system", "tcmalloc"):
+        with pytest.raises(AllocatorError, match=f"LITBERT_ALLOCATOR={wanted}, but this process was started on "
+                                                 "jemalloc .*libjemalloc.so.2.*drop one of the two"):
+            plan({"LITBERT_ALLOCATOR": wanted, "LD_PRELOAD": "libjemalloc.so.2"}, "jemalloc")
+
+
+def test_outside_linux_only_auto_and_system_run(installed, monkeypatch):
+    installed({"tcmalloc": "libtcmalloc_minimal.so.4"})
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert plan({}, "system") == (None, None)
+    with pytest.raises(AllocatorError, match="LITBERT_ALLOCATOR=tcmalloc: litbert preloads an allocator on Linux"):
+        plan({"LITBERT_ALLOCATOR": "tcmalloc"}, "system")
+
+
 def test_auto_without_tcmalloc_runs_on_the_c_library_and_says_what_to_install(installed):
     installed({})
     library, note = plan({}, "system")
