@@ -260,14 +260,12 @@ def run_environment(run: str) -> dict[str, str]:
     """The environment of `run`'s process: litbert's on the memory allocator train.py would preload
     (`tasks.allocator`, from LITBERT_ALLOCATOR), the `Trainer`'s on this one's as it is (its default: the C
     library's malloc, unless the user preloaded another for the whole sweep). Each run records the one it ran on."""
-    environ = dict(os.environ)
-    if run == "litbert":
-        library, note = allocator.plan(environ, allocator.running())
-        if note:
-            print(note, flush=True)
-        if library is not None:
-            environ["LD_PRELOAD"] = " ".join(filter(None, [library, environ.get("LD_PRELOAD")]))
-    return environ
+    if run != "litbert":
+        return dict(os.environ)
+    library, note = allocator.plan(os.environ, allocator.running())
+    if note:
+        print(note, flush=True)
+    return allocator.preloading(os.environ, library)
 
 
 def one_run(args: argparse.Namespace, extra: list[str]) -> None:

@@ -85,8 +85,6 @@ def main() -> None:
     import torch
     from common import device_name, print_table, setup_run
 
-    from tasks import allocator
-
     setup_run()
     if not args.revisions:
         raise SystemExit("--revisions: name the revisions to time (at least one; . is this checkout)")
@@ -112,7 +110,7 @@ def main() -> None:
             # here are made absolute.
             env = dict(os.environ) | {name: str(Path(os.environ[name]).resolve()) for name in
                                       ("LITBERT_DATA", "LITBERT_CACHE") if os.environ.get(name)}
-            environments = {name: allocator_environment(env, name, allocator) for name in args.allocators}
+            environments = {name: allocator_environment(env, name) for name in args.allocators}
             sides = [(revision, name) for revision in args.revisions for name in args.allocators]
             label = {side: names[side[0]] + (f", {side[1]}" if len(args.allocators) > 1 else "") for side in sides}
             seconds = {side: [] for side in sides}
@@ -141,16 +139,18 @@ def main() -> None:
                   f"{first / median[side]:.2f}x"] for side in sides])
 
 
-def allocator_environment(env: dict[str, str], name: str, allocator) -> dict[str, str]:
+def allocator_environment(env: dict[str, str], name: str) -> dict[str, str]:
     """`env` for a run on memory allocator `name` (a choice of `tasks.allocator`): its library preloaded, or none for
     `system` (another allocator preloaded into this process is dropped from the run's LD_PRELOAD)."""
+    from tasks import allocator  # here, not at the top: a --child imports its own checkout's code only
+
     kept = [entry for entry in env.get("LD_PRELOAD", "").split()
             if not any(f"lib{other}" in entry for other in allocator.LIBRARIES)]
     try:
         library, _ = allocator.plan({"LITBERT_ALLOCATOR": name}, "system")
     except allocator.AllocatorError as error:
         raise SystemExit(f"--allocators {name}: {error}") from None
-    return env | {"LD_PRELOAD": " ".join(filter(None, [library, *kept]))}
+    return allocator.preloading(env | {"LD_PRELOAD": " ".join(kept)}, library)
 
 
 if __name__ == "__main__":

@@ -106,6 +106,14 @@ def plan(environ: os._Environ | dict, current: str) -> tuple[str | None, str | N
     return library, None
 
 
+def preloading(environ: os._Environ | dict, library: str | None) -> dict[str, str]:
+    """A copy of `environ` whose LD_PRELOAD loads `library` first (unchanged for None)."""
+    environ = dict(environ)
+    if library is not None:
+        environ["LD_PRELOAD"] = " ".join(filter(None, [library, environ.get("LD_PRELOAD")]))
+    return environ
+
+
 def preload() -> None:
     """Re-execute this process's command with the chosen allocator preloaded, or print why not; returns when the
     process is to go on as it is. An invalid LITBERT_ALLOCATOR exits with status 2, as train.py's other errors."""
@@ -118,11 +126,7 @@ def preload() -> None:
         print(note, file=sys.stderr, flush=True)
     if library is None:
         return
-    environ = dict(os.environ)
-    environ["LD_PRELOAD"] = " ".join(filter(None, [library, environ.get("LD_PRELOAD")]))
-    environ[_TRIED] = library
     print(f"litbert: memory allocator: {library} (preloaded; {VARIABLE}=system keeps the C library's malloc)",
           file=sys.stderr, flush=True)
     sys.stdout.flush()
-    sys.stderr.flush()
-    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], environ)
+    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], preloading(os.environ, library) | {_TRIED: library})

@@ -130,10 +130,10 @@ def test_bench_revisions_runs_each_side_on_the_allocator_named():
     revisions = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(revisions)
     env = {"LD_PRELOAD": "/opt/libtcmalloc_minimal.so.4 /opt/libother.so", "PATH": "/bin"}
-    assert revisions.allocator_environment(env, "system", allocator) == {"LD_PRELOAD": "/opt/libother.so",
+    assert revisions.allocator_environment(env, "system") == {"LD_PRELOAD": "/opt/libother.so",
                                                                           "PATH": "/bin"}
     if TCMALLOC:
-        assert revisions.allocator_environment(env, "tcmalloc", allocator)["LD_PRELOAD"] == (
+        assert revisions.allocator_environment(env, "tcmalloc")["LD_PRELOAD"] == (
             f"{TCMALLOC} /opt/libother.so")
     with pytest.raises(SystemExit, match="--allocators glibc: LITBERT_ALLOCATOR='glibc' is not an allocator"):
-        revisions.allocator_environment(env, "glibc", allocator)
+        revisions.allocator_environment(env, "glibc")
