@@ -16,11 +16,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-# Dropout masks draw their random bits from numpy's SFC64 generator, seeded from torch's: `torch.manual_seed` fixes
-# the masks and a checkpoint's saved torch RNG state resumes them. SFC64 gives 64 bits 1.36x faster than torch's
-# CPU generator (mt19937) here, and releases the GIL, so a large mask is drawn in parts on threads in parallel
-# (torch's generator is serial: one core draws while the other waits). A mask of at least 2 * _PART_WORDS words is
-# split into 2, 4 or 8 parts, by its size alone, so the masks do not depend on the number of threads.
+# A dropout mask of fewer than 2 * _PART_WORDS 64-bit words (512K elements) draws them from torch's default CPU
+# generator. A larger one draws them from numpy's SFC64 generators, seeded from torch's, in 2, 4 or 8 parts (by its
+# size alone, so the mask does not depend on the number of threads) on threads in parallel: torch's generator
+# (mt19937) is serial, one core drawing while the other waits, and 1.36x slower than SFC64 here; numpy's releases the
+# GIL. Either way `torch.manual_seed` fixes the masks and a checkpoint's saved torch RNG state resumes them.
 _PART_WORDS = 1 << 16
 _draw_pool: tuple[ThreadPoolExecutor, int] | None = None  # the threads that draw parts, and how many
 
@@ -35,10 +35,14 @@ os.register_at_fork(after_in_child=_drop_draw_pool)
 
 def _random_bits(count: int) -> list[torch.Tensor]:
     """`count` random int16 values, uniform over all 65536, as consecutive parts. The values depend on the state of
-    torch's default CPU generator alone (it seeds each part), not on how many threads drew them."""
+    torch's default CPU generator alone (it draws them, or seeds each part), not on how many threads drew them."""
     global _draw_pool
     words = (count + 3) // 4
-    parts = 1 << min(3, max(0, (words // _PART_WORDS).bit_length() - 1))
+    if words < 2 * _PART_WORDS:  # one part: SFC64's seeding and numpy's calls would cost more than they save
+        # `random_(-2**63, None)` takes the generator's 64-bit draws as they come, where a bounded range (`randint`)
+        # reduces each draw modulo its width, a 64-bit division per word (1.36x slower here).
+        return [torch.empty(words, dtype=torch.int64).random_(-(2**63), None).view(torch.int16)[:count]]
+    parts = 1 << min(3, (words // _PART_WORDS).bit_length() - 1)
     seeds = torch.empty(parts, dtype=torch.int64).random_(-(2**63), None).tolist()
     generators = [np.random.SFC64(seed % 2**64) for seed in seeds]
     sizes = [words // parts + (i < words % parts) for i in range(parts)]
