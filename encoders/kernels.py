@@ -16,12 +16,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-# A dropout mask of fewer than 2 * _PART_WORDS 64-bit words (512K elements) draws them from torch's default CPU
+# A dropout mask of fewer than 2 * _PART_WORDS 64-bit words (2M elements) draws them from torch's default CPU
 # generator. A larger one draws them from numpy's SFC64 generators, seeded from torch's, in 2, 4 or 8 parts (by its
 # size alone, so the mask does not depend on the number of threads) on threads in parallel: torch's generator
 # (mt19937) is serial, one core drawing while the other waits, and 1.36x slower than SFC64 here; numpy's releases the
 # GIL. Either way `torch.manual_seed` fixes the masks and a checkpoint's saved torch RNG state resumes them.
-_PART_WORDS = 1 << 16
+_PART_WORDS = 1 << 18
 _draw_pool: tuple[ThreadPoolExecutor, int] | None = None  # the threads that draw parts, and how many
 
 
