@@ -30,7 +30,8 @@ def _drop_draw_pool() -> None:
     _draw_pool = None  # a forked child has the executor object but not its threads
 
 
-os.register_at_fork(after_in_child=_drop_draw_pool)
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_drop_draw_pool)
 
 
 def _random_bits(count: int) -> list[torch.Tensor]:
