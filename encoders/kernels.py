@@ -34,17 +34,22 @@ if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
     os.register_at_fork(after_in_child=_drop_draw_pool)
 
 
+def _torch_words(count: int) -> torch.Tensor:
+    """`count` 64-bit words from torch's default CPU generator. `random_(-2**63, None)` takes the generator's 64-bit
+    draws as they come, where a bounded range (`randint`) reduces each draw modulo its width, a 64-bit division per
+    word (1.36x slower here)."""
+    return torch.empty(count, dtype=torch.int64).random_(-(2**63), None)
+
+
 def _random_bits(count: int) -> list[torch.Tensor]:
     """`count` random int16 values, uniform over all 65536, as consecutive parts. The values depend on the state of
     torch's default CPU generator alone (it draws them, or seeds each part), not on how many threads drew them."""
     global _draw_pool
     words = (count + 3) // 4
     if words < 2 * _PART_WORDS:  # one part: SFC64's seeding and numpy's calls would cost more than they save
-        # `random_(-2**63, None)` takes the generator's 64-bit draws as they come, where a bounded range (`randint`)
-        # reduces each draw modulo its width, a 64-bit division per word (1.36x slower here).
-        return [torch.empty(words, dtype=torch.int64).random_(-(2**63), None).view(torch.int16)[:count]]
+        return [_torch_words(words).view(torch.int16)[:count]]
     parts = 1 << min(3, (words // _PART_WORDS).bit_length() - 1)
-    seeds = torch.empty(parts, dtype=torch.int64).random_(-(2**63), None).tolist()
+    seeds = _torch_words(parts).tolist()
     generators = [np.random.SFC64(seed % 2**64) for seed in seeds]
     sizes = [words // parts + (i < words % parts) for i in range(parts)]
     threads = min(parts, torch.get_num_threads())

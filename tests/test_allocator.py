@@ -130,8 +130,7 @@ def test_bench_revisions_runs_each_side_on_the_allocator_named():
     revisions = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(revisions)
     env = {"LD_PRELOAD": "/opt/libtcmalloc_minimal.so.4 /opt/libother.so", "PATH": "/bin"}
-    assert revisions.allocator_environment(env, "system") == {"LD_PRELOAD": "/opt/libother.so",
-                                                                          "PATH": "/bin"}
+    assert revisions.allocator_environment(env, "system") == {"LD_PRELOAD": "/opt/libother.so", "PATH": "/bin"}
     if TCMALLOC:
         assert revisions.allocator_environment(env, "tcmalloc")["LD_PRELOAD"] == (
             f"{TCMALLOC} /opt/libother.so")
