@@ -151,3 +151,78 @@ def test_the_revisions_benchmark_times_each_revision_with_its_own_code(shared_da
     refused = subprocess.run([*command, "--revisions", "no-such-revision", "."], cwd=REPO, env=env, timeout=300,
                              capture_output=True, text=True)
     assert refused.returncode != 0 and "--revisions no-such-revision: not a commit of" in refused.stderr
+
+
+def load_alternate():
+    import importlib.util
+
+    from runs import REPO
+
+    spec = importlib.util.spec_from_file_location("alternate", REPO / "bench" / "alternate.py")
+    alternate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(alternate)
+    return alternate
+
+
+def test_the_alternation_benchmark_switches_variants_by_block_and_restores_the_code():
+    """bench/alternate.py: after `skip` steps, each variant's settings hold for `block` steps at a time, the order
+    reversing each round (A B, B A, ...); the steps' seconds go to the variant that ran them; settings are undone
+    before the next variant and at the end; the fit stops after the last round."""
+    import types
+
+    alternate = load_alternate()
+    module = types.ModuleType("knobs")
+    module.size, module.mode = 8, "old"
+    variants = {"A": [], "B": [(module, "size", 2), (module, "mode", "new")]}
+    clock = alternate.Alternate(variants, skip=2, block=2, rounds=2)
+    trainer, seen = types.SimpleNamespace(global_step=0, should_stop=False), []
+    while not trainer.should_stop:
+        clock.on_train_batch_start(trainer, None, None, trainer.global_step)
+        if trainer.should_stop:
+            break
+        seen.append((module.size, module.mode))
+        clock.on_train_batch_end(trainer, None, None, None, trainer.global_step)
+        trainer.global_step += 1
+    # 2 steps before timing (the code as it is), then A A B B | B B A A; stopped at step 10.
+    assert trainer.global_step == 10
+    assert seen == [(8, "old")] * 4 + [(2, "new")] * 4 + [(8, "old")] * 2
+    assert [[seconds > 0 for seconds in turn] for turn in clock.seconds] == [[True, True], [True, True]]
+    clock.switch("B")
+    clock.teardown(trainer, None, "fit")
+    assert (module.size, module.mode) == (8, "old")
+
+
+def test_the_alternation_benchmark_refuses_a_setting_the_code_does_not_have():
+    alternate = load_alternate()
+    assert alternate.parse_variant(["big", "encoders.kernels._PART_WORDS=4096"])[1][0][1:] == ("_PART_WORDS", 4096)
+    with pytest.raises(SystemExit, match="encoders.kernels has no attribute _PART_WORD;"):
+        alternate.parse_variant(["big", "encoders.kernels._PART_WORD=4096"])
+    with pytest.raises(SystemExit, match="is not module.attribute=value"):
+        alternate.parse_variant(["big", "_PART_WORDS"])
+    with pytest.raises(SystemExit, match="'4 096' is not a Python literal"):
+        alternate.parse_variant(["big", "encoders.kernels._PART_WORDS=4 096"])
+    with pytest.raises(SystemExit, match="no module encoders.kernel "):
+        alternate.parse_variant(["big", "encoders.kernel._PART_WORDS=1"])
+
+
+@pytest.mark.slow  # a short MiniLM-L6 fit on WNLI: under a minute on 2 CPU cores
+def test_the_alternation_benchmark_times_both_variants_in_one_run(shared_data, tmp_path):
+    import subprocess
+    import sys
+
+    from runs import REPO
+
+    env = environment(LITBERT_DATA=str(shared_data), LITBERT_CACHE=str(tmp_path / "cache"))
+    done = subprocess.run([sys.executable, str(REPO / "bench" / "alternate.py"), "--task", "wnli", "--skip", "1",
+                           "--block", "1", "--rounds", "2", "--variant", "shipped", "--variant", "serial",
+                           "encoders.kernels._PART_WORDS=1048576"], cwd=REPO, env=env, timeout=900,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {cells[1]: cells for line in done.stdout.splitlines()
+            if len(cells := [c.strip() for c in line.split("|")]) > 5 and cells[1] in ("shipped", "serial")}
+    assert rows["shipped"][2:5:2] == ["as it is", "1.000x"], rows
+    assert rows["serial"][2] == "encoders.kernels._PART_WORDS=1048576" and float(rows["serial"][3]) > 0, rows
+    too_long = subprocess.run([sys.executable, str(REPO / "bench" / "alternate.py"), "--task", "wnli", "--rounds",
+                               "500", "--variant", "a", "--variant", "b"], cwd=REPO, env=env, timeout=900,
+                              capture_output=True, text=True)
+    assert too_long.returncode != 0 and "give fewer --rounds" in too_long.stderr, too_long.stderr[-2000:]
