@@ -73,19 +73,23 @@ class Alternate(L.Callback):
                          for settings in variants.values() for module, attribute, _ in settings}
         self.names = list(variants)
         self.seconds = []  # [round][variant index] = seconds of the block's steps
-        self.current = self.start = self.place = None
+        self.current = None  # the variant whose settings hold
+        self.running = None  # (round, variant index, start time) of the step under way
 
     def schedule(self, step: int) -> tuple[int, int] | None:
         """(round, variant index) of optimizer step `step`, None before the first timed step."""
         if step < self.skip:
             return None
-        index, position = divmod(step - self.skip, self.block)
-        turn, order = divmod(index, len(self.names))
+        turn, order = divmod((step - self.skip) // self.block, len(self.names))
         return turn, (order if turn % 2 == 0 else len(self.names) - 1 - order)
 
-    def switch(self, name: str) -> None:
+    def restore(self) -> None:
+        """Every attribute a variant sets back to the code's own value."""
         for (module, attribute), value in self.original.items():
             setattr(module, attribute, value)
+
+    def switch(self, name: str) -> None:
+        self.restore()
         for module, attribute, value in self.variants[name]:
             setattr(module, attribute, value)
         self.current = name
@@ -102,18 +106,16 @@ class Alternate(L.Callback):
             self.seconds.append([0.0] * len(self.names))
         if self.names[index] != self.current:
             self.switch(self.names[index])
-        self.place = place
-        self.start = time.perf_counter()
+        self.running = (turn, index, time.perf_counter())
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if self.start is not None:
-            turn, index = self.place
-            self.seconds[turn][index] += time.perf_counter() - self.start
-            self.start = None
+        if self.running is not None:
+            turn, index, start = self.running
+            self.seconds[turn][index] += time.perf_counter() - start
+            self.running = None
 
     def teardown(self, trainer, pl_module, stage: str) -> None:
-        for (module, attribute), value in self.original.items():
-            setattr(module, attribute, value)
+        self.restore()
 
 
 def main() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -88,6 +89,14 @@ def bench(script: str, *args: str, data: Path, cache: Path, timeout: float = 900
     env = dict(os.environ, LITBERT_DATA=str(data), LITBERT_CACHE=str(cache))
     subprocess.run([sys.executable, str(REPO / "bench" / script), *args], check=True, cwd=REPO, env=env,
                    timeout=timeout)
+
+
+def bench_module(script: str):
+    """`bench/<script>` imported as a module (its `__main__` block does not run), for tests of its parts."""
+    spec = importlib.util.spec_from_file_location(Path(script).stem, REPO / "bench" / script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def launch(config: str, root: Path, *overrides: str, env: dict[str, str] | None = None) -> subprocess.Popen:

@@ -8,7 +8,7 @@ import re
 import statistics
 
 import pytest
-from runs import MINILM, environment, train
+from runs import MINILM, bench_module, environment, train
 
 # transformers' Trainer, random batches, the shipped STS-B hyper-parameters, one epoch, full STS-B, 3 seeds on this
 # project's CPU (bench/glue.py --tasks stsb --seeds 0 1 2 --epochs 1): dev Pearson 0.492, 0.531, 0.558.
@@ -153,24 +153,13 @@ def test_the_revisions_benchmark_times_each_revision_with_its_own_code(shared_da
     assert refused.returncode != 0 and "--revisions no-such-revision: not a commit of" in refused.stderr
 
 
-def load_alternate():
-    import importlib.util
-
-    from runs import REPO
-
-    spec = importlib.util.spec_from_file_location("alternate", REPO / "bench" / "alternate.py")
-    alternate = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(alternate)
-    return alternate
-
-
 def test_the_alternation_benchmark_switches_variants_by_block_and_restores_the_code():
     """bench/alternate.py: after `skip` steps, each variant's settings hold for `block` steps at a time, the order
     reversing each round (A B, B A, ...); the steps' seconds go to the variant that ran them; settings are undone
     before the next variant and at the end; the fit stops after the last round."""
     import types
 
-    alternate = load_alternate()
+    alternate = bench_module("alternate.py")
     module = types.ModuleType("knobs")
     module.size, module.mode = 8, "old"
     variants = {"A": [], "B": [(module, "size", 2), (module, "mode", "new")]}
@@ -193,7 +182,7 @@ def test_the_alternation_benchmark_switches_variants_by_block_and_restores_the_c
 
 
 def test_the_alternation_benchmark_refuses_a_setting_the_code_does_not_have():
-    alternate = load_alternate()
+    alternate = bench_module("alternate.py")
     assert alternate.parse_variant(["big", "encoders.kernels._PART_WORDS=4096"])[1][0][1:] == ("_PART_WORDS", 4096)
     with pytest.raises(SystemExit, match="encoders.kernels has no attribute _PART_WORD;"):
         alternate.parse_variant(["big", "encoders.kernels._PART_WORD=4096"])
