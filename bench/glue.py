@@ -186,10 +186,16 @@ def litbert_commit() -> str | None:
         return None
 
 
-def peak_flops(dtype: torch.dtype) -> float:
-    """The fastest of 20 (2048 x 2048) matmuls: single measurements vary by a fifth on this 2-core machine
-    (0.119-0.158 TFLOP/s in float32), and a peak is the best it reaches."""
-    return max(measure_matmul_peak(torch.device("cpu"), dtype, repeats=10) for _ in range(2))
+def run_device() -> torch.device:
+    """Where both libraries train: the GPU when there is one (Lightning's and the `Trainer`'s automatic choice),
+    else the CPU."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def peak_flops(dtype: torch.dtype, device: torch.device) -> float:
+    """The fastest of 20 square matmuls (2048 wide on a CPU, 8192 on a GPU): single measurements vary by a fifth
+    on this project's 2-core machine (0.119-0.158 TFLOP/s in float32), and a peak is the best it reaches."""
+    return max(measure_matmul_peak(device, dtype, repeats=10) for _ in range(2))
 
 
 def shipped_settings(task: str, extra: list[str]) -> tuple[dict, train.LitbertCLI]:
@@ -339,7 +345,7 @@ def main() -> None:
         return
 
     records = json.loads(args.json.read_text()) if args.json and args.json.exists() else []
-    device, commit = device_name(torch.device("cpu")), litbert_commit()
+    device, commit = device_name(run_device()), litbert_commit()
     print(f"device: {device}; litbert {commit}; torch {torch.__version__}, transformers {transformers.__version__}",
           flush=True)
     for task in args.tasks:
@@ -353,9 +359,9 @@ def main() -> None:
         full = len(cli.datamodule.datasets["train"])
         lengths = [len(ids) for ids in train_set["input_ids"]]
         model_flops = cli.model.encoder.flops(lengths, training=True) * settings["epochs"]
-        peaks = {settings["precision"]: peak_flops(matmul_dtype(settings["precision"]))}  # by the runs' precisions
+        peaks = {settings["precision"]: peak_flops(matmul_dtype(settings["precision"]), run_device())}  # by precision
         if "transformers-fp32" in args.runs:
-            peaks["32-true"] = peak_flops(torch.float32)
+            peaks["32-true"] = peak_flops(torch.float32, run_device())
         print(f"\n{task}: {len(train_set):,} of {full:,} training examples ({sum(lengths):,} tokens, "
               f"{np.mean(lengths):.1f} ± {np.std(lengths):.1f} an example; random batches padded per batch hold "
               f"{padding(lengths, settings['batch_size']):.2f}x the real tokens), dev {len(hf_dev)}; "
