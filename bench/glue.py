@@ -433,7 +433,7 @@ def task_rows(task: str, records: list[dict], runs: list[str]) -> list[list[str]
                                                                                   len(mine) else "")
             rate = f"{rates[run]:.1f}"
             measured = [r for r in timed if "model_flops" in r]
-            mfu = f"{statistics.median(r['model_flops'] / r['seconds'] / r['peak_flops'] for r in measured):.0%}" \
+            mfu = percent(statistics.median(r['model_flops'] / r['seconds'] / r['peak_flops'] for r in measured)) \
                 if measured else ""
         shown = []
         for name in mine[0]["metrics"]:
@@ -445,6 +445,11 @@ def task_rows(task: str, records: list[dict], runs: list[str]) -> list[list[str]
     for row in rows:
         row.append(f"{rates['litbert'] / rates[row[2]]:.2f}x" if "litbert" in rates and row[2] in rates else "")
     return rows
+
+
+def percent(fraction: float) -> str:
+    """Two significant digits: 42%, and 0.43% for a GPU's small-model runs, which a whole percent shows as 0%."""
+    return f"{100 * fraction:.2g}%"
 
 
 def write_table(path: Path, section: str, headers: list[str], rows: list[list[str]], command: str,

@@ -215,3 +215,44 @@ def test_the_alternation_benchmark_times_both_variants_in_one_run(shared_data, t
                                "500", "--variant", "a", "--variant", "b"], cwd=REPO, env=env, timeout=900,
                               capture_output=True, text=True)
     assert too_long.returncode != 0 and "give fewer --rounds" in too_long.stderr, too_long.stderr[-2000:]
+
+
+def test_the_step_profile_leaves_the_warm_up_and_the_profiled_window_out_of_the_step_times(monkeypatch):
+    """bench/step_profile.py: a step's time is the interval from its start to the next step's start; the first
+    steps (warm-up) and the steps whose intervals hold the profiler's start, its window and its stop are left out."""
+    from runs import REPO
+
+    monkeypatch.syspath_prepend(str(REPO / "bench"))  # its imports of bench/glue.py and bench/common.py
+    step_profile = bench_module("step_profile.py")
+    skip = step_profile.SKIP
+    steps = step_profile.Steps(profiled=False, at=skip + 2, window=2)
+    steps.starts = [float(n * n) for n in range(skip + 6)]  # step n lasts 2n + 1 seconds
+    assert steps.intervals() == [2.0 * n + 1 for n in range(skip, skip + 5)]
+    steps.profiled = True  # profiler started at step skip + 2, stopped at the start of skip + 4
+    assert steps.intervals() == [2.0 * skip + 1, 2.0 * skip + 3]
+
+
+@pytest.mark.slow  # two short MiniLM-L6 fits on MRPC, one profiled: about a minute on 2 CPU cores
+def test_the_step_profile_times_and_profiles_litbert_padded_and_unpadded(shared_data, tmp_path):
+    import subprocess
+    import sys
+
+    from runs import REPO
+
+    env = environment(LITBERT_DATA=str(shared_data), LITBERT_CACHE=str(tmp_path / "cache"))
+    command = [sys.executable, str(REPO / "bench" / "step_profile.py"), "--task", "mrpc"]
+    out = tmp_path / "profile.txt"
+    done = subprocess.run([*command, "--max-steps", "25", "--profile-at", "21", "--window", "2", "--runs", "litbert",
+                           "litbert-padded", "--profile", "litbert", "--sdpa", "flash", "efficient", "math", "--out",
+                           str(out)], cwd=REPO, env=env, timeout=900, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    text = out.read_text()
+    assert "SDPA backends: flash efficient math" in text
+    times = dict(re.findall(r"^(litbert(?:-padded)?): 25 steps in [\d.]+ s .*median ([\d.]+)", text, re.MULTILINE))
+    assert set(times) == {"litbert", "litbert-padded"} and all(float(ms) > 0 for ms in times.values()), text[:2000]
+    # the profiled run's table: the encoder's matmuls and the fused AdamW's step among its rows
+    table = text[text.index("litbert, steps 21-22 under torch.profiler"):text.index("litbert-padded:")]
+    assert "aten::mm" in table and "Optimizer.step#AdamW.step" in table, table[:3000]
+    refused = subprocess.run([*command, "--profile-at", "5"], cwd=REPO, env=env, timeout=300, capture_output=True,
+                             text=True)
+    assert refused.returncode != 0 and "--profile-at 5: profile from step 21 on" in refused.stderr
