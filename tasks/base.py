@@ -79,7 +79,7 @@ class Optimization:
     weight_decay: float = 0.01
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-6
-    warmup: float = 0.06  # warmup length: a fraction of the run if < 1, else a number of steps
+    warmup: float = 0.06  # warmup length: a fraction of the run if < 1 (rounded up), else a number of steps
     schedule: Schedule = "linear"
     # `wsd` only (warmup-stable-decay, the trapezoid of Zhai et al., 2022 and Hu et al., 2024): the length of the
     # final linear decay to zero, a fraction of the run if < 1, else a number of steps; 0.2 when unset.
@@ -99,6 +99,13 @@ class Optimization:
     def steps(length: float, total: int) -> int:
         """A length given as a fraction of the run (< 1) or a number of steps, in steps, within [1, total]."""
         return max(1, min(int(length * total) if length < 1 else int(length), total))
+
+    def warmup_steps(self, total: int) -> int:
+        """The warmup in steps, as transformers' `Trainer` counts it (`TrainingArguments.get_warmup_steps`): a
+        fraction of the run rounded up, a number of steps as given, 0 for none; at most the run."""
+        if self.warmup == 0:
+            return 0
+        return min(math.ceil(self.warmup * total) if self.warmup < 1 else int(self.warmup), total)
 
 
 # Checkpoints store these with the hyperparameters; Lightning reloads checkpoints with torch.load(weights_only=True),
@@ -233,10 +240,12 @@ def sequence_lengths(batch: dict[str, torch.Tensor]) -> list[int]:
 
 
 def lr_lambda(step: int, warmup_steps: int, total_steps: int, schedule: str, decay_steps: int = 0) -> float:
-    """Multiplier of the peak learning rate: linear warmup, then linear or cosine decay to zero at the end, or
-    (`wsd`) the peak held until the last `decay_steps` steps, which decay linearly to zero."""
+    """Multiplier of the peak learning rate: linear warmup from 0 at the first step (`step / warmup_steps`, as
+    BERT's optimizer and transformers' schedules have it, so equal settings give the `Trainer`'s learning rates step
+    for step), then linear or cosine decay to zero at the end, or (`wsd`) the peak held until the last
+    `decay_steps` steps, which decay linearly to zero."""
     if step < warmup_steps:
-        return (step + 1) / warmup_steps
+        return step / warmup_steps
     if schedule == "constant":
         return 1.0
     if schedule == "wsd":
@@ -305,7 +314,7 @@ class EncoderTask(L.LightningModule):
                                       betas=opt.betas, eps=opt.eps, fused=fused)
         optimizer.register_step_post_hook(_forget_grad_scale)
         total = max(1, int(self.trainer.estimated_stepping_batches))
-        warmup = opt.steps(opt.warmup, total)
+        warmup = opt.warmup_steps(total)
         decay = opt.steps(0.2 if opt.decay is None else opt.decay, total)
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda step: lr_lambda(step, warmup, total, opt.schedule, decay)

@@ -256,3 +256,78 @@ def test_the_step_profile_times_and_profiles_litbert_padded_and_unpadded(shared_
     refused = subprocess.run([*command, "--profile-at", "5"], cwd=REPO, env=env, timeout=300, capture_output=True,
                              text=True)
     assert refused.returncode != 0 and "--profile-at 5: profile from step 21 on" in refused.stderr
+
+
+def test_the_shipped_stsb_config_trains_as_the_trainer_does_step_for_step(shared_data, tmp_path, monkeypatch):
+    """Equal hyper-parameters give equal training: the shipped STS-B config from MiniLM-L6 and transformers'
+    `Trainer` at the same settings (float32, dropout off on both sides, the same head initialisation, the same
+    batches in the same order) reach the same loss at every step, within float32 rounding. The learning rate
+    schedule (warmup from 0 at the first step, warmup steps rounded up), AdamW's decay groups, epsilon and
+    clipping all enter from the second step on."""
+    import datasets
+    import lightning as L
+    import torch
+    import transformers
+
+    import train
+
+    monkeypatch.setenv("LITBERT_DATA", str(shared_data))
+    steps = 12  # warmup: 10% of 12 rounds up to 2 steps
+    cli = train.make_cli([
+        "--config", "configs/glue/stsb.yaml", "--model.pretrained", MINILM, "--seed_everything", "0",
+        "--trainer.precision", "32-true", "--trainer.accelerator", "cpu", "--trainer.max_steps", str(steps),
+        "--trainer.default_root_dir", str(tmp_path), "--trainer.logger", "false",
+        "--trainer.enable_checkpointing", "false", "--trainer.enable_progress_bar", "false",
+        "--trainer.limit_val_batches", "0", "--trainer.num_sanity_val_steps", "0", "--export", "false",
+        "--model.encoder.hidden_dropout", "0", "--model.encoder.attention_dropout", "0",
+        "--model.classifier_dropout", "0"])
+    head = {k: v.clone() for k, v in cli.model.head.classifier.state_dict().items()}
+    batches, losses = [], []
+
+    class Record(L.Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            batches.append({k: v.clone() for k, v in batch.items()})
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            losses.append(float(outputs["loss"]))
+
+    cli.trainer.callbacks.append(Record())
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    assert len(losses) == steps
+
+    rows = {"input_ids": [], "token_type_ids": [], "labels": []}  # the batches' examples, in their order
+    for batch in batches:
+        for ids, types, mask, label in zip(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
+                                           batch["labels"], strict=True):
+            length = int(mask.sum())
+            rows["input_ids"].append(ids[:length].tolist())
+            rows["token_type_ids"].append(types[:length].tolist())
+            rows["labels"].append(float(label))
+    transformers.set_seed(0)
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(
+        MINILM, num_labels=1, attn_implementation="sdpa", dtype=torch.float32, classifier_dropout=0.0,
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    model.classifier.load_state_dict(head)
+    optimization = cli.model.optimization
+    reference = []
+
+    class Losses(transformers.TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "loss" in logs:
+                reference.append(float(logs["loss"]))
+
+    arguments = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "trainer"), per_device_train_batch_size=cli.datamodule.batch_size,
+        learning_rate=optimization.learning_rate, weight_decay=optimization.weight_decay,
+        adam_beta1=optimization.betas[0], adam_beta2=optimization.betas[1], adam_epsilon=optimization.eps,
+        max_grad_norm=float(cli.config.trainer.gradient_clip_val), warmup_steps=optimization.warmup,
+        lr_scheduler_type=optimization.schedule, num_train_epochs=1, seed=0, use_cpu=True, report_to="none",
+        save_strategy="no", eval_strategy="no", logging_strategy="steps", logging_steps=1, disable_tqdm=True,
+        train_sampling_strategy="sequential", logging_nan_inf_filter=False)
+    transformers.Trainer(model=model, args=arguments, train_dataset=datasets.Dataset.from_dict(rows),
+                         data_collator=transformers.DataCollatorWithPadding(cli.datamodule.tokenizer),
+                         callbacks=[Losses()]).train()
+    assert len(reference) == steps
+    # The first loss is before any update; the later ones differ if any step's update does.
+    assert losses == pytest.approx(reference, rel=1e-4, abs=1e-4), list(zip(losses, reference, strict=True))
+    assert losses[-1] != pytest.approx(losses[0], rel=1e-3)  # the weights did move

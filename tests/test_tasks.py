@@ -23,8 +23,12 @@ from tasks.mlm import MaskedLM
 
 
 def test_lr_schedule():
-    assert lr_lambda(0, 10, 100, "linear") == pytest.approx(0.1)
-    assert lr_lambda(9, 10, 100, "linear") == pytest.approx(1.0)
+    # Warmup from 0 at the first step, as BERT's optimizer and transformers' schedules (the Trainer's) have it.
+    assert lr_lambda(0, 10, 100, "linear") == 0.0
+    assert lr_lambda(1, 10, 100, "linear") == pytest.approx(0.1)
+    assert lr_lambda(9, 10, 100, "linear") == pytest.approx(0.9)
+    assert lr_lambda(10, 10, 100, "linear") == pytest.approx(1.0)
+    assert lr_lambda(0, 0, 100, "linear") == 1.0  # no warmup: the peak from the first step
     assert lr_lambda(55, 10, 100, "linear") == pytest.approx(0.5)
     assert lr_lambda(100, 10, 100, "linear") == pytest.approx(0.0)
     assert lr_lambda(55, 10, 100, "cosine") == pytest.approx(0.5)
@@ -32,7 +36,17 @@ def test_lr_schedule():
     assert lr_lambda(80, 10, 100, "constant") == 1.0
     # Warmup-stable-decay: the peak until the last 20 steps, then a straight line to zero.
     assert [lr_lambda(s, 10, 100, "wsd", 20) for s in (5, 10, 79, 80, 90, 99, 100)] == pytest.approx(
-        [0.6, 1.0, 1.0, 1.0, 0.5, 0.05, 0.0])
+        [0.5, 1.0, 1.0, 1.0, 0.5, 0.05, 0.0])
+
+
+def test_warmup_steps_count_as_the_trainer_counts_them():
+    """A fraction of the run rounds up (transformers' `TrainingArguments.get_warmup_steps`), a number of steps is
+    taken as given, 0 is no warmup, and no warmup outlasts the run."""
+    assert Optimization(warmup=0.1).warmup_steps(575) == 58  # MRPC's 5 epochs: 57.5 steps
+    assert Optimization(warmup=0.1).warmup_steps(540) == 54
+    assert Optimization(warmup=10).warmup_steps(100) == 10
+    assert Optimization(warmup=0).warmup_steps(100) == 0
+    assert Optimization(warmup=500).warmup_steps(100) == 100
 
 
 def test_decay_length_belongs_to_wsd():
