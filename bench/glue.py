@@ -129,31 +129,40 @@ def official(task: str, predictions: np.ndarray, labels: np.ndarray) -> dict[str
     return {"accuracy": accuracy}
 
 
-def transformers_run(task: str, settings: dict, train_set: datasets.Dataset, dev: datasets.Dataset, tokenizer,
-                     seed: int, run: str) -> tuple[float, dict]:
+def trainer_model(settings: dict, seed: int) -> torch.nn.Module:
+    """MiniLM-L6 with a fresh classifier for the task, as `AutoModelForSequenceClassification` builds it."""
     transformers.set_seed(seed)
-    precision = run_precision(run, settings)
-    model = AutoModelForSequenceClassification.from_pretrained(
+    return AutoModelForSequenceClassification.from_pretrained(
         MINILM, num_labels=settings["num_labels"], attn_implementation="sdpa", dtype=torch.float32,
         classifier_dropout=settings["classifier_dropout"])
+
+
+def trainer_arguments(settings: dict, run: str, seed: int, output: str, **changes) -> TrainingArguments:
+    """The `Trainer`'s arguments for `run` at the shipped config's hyper-parameters (`changes` override them)."""
+    precision = run_precision(run, settings)
+    arguments = dict(
+        output_dir=output, per_device_train_batch_size=settings["batch_size"],
+        per_device_eval_batch_size=settings["eval_batch_size"], learning_rate=settings["learning_rate"],
+        weight_decay=settings["weight_decay"], adam_beta1=settings["betas"][0], adam_beta2=settings["betas"][1],
+        adam_epsilon=settings["eps"], max_grad_norm=settings["max_grad_norm"],
+        warmup_steps=settings["warmup"], lr_scheduler_type=settings["schedule"],
+        num_train_epochs=settings["epochs"], seed=seed, bf16=precision.startswith("bf16"),
+        fp16=precision.startswith("16"), use_cpu=run_device().type == "cpu", report_to="none",
+        save_strategy="no", eval_strategy="no", logging_strategy="no", disable_tqdm=True,
+        train_sampling_strategy="group_by_length" if run == "transformers-grouped" else "random")
+    return TrainingArguments(**(arguments | changes))
+
+
+def transformers_run(task: str, settings: dict, train_set: datasets.Dataset, dev: datasets.Dataset, tokenizer,
+                     seed: int, run: str) -> tuple[float, dict]:
+    model = trainer_model(settings, seed)
     if run == "transformers-padded":  # run_glue's default: pad_to_max_length
         collator = DataCollatorWithPadding(tokenizer, padding="max_length", max_length=settings["max_length"])
     else:
         collator = DataCollatorWithPadding(tokenizer)
     with tempfile.TemporaryDirectory() as output:
-        arguments = TrainingArguments(
-            output_dir=output, per_device_train_batch_size=settings["batch_size"],
-            per_device_eval_batch_size=settings["eval_batch_size"], learning_rate=settings["learning_rate"],
-            weight_decay=settings["weight_decay"], adam_beta1=settings["betas"][0], adam_beta2=settings["betas"][1],
-            adam_epsilon=settings["eps"], max_grad_norm=settings["max_grad_norm"],
-            warmup_steps=settings["warmup"], lr_scheduler_type=settings["schedule"],
-            num_train_epochs=settings["epochs"], seed=seed, bf16=precision.startswith("bf16"),
-            fp16=precision.startswith("16"),
-            use_cpu=not torch.cuda.is_available(), report_to="none", save_strategy="no", eval_strategy="no",
-            logging_strategy="no", disable_tqdm=True,
-            train_sampling_strategy="group_by_length" if run == "transformers-grouped" else "random")
-        trainer = Trainer(model=model, args=arguments, train_dataset=train_set, eval_dataset=dev,
-                          data_collator=collator)
+        trainer = Trainer(model=model, args=trainer_arguments(settings, run, seed, output), train_dataset=train_set,
+                          eval_dataset=dev, data_collator=collator)
         start = time.perf_counter()
         trainer.train()
         seconds = time.perf_counter() - start
@@ -448,8 +457,9 @@ def task_rows(task: str, records: list[dict], runs: list[str]) -> list[list[str]
 
 
 def percent(fraction: float) -> str:
-    """Two significant digits: 42%, and 0.43% for a GPU's small-model runs, which a whole percent shows as 0%."""
-    return f"{100 * fraction:.2g}%"
+    """Whole percents from 10% (42%, 100%), two significant digits below (0.43%, 0.40%, 5.0%): a GPU's small-model
+    runs would all show as 0%."""
+    return f"{100 * fraction:.0f}%" if fraction >= 0.095 else f"{100 * fraction:#.2g}%"
 
 
 def write_table(path: Path, section: str, headers: list[str], rows: list[list[str]], command: str,

@@ -2,9 +2,11 @@
 after the other in one process, each for one epoch of a task from MiniLM-L6 (seed 0). A diagnostic beside
 `bench/glue.py`, whose fresh-process totals are the benchmark: this script shows what lies under them.
 
-For each run it prints the fit's seconds, the host's milliseconds per step (the median and mean interval between
-the starts of consecutive steps, after the first 20 and leaving out the profiled window) and, for the runs named in
-`--profile`, `torch.profiler`'s table of `--window` steps from step `--profile-at` (CPU and, on a GPU, CUDA time).
+For each run it prints the fit's seconds, split into the set-up before the first step, the first 20 steps, the
+profiled window and the rest; the host's milliseconds per step over the rest (the median and mean interval between
+the starts of consecutive steps); and, for the runs named in `--profile`, `torch.profiler`'s table of `--window`
+steps from step `--profile-at` (CPU and, on a GPU, CUDA time), built after the fit so that only the window's own
+overhead falls into it. A run whose epoch ends before the window does is refused with its length.
 The runs:
 
 - `litbert`: `configs/glue/<task>.yaml` as `bench/glue.py` trains it (the unpadded path where batches hold padding);
@@ -25,7 +27,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -34,7 +35,7 @@ import glue
 import lightning as L
 import torch
 import transformers
-from common import MINILM, device_name, setup_run
+from common import device_name, setup_run, synchronize
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile
 
@@ -47,34 +48,63 @@ SKIP = 20  # steps left out at the start of each run's intervals
 
 
 class Steps:
-    """The start time of each step, and a profiler over steps `at` to `at + window` when `profiled`."""
+    """The start time of each step (and the fit's start and end), and a profiler over steps `at` to
+    `at + window - 1` when `profiled`: started as step `at` starts, stopped as step `at + window` does."""
 
     def __init__(self, profiled: bool, at: int, window: int) -> None:
         self.profiled, self.at, self.window = profiled, at, window
+        self.begun = self.ended = 0.0
         self.starts: list[float] = []
         self.profiler: profile | None = None
-        self.table = ""
+        self.stopped = False
 
-    def tick(self, step: int) -> None:
+    def begin(self) -> None:
+        self.begun = time.perf_counter()
+
+    def tick(self) -> None:
+        """At the start of each step, in order."""
+        step = len(self.starts)
         self.starts.append(time.perf_counter())
         if self.profiled and step == self.at:
-            activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+            activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if glue.run_device().type == "cuda" else [])
             self.profiler = profile(activities=activities)
             self.profiler.__enter__()
         elif self.profiler is not None and step == self.at + self.window:
-            if torch.cuda.is_available():
-                torch.cuda.synchronize()
+            synchronize(glue.run_device())
             self.profiler.__exit__(None, None, None)
-            averages = self.profiler.key_averages()
-            sorts = ["self_cpu_time_total"] + (["self_device_time_total"] if torch.cuda.is_available() else [])
-            self.table = "\n".join(f"by {key}:\n{averages.table(sort_by=key, row_limit=30)}" for key in sorts)
-            self.profiler = None
+            self.stopped = True
+
+    def end(self, run: str) -> None:
+        """After the fit: the end time; a window the epoch cut short is closed, and the run refused."""
+        synchronize(glue.run_device())
+        self.ended = time.perf_counter()
+        if self.profiled and not self.stopped:
+            if self.profiler is not None:
+                self.profiler.__exit__(None, None, None)
+            raise SystemExit(f"{run}: its epoch has {len(self.starts)} steps, and the profiled window needs "
+                             f"{self.at + self.window + 1}: give a smaller --profile-at or --window")
+
+    def table(self) -> str:
+        averages = self.profiler.key_averages()
+        sorts = ["self_cpu_time_total"] + (["self_device_time_total"] if glue.run_device().type == "cuda" else [])
+        return "\n".join(f"by {key}:\n{averages.table(sort_by=key, row_limit=30)}" for key in sorts)
 
     def intervals(self) -> list[float]:
-        """Seconds between consecutive step starts after the first `SKIP`, the profiled window left out."""
-        window = range(self.at, self.at + self.window + 1) if self.profiled else range(0)  # starting, stopping
+        """Seconds between consecutive step starts after the first `SKIP`, the profiled window left out (the
+        intervals that hold its start, its steps and its stop)."""
+        window = range(self.at, self.at + self.window + 1) if self.profiled else range(0)
         gaps = [b - a for a, b in zip(self.starts, self.starts[1:], strict=False)]
         return [gap for step, gap in enumerate(gaps) if step >= SKIP and step not in window]
+
+    def split(self) -> dict[str, float]:
+        """The fit's seconds: before the first step, the first `SKIP` steps, the profiled window (the intervals
+        `intervals` leaves out for it), and the rest."""
+        stop = min(self.at + self.window + 1, len(self.starts) - 1)  # through the interval that stopped it
+        window = self.starts[stop] - self.starts[self.at] if self.profiled else 0.0
+        first = self.starts[min(SKIP, len(self.starts) - 1)] - self.starts[0]
+        total = self.ended - self.begun
+        return {"set-up": self.starts[0] - self.begun, f"first {SKIP} steps": first, "profiled window": window,
+                "rest": total - (self.starts[0] - self.begun) - first - window, "total": total}
 
 
 class LightningSteps(L.Callback):
@@ -82,7 +112,7 @@ class LightningSteps(L.Callback):
         self.steps = steps
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx: int) -> None:
-        self.steps.tick(trainer.global_step)
+        self.steps.tick()
 
 
 class TrainerSteps(transformers.TrainerCallback):
@@ -90,11 +120,10 @@ class TrainerSteps(transformers.TrainerCallback):
         self.steps = steps
 
     def on_step_begin(self, args, state, control, **kwargs) -> None:
-        self.steps.tick(state.global_step)
+        self.steps.tick()
 
 
-def litbert(task: str, steps: Steps, extra: list[str], padded: bool) -> float:
-    """Seconds of the fit."""
+def litbert(task: str, steps: Steps, extra: list[str], padded: bool, run: str) -> None:
     original = Encoder.unpadded
     if padded:
         Encoder.unpadded = lambda self, attention_mask: None
@@ -102,41 +131,31 @@ def litbert(task: str, steps: Steps, extra: list[str], padded: bool) -> float:
         with tempfile.TemporaryDirectory() as root:
             cli = glue.litbert_cli(task, 0, root, extra)
             cli.trainer.callbacks.append(LightningSteps(steps))
-            start = time.perf_counter()
+            steps.begin()
             cli.trainer.fit(cli.model, datamodule=cli.datamodule)
-            return time.perf_counter() - start
+            steps.end(run)
     finally:
         Encoder.unpadded = original
 
 
-def trainer(task: str, run: str, steps: Steps, args: argparse.Namespace, extra: list[str]) -> float:
-    """Seconds of `train()`."""
+def trainer(task: str, run: str, steps: Steps, args: argparse.Namespace, extra: list[str]) -> None:
     settings, cli, _, _, train_set, _ = glue.prepare(task, argparse.Namespace(max_train_examples=None, epochs=1),
                                                      extra)
-    transformers.set_seed(0)
-    model = transformers.AutoModelForSequenceClassification.from_pretrained(
-        MINILM, num_labels=settings["num_labels"], attn_implementation="sdpa", dtype=torch.float32,
-        classifier_dropout=settings["classifier_dropout"])
-    precision = glue.run_precision(run, settings)
+    collator = transformers.DataCollatorWithPadding(cli.datamodule.tokenizer)
+    del cli  # the settings' model and datamodule are not the run's
+    model = glue.trainer_model(settings, seed=0)
     with tempfile.TemporaryDirectory() as output:
-        arguments = transformers.TrainingArguments(
-            output_dir=output, per_device_train_batch_size=settings["batch_size"],
-            learning_rate=settings["learning_rate"], weight_decay=settings["weight_decay"],
-            adam_beta1=settings["betas"][0], adam_beta2=settings["betas"][1], adam_epsilon=settings["eps"],
-            max_grad_norm=settings["max_grad_norm"], warmup_steps=settings["warmup"],
-            lr_scheduler_type=settings["schedule"], num_train_epochs=1, max_steps=args.max_steps or -1, seed=0,
-            bf16=precision.startswith("bf16"), use_cpu=not torch.cuda.is_available(), report_to="none",
-            save_strategy="no", eval_strategy="no", logging_strategy="no", disable_tqdm=True)
-        hf = transformers.Trainer(model=model, args=arguments, train_dataset=train_set,
-                                  data_collator=transformers.DataCollatorWithPadding(cli.datamodule.tokenizer),
+        arguments = glue.trainer_arguments(settings, run, 0, output, num_train_epochs=1,
+                                           max_steps=args.max_steps or -1)
+        hf = transformers.Trainer(model=model, args=arguments, train_dataset=train_set, data_collator=collator,
                                   callbacks=[TrainerSteps(steps)])
-        start = time.perf_counter()
+        steps.begin()
         hf.train()
-        return time.perf_counter() - start
+        steps.end(run)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", choices=glue.TASKS, default="stsb")
     parser.add_argument("--runs", nargs="+", choices=RUNS, default=list(RUNS))
     parser.add_argument("--profile", nargs="*", choices=RUNS, default=["litbert", "transformers-fp32",
@@ -166,28 +185,30 @@ def main() -> None:
     device = glue.run_device()
     say(f"device: {device_name(device)}; torch {torch.__version__}, transformers {transformers.__version__}; "
         f"{args.task}, one epoch{f' (at most {args.max_steps} steps)' if args.max_steps else ''}; SDPA backends: "
-        f"{' '.join(args.sdpa) if args.sdpa else 'torch' + chr(39) + 's choice'}")
+        f"{' '.join(args.sdpa) if args.sdpa else 'as torch chooses'}")
     extra = ["--trainer.max_epochs", "1"] + (["--trainer.max_steps", str(args.max_steps)] if args.max_steps else [])
     limit = sdpa_kernel([BACKENDS[name] for name in args.sdpa]) if args.sdpa else contextlib.nullcontext()
     with limit:
         for run in args.runs:
             steps = Steps(run in args.profile, args.profile_at, args.window)
             if run.startswith("litbert"):
-                seconds = litbert(args.task, steps, extra, padded=run == "litbert-padded")
+                litbert(args.task, steps, extra, padded=run == "litbert-padded", run=run)
             else:
-                seconds = trainer(args.task, run, steps, args, extra)
+                trainer(args.task, run, steps, args, extra)
             intervals = steps.intervals()
             if not intervals:
-                raise SystemExit(f"{run}: no step intervals after the first {SKIP} steps; give more --max-steps")
+                raise SystemExit(f"{run}: its epoch has {len(steps.starts)} steps, none after the first {SKIP} "
+                                 f"and the profiled window to time: take a task with more steps an epoch")
             median, mean = 1000 * statistics.median(intervals), 1000 * statistics.mean(intervals)
-            say(f"\n{run}: {len(steps.starts)} steps in {seconds:.2f} s (fit / train()); host ms a step: median "
+            split = ", ".join(f"{name} {seconds:.2f}" for name, seconds in steps.split().items())
+            say(f"\n{run}: {len(steps.starts)} steps; seconds: {split}; host ms a step over the rest: median "
                 f"{median:.2f}, mean {mean:.2f}")
-            if steps.table:
+            if steps.profiled:
                 say(f"{run}, steps {args.profile_at}-{args.profile_at + args.window - 1} under torch.profiler\n"
-                    f"{steps.table}")
+                    f"{steps.table()}")
     if out:
         out.close()
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

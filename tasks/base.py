@@ -17,6 +17,7 @@ import lightning as L
 import torch
 import torch.distributed as dist
 from lightning.pytorch.strategies import FSDPStrategy, SingleDeviceStrategy
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 
 from encoders import Encoder, EncoderConfig
@@ -105,7 +106,12 @@ class Optimization:
         fraction of the run rounded up, a number of steps as given, 0 for none; at most the run."""
         if self.warmup == 0:
             return 0
-        return min(math.ceil(self.warmup * total) if self.warmup < 1 else int(self.warmup), total)
+        steps = math.ceil(self.warmup * total) if self.warmup < 1 else int(self.warmup)
+        if steps > total:
+            rank_zero_warn(f"model.optimization.warmup={self.warmup:g} steps is longer than the run's {total} "
+                           f"steps: the warmup ends with the run, at the peak learning rate. Give a shorter warmup "
+                           f"or a fraction of the run (e.g. 0.1).")
+        return min(steps, total)
 
 
 # Checkpoints store these with the hyperparameters; Lightning reloads checkpoints with torch.load(weights_only=True),

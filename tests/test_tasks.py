@@ -41,12 +41,14 @@ def test_lr_schedule():
 
 def test_warmup_steps_count_as_the_trainer_counts_them():
     """A fraction of the run rounds up (transformers' `TrainingArguments.get_warmup_steps`), a number of steps is
-    taken as given, 0 is no warmup, and no warmup outlasts the run."""
+    taken as given, 0 is no warmup. Unlike the `Trainer`'s, no warmup outlasts the run: a longer one ends with it,
+    so the peak is reached at the last step rather than never."""
     assert Optimization(warmup=0.1).warmup_steps(575) == 58  # MRPC's 5 epochs: 57.5 steps
     assert Optimization(warmup=0.1).warmup_steps(540) == 54
     assert Optimization(warmup=10).warmup_steps(100) == 10
     assert Optimization(warmup=0).warmup_steps(100) == 0
-    assert Optimization(warmup=500).warmup_steps(100) == 100
+    with pytest.warns(UserWarning, match="warmup=500 steps is longer than the run's 100 steps"):
+        assert Optimization(warmup=500).warmup_steps(100) == 100
 
 
 def test_decay_length_belongs_to_wsd():
