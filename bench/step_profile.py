@@ -56,7 +56,6 @@ class Steps:
         self.begun = self.ended = 0.0
         self.starts: list[float] = []
         self.profiler: profile | None = None
-        self.stopped = False
 
     def begin(self) -> None:
         self.begun = time.perf_counter()
@@ -72,13 +71,12 @@ class Steps:
         elif self.profiler is not None and step == self.at + self.window:
             synchronize(glue.run_device())
             self.profiler.__exit__(None, None, None)
-            self.stopped = True
 
     def end(self, run: str) -> None:
         """After the fit: the end time; a window the epoch cut short is closed, and the run refused."""
         synchronize(glue.run_device())
         self.ended = time.perf_counter()
-        if self.profiled and not self.stopped:
+        if self.profiled and len(self.starts) <= self.at + self.window:  # the stopping step never started
             if self.profiler is not None:
                 self.profiler.__exit__(None, None, None)
             raise SystemExit(f"{run}: its epoch has {len(self.starts)} steps, and the profiled window needs "
@@ -101,10 +99,10 @@ class Steps:
         `intervals` leaves out for it), and the rest."""
         stop = min(self.at + self.window + 1, len(self.starts) - 1)  # through the interval that stopped it
         window = self.starts[stop] - self.starts[self.at] if self.profiled else 0.0
+        setup, total = self.starts[0] - self.begun, self.ended - self.begun
         first = self.starts[min(SKIP, len(self.starts) - 1)] - self.starts[0]
-        total = self.ended - self.begun
-        return {"set-up": self.starts[0] - self.begun, f"first {SKIP} steps": first, "profiled window": window,
-                "rest": total - (self.starts[0] - self.begun) - first - window, "total": total}
+        return {"set-up": setup, f"first {SKIP} steps": first, "profiled window": window,
+                "rest": total - setup - first - window, "total": total}
 
 
 class LightningSteps(L.Callback):
