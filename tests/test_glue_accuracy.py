@@ -286,42 +286,45 @@ def test_the_step_profile_times_and_profiles_litbert_padded_and_unpadded(shared_
     assert refused.returncode != 0 and "--profile-at 5: profile from step 21 on" in refused.stderr
 
 
-def test_the_shipped_stsb_config_trains_as_the_trainer_does_step_for_step(shared_data, tmp_path, monkeypatch):
-    """Equal hyper-parameters give equal training: the shipped STS-B config from MiniLM-L6 and transformers'
-    `Trainer` at the same settings (float32, dropout off on both sides, the same head initialisation, the same
-    batches in the same order) reach the same loss at every step, within float32 rounding. The learning rate
-    schedule (warmup from 0 at the first step, warmup steps rounded up), AdamW's decay groups, epsilon and
-    clipping all enter from the second step on."""
+def _stsb_steps_of_both(shared_data, tmp_path, monkeypatch, steps, arguments, dropout, masks=None):
+    """`steps` steps of the shipped STS-B config from MiniLM-L6 (float32, seed 0, with `arguments` added) and of
+    transformers' `Trainer` at the same hyper-parameters on the same batches in the same order, its classifier
+    initialised as litbert's, its dropout rates `dropout`. With `masks` (litbert's, the `Trainer`'s), each side's
+    dropout draws its masks from its own: litbert's `kernels.dropout` and torch's `F.dropout` are replaced while the
+    side trains. Returns litbert's losses, the `Trainer`'s, both models and the classifier's initial weights."""
     import datasets
     import lightning as L
     import torch
     import transformers
 
     import train
+    from encoders import kernels
 
     monkeypatch.setenv("LITBERT_DATA", str(shared_data))
     monkeypatch.setenv("LITBERT_CACHE", str(tmp_path / "cache"))
-    steps = 12  # warmup: 10% of 12 rounds up to 2 steps
     cli = train.make_cli([
         "--config", "configs/glue/stsb.yaml", "--model.pretrained", MINILM, "--seed_everything", "0",
         "--trainer.precision", "32-true", "--trainer.accelerator", "cpu", "--trainer.max_steps", str(steps),
         "--trainer.default_root_dir", str(tmp_path), "--trainer.logger", "false",
         "--trainer.enable_checkpointing", "false", "--trainer.enable_progress_bar", "false",
-        "--trainer.limit_val_batches", "0", "--trainer.num_sanity_val_steps", "0", "--export", "false",
-        "--model.encoder.hidden_dropout", "0", "--model.encoder.attention_dropout", "0",
-        "--model.classifier_dropout", "0"])
+        "--trainer.limit_val_batches", "0", "--trainer.num_sanity_val_steps", "0", "--export", "false", *arguments])
     head = {k: v.clone() for k, v in cli.model.head.classifier.state_dict().items()}
     batches, losses = [], []
 
     class Record(L.Callback):
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
             batches.append({k: v.clone() for k, v in batch.items()})
+            if masks:
+                masks[0].length = batch["input_ids"].shape[1]
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
             losses.append(float(outputs["loss"]))
 
     cli.trainer.callbacks.append(Record())
-    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    with monkeypatch.context() as patch:
+        if masks:
+            patch.setattr(kernels, "dropout", masks[0])
+        cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     assert len(losses) == steps
 
     rows = {"input_ids": [], "token_type_ids": [], "labels": []}  # the batches' examples, in their order
@@ -333,9 +336,10 @@ def test_the_shipped_stsb_config_trains_as_the_trainer_does_step_for_step(shared
             rows["token_type_ids"].append(types[:length].tolist())
             rows["labels"].append(float(label))
     transformers.set_seed(0)
+    # eager attention: its dropout on the probabilities is `F.dropout`, where SDPA's is inside the kernel
     model = transformers.AutoModelForSequenceClassification.from_pretrained(
-        MINILM, num_labels=1, attn_implementation="sdpa", dtype=torch.float32, classifier_dropout=0.0,
-        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+        MINILM, num_labels=1, attn_implementation="eager" if masks else "sdpa", dtype=torch.float32,
+        classifier_dropout=dropout, hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
     model.classifier.load_state_dict(head)
     optimization = cli.model.optimization
     reference = []
@@ -345,7 +349,7 @@ def test_the_shipped_stsb_config_trains_as_the_trainer_does_step_for_step(shared
             if logs and "loss" in logs:
                 reference.append(float(logs["loss"]))
 
-    arguments = transformers.TrainingArguments(
+    settings = transformers.TrainingArguments(
         output_dir=str(tmp_path / "trainer"), per_device_train_batch_size=cli.datamodule.batch_size,
         learning_rate=optimization.learning_rate, weight_decay=optimization.weight_decay,
         adam_beta1=optimization.betas[0], adam_beta2=optimization.betas[1], adam_epsilon=optimization.eps,
@@ -353,13 +357,83 @@ def test_the_shipped_stsb_config_trains_as_the_trainer_does_step_for_step(shared
         lr_scheduler_type=optimization.schedule, num_train_epochs=1, seed=0, use_cpu=True, report_to="none",
         save_strategy="no", eval_strategy="no", logging_strategy="steps", logging_steps=1, disable_tqdm=True,
         train_sampling_strategy="sequential", logging_nan_inf_filter=False)
-    transformers.Trainer(model=model, args=arguments, train_dataset=datasets.Dataset.from_dict(rows),
-                         data_collator=transformers.DataCollatorWithPadding(cli.datamodule.tokenizer),
-                         callbacks=[Losses()]).train()
+    with monkeypatch.context() as patch:
+        if masks:
+            patch.setattr(torch.nn.functional, "dropout", masks[1])
+        transformers.Trainer(model=model, args=settings, train_dataset=datasets.Dataset.from_dict(rows),
+                             data_collator=transformers.DataCollatorWithPadding(cli.datamodule.tokenizer),
+                             callbacks=[Losses()]).train()
     assert len(reference) == steps
+    return losses, reference, cli.model, model, head
+
+
+def test_the_shipped_stsb_config_trains_as_the_trainer_does_step_for_step(shared_data, tmp_path, monkeypatch):
+    """Equal hyper-parameters give equal training: the shipped STS-B config from MiniLM-L6 and transformers'
+    `Trainer` at the same settings (float32, dropout off on both sides, the same head initialisation, the same
+    batches in the same order) reach the same loss at every step, within float32 rounding. The learning rate
+    schedule (warmup from 0 at the first step, warmup steps rounded up), AdamW's decay groups, epsilon and
+    clipping all enter from the second step on."""
+    import torch
+
+    steps = 12  # warmup: 10% of 12 rounds up to 2 steps
+    losses, reference, ours, theirs, head = _stsb_steps_of_both(
+        shared_data, tmp_path, monkeypatch, steps, ["--model.encoder.hidden_dropout", "0",
+                                                    "--model.encoder.attention_dropout", "0",
+                                                    "--model.classifier_dropout", "0"], dropout=0.0)
     # The first loss is before any update; the later ones differ if any step's update does.
     assert losses == pytest.approx(reference, rel=1e-5, abs=1e-5), list(zip(losses, reference, strict=True))
     # and the weights the steps reached: the classifier moved from its initialisation, to the same place
-    ours, theirs = cli.model.head.classifier.weight.detach(), model.classifier.weight.detach()
+    ours, theirs = ours.head.classifier.weight.detach(), theirs.classifier.weight.detach()
     assert (ours - head["weight"]).abs().max() > 3e-5  # the 12 learning rates add up to 1.2e-4
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+class SharedMasks:
+    """A dropout (`F.dropout`'s arguments) whose keep masks come, in call order, from a generator of its own: two
+    sides seeded alike that drop the same tensors in the same order draw the same masks. Records each mask's
+    shape. litbert's last layer computes the first token only (`Encoder.forward(first_token_only=True)`): for a
+    tensor of one token, where the batch has `length`, it draws the whole sequence's mask, as a side computing every
+    token does, and keeps the first token's."""
+
+    def __init__(self, seed: int) -> None:
+        import torch
+
+        self.generator = torch.Generator().manual_seed(seed)
+        self.shapes: list[tuple[int, ...]] = []
+        self.length = 1
+
+    def __call__(self, x, p=0.5, training=True, inplace=False):
+        import torch
+
+        if not training or p == 0.0:
+            return x
+        shape = list(x.shape)
+        axis = {3: 1, 4: 2}.get(x.dim())  # the token axis: hidden states (B, T, C), attention (B, H, T, T)
+        if axis is not None and shape[axis] == 1 < self.length:
+            shape[axis] = self.length
+        keep = torch.rand(shape, generator=self.generator) >= p
+        self.shapes.append(tuple(shape))
+        return x * keep.narrow(axis, 0, 1) / (1 - p) if list(x.shape) != shape else x * keep / (1 - p)
+
+
+def test_the_shipped_stsb_config_drops_out_where_the_trainer_does(shared_data, tmp_path, monkeypatch):
+    """With dropout on (the checkpoint's 0.1 everywhere, as shipped) and the same masks on both sides, litbert's
+    STS-B training is the `Trainer`'s step for step: the same tensors are dropped, in the same order, at the same
+    rate and scaling, embeddings, attention probabilities, attention and feed-forward outputs and the classifier's
+    input. A dropout site one side has and the other lacks, a different rate or scaling, changes the losses or the
+    masks' sequence. litbert runs its padded path here (`unpad_below 0`), where the tensors have the `Trainer`'s
+    shapes; the unpadded path computes the same on real tokens (tests/test_fast_paths.py)."""
+    import torch
+
+    steps = 8
+    masks = SharedMasks(0), SharedMasks(0)
+    losses, reference, ours, theirs, head = _stsb_steps_of_both(
+        shared_data, tmp_path, monkeypatch, steps, ["--model.encoder.unpad_below", "0"], dropout=0.1, masks=masks)
+    assert ours.encoder.config.hidden_dropout == ours.encoder.config.attention_dropout == 0.1
+    # per step: the embeddings, three per layer (attention probabilities, attention output, feed-forward output), the
+    # classifier's input
+    assert len(masks[0].shapes) == steps * (1 + 3 * 6 + 1), len(masks[0].shapes)
+    assert masks[0].shapes == masks[1].shapes
+    assert losses == pytest.approx(reference, rel=1e-5, abs=1e-5), list(zip(losses, reference, strict=True))
+    ours, theirs = ours.head.classifier.weight.detach(), theirs.classifier.weight.detach()
     torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
