@@ -351,6 +351,19 @@ def test_dropout_is_reproducible_and_identity_when_off():
     assert torch.equal(dropout(x, 1e-9), x)
 
 
+def test_successive_dropout_masks_are_independent():
+    """Each call draws a new mask: two draws at p = 0.1 agree on 0.9² + 0.1² = 0.82 of the elements, as independent
+    masks do (a mask drawn again, or reused, agrees on all of them)."""
+    from encoders.kernels import dropout
+
+    torch.manual_seed(0)
+    x = torch.ones(1000, 1000)
+    first, second = dropout(x, 0.1) != 0, dropout(x, 0.1) != 0
+    # 1M elements: the standard error of the agreement is 4e-4
+    assert abs((first == second).double().mean().item() - 0.82) < 2e-3
+    assert abs((first & second).double().mean().item() - 0.81) < 2e-3
+
+
 @pytest.mark.parametrize("count", [1, 3, 4, 5, 4 * 2**19 - 1, 4 * 2**19 + 5, 4 * 2**20 + 2, 4 * 2**21 + 7])
 def test_random_bits_give_the_count_asked_uniform_in_every_part(count):
     from encoders.kernels import _PART_WORDS, _random_bits
