@@ -296,12 +296,13 @@ class SharedMasks:
     def __init__(self, seed: int) -> None:
         import torch
 
-        self.torch = torch
         self.generator = torch.Generator().manual_seed(seed)
         self.shapes: list[tuple[int, ...]] = []
         self.length = 1
 
     def __call__(self, x, p=0.5, training=True, inplace=False):
+        import torch
+
         if not training or p == 0.0:
             return x
         shape = list(x.shape)
@@ -309,7 +310,7 @@ class SharedMasks:
         first_only = axis is not None and shape[axis] == 1 and self.length > 1
         if first_only:
             shape[axis] = self.length
-        keep = self.torch.rand(shape, generator=self.generator) >= p
+        keep = torch.rand(shape, generator=self.generator) >= p
         self.shapes.append(tuple(shape))
         if first_only:
             keep = keep.narrow(axis, 0, 1)
@@ -397,25 +398,30 @@ def _stsb_steps_of_both(shared_data, tmp_path, monkeypatch, steps, arguments, dr
     return losses, reference, cli.model, model, head
 
 
+def _assert_trained_alike(losses, reference, ours, theirs, initial, moved):
+    """litbert's losses are the `Trainer`'s at every step, and its classifier moved from `initial` (by more than
+    `moved` somewhere) to the `Trainer`'s weights."""
+    import torch
+
+    # The first loss is before any update; the later ones differ if any step's update does.
+    assert losses == pytest.approx(reference, rel=1e-5, abs=1e-5), list(zip(losses, reference, strict=True))
+    weights, reference_weights = ours.head.classifier.weight.detach(), theirs.classifier.weight.detach()
+    assert (weights - initial["weight"]).abs().max() > moved
+    torch.testing.assert_close(weights, reference_weights, rtol=1e-5, atol=1e-6)
+
+
 def test_the_shipped_stsb_config_trains_as_the_trainer_does_step_for_step(shared_data, tmp_path, monkeypatch):
     """Equal hyper-parameters give equal training: the shipped STS-B config from MiniLM-L6 and transformers'
     `Trainer` at the same settings (float32, dropout off on both sides, the same head initialisation, the same
     batches in the same order) reach the same loss at every step, within float32 rounding. The learning rate
     schedule (warmup from 0 at the first step, warmup steps rounded up), AdamW's decay groups, epsilon and
     clipping all enter from the second step on."""
-    import torch
-
     steps = 12  # warmup: 10% of 12 rounds up to 2 steps
     losses, reference, ours, theirs, head = _stsb_steps_of_both(
         shared_data, tmp_path, monkeypatch, steps, ["--model.encoder.hidden_dropout", "0",
                                                     "--model.encoder.attention_dropout", "0",
                                                     "--model.classifier_dropout", "0"], dropout=0.0)
-    # The first loss is before any update; the later ones differ if any step's update does.
-    assert losses == pytest.approx(reference, rel=1e-5, abs=1e-5), list(zip(losses, reference, strict=True))
-    # and the weights the steps reached: the classifier moved from its initialisation, to the same place
-    weights, reference_weights = ours.head.classifier.weight.detach(), theirs.classifier.weight.detach()
-    assert (weights - head["weight"]).abs().max() > 3e-5  # the 12 learning rates add up to 1.2e-4
-    torch.testing.assert_close(weights, reference_weights, rtol=1e-5, atol=1e-6)
+    _assert_trained_alike(losses, reference, ours, theirs, head, moved=3e-5)  # the 12 learning rates add to 1.2e-4
 
 
 def test_the_shipped_stsb_config_drops_out_where_the_trainer_does(shared_data, tmp_path, monkeypatch):
@@ -426,8 +432,6 @@ def test_the_shipped_stsb_config_drops_out_where_the_trainer_does(shared_data, t
     Both sides' masks and scaling are `SharedMasks`'; litbert's own kernel (its rate rounding, scaling and masks'
     independence) is tested in tests/test_fast_paths.py. litbert runs its padded path here (`unpad_below 0`), where
     the tensors have the `Trainer`'s shapes; the unpadded path runs the same blocks on the real tokens only."""
-    import torch
-
     steps = 8
     masks = SharedMasks(0), SharedMasks(0)
     losses, reference, ours, theirs, head = _stsb_steps_of_both(
@@ -438,7 +442,4 @@ def test_the_shipped_stsb_config_drops_out_where_the_trainer_does(shared_data, t
     # classifier's input
     assert len(masks[0].shapes) == steps * (1 + 3 * config.num_layers + 1), len(masks[0].shapes)
     assert masks[0].shapes == masks[1].shapes
-    assert losses == pytest.approx(reference, rel=1e-5, abs=1e-5), list(zip(losses, reference, strict=True))
-    weights, reference_weights = ours.head.classifier.weight.detach(), theirs.classifier.weight.detach()
-    assert (weights - head["weight"]).abs().max() > 2e-5  # the 8 learning rates add up to 8e-5
-    torch.testing.assert_close(weights, reference_weights, rtol=1e-5, atol=1e-6)
+    _assert_trained_alike(losses, reference, ours, theirs, head, moved=2e-5)  # the 8 learning rates add up to 8e-5
