@@ -435,15 +435,26 @@ def test_a_pretrained_directory_is_read_once(tmp_path, monkeypatch):
     torch.testing.assert_close(model.encoder.embeddings.word.weight, stored["bert.embeddings.word_embeddings.weight"])
 
 
+def relative_difference(mine: torch.Tensor, theirs: torch.Tensor) -> float:
+    return float((mine - theirs).norm() / theirs.norm())
+
+
 @pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
 def test_gradient_clipping_keeps_the_fused_optimizer_and_clips_by_the_total_norm(precision):
     """`--trainer.gradient_clip_val` with the fused AdamW (which Lightning's mixed-precision plugin would refuse):
     two steps through Lightning equal two hand-written steps of clip_grad_norm_ + fused AdamW, at a bound well
-    under the gradient norm so that clipping acts."""
+    under the gradient norm so that clipping acts.
+
+    The two clip in different roundings (the fused step divides by the inverse factor), so the weights after the first
+    step differ in their last bit. In float32 that stays rounding. Under bf16-mixed the second forward rounds the
+    weights to bfloat16, and a last-bit difference sometimes lands on the other side of a bfloat16 value (on an
+    AVX2-only EPYC: gradients 2e-4 apart, and Adam's moments 0.6%). There the check is each tensor's moments and
+    change, by the relative norm of their difference: clipping neither step moves them by 100x or more, and reusing
+    the first step's factor in the second by 30% or more (exp_avg_sq) and 190% (exp_avg)."""
     torch.manual_seed(0)
     model = SequenceClassification(num_labels=2, encoder=TINY, vocab_size=64, classifier_dropout=0.0,
                                    optimization=Optimization(learning_rate=1e-3, warmup=0, schedule="constant"))
-    reference = copy.deepcopy(model)
+    reference, start = copy.deepcopy(model), copy.deepcopy(model)
     data = classification_batches(2)
     run = trainer(2, gradient_clip_val=0.05, precision=precision)
     run.fit(model, DataLoader(data, batch_size=None))
@@ -460,8 +471,15 @@ def test_gradient_clipping_keeps_the_fused_optimizer_and_clips_by_the_total_norm
         optimizer.step()
         optimizer.zero_grad()
     assert min(norms) > 0.5  # clipping scaled every step's gradient down
-    for (name, mine), theirs in zip(model.state_dict().items(), reference.state_dict().values(), strict=True):
-        torch.testing.assert_close(mine, theirs, msg=name)
+    bound = 1e-4 if precision == "32-true" else 0.02
+    named = zip(model.named_parameters(), reference.parameters(), start.parameters(), strict=True)
+    for (name, mine), theirs, first in named:
+        if precision == "32-true":
+            torch.testing.assert_close(mine, theirs, msg=name)
+        assert relative_difference(mine - first, theirs - first) < bound, name
+        for moment in ("exp_avg", "exp_avg_sq"):
+            mine_moment, their_moment = run.optimizers[0].state[mine][moment], optimizer.state[theirs][moment]
+            assert relative_difference(mine_moment, their_moment) < bound, (name, moment)
 
 
 class GradientAddresses(L.Callback):
