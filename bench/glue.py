@@ -38,8 +38,9 @@ once per task before its runs, on the threads the runs use): the model FLOPs of 
 same count for both libraries: the encoder's forward and backward over every layer and every real token
 (`Encoder.flops`, times the epochs), as transformers' model computes them. Padding is not counted; the last layer's
 work that litbert's first-token shortcut skips is, so the shortcut shows as litbert's higher MFU. A run at 100% would
-train in the FLOPs' time at the peak, which bounds the speed-up any implementation of the same model can reach on the
-machine at these hyper-parameters (a run kept from a json written before MFU was recorded gets today's peak).
+train in the FLOPs' time at the peak: that bounds the speed-up of an implementation that computes every layer over
+every real token. One that skips work (litbert's last layer, about 13-14% of the count) can go past it by that much
+(a run kept from a json written before MFU was recorded gets today's peak).
 """
 
 from __future__ import annotations
