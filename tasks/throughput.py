@@ -36,11 +36,24 @@ def matmul_dtype(precision: str) -> torch.dtype:
 
 def measure_matmul_peak(device: torch.device, dtype: torch.dtype, size: int | None = None, repeats: int = 3) -> float:
     """FLOP/s of the fastest of `repeats` (size x size) @ (size x size) matmuls after one warm-up; `size` defaults
-    to 8192 on GPUs and 2048 on CPUs (about 0.2 s per float32 matmul on one core of this project's CPU)."""
-    size = size or (8192 if device.type == "cuda" else 2048)
+    to 8192 on GPUs and on CPUs to 2048 (about 0.2 s per float32 matmul on one core of this project's CPU), or less
+    where that dtype is slow (`cpu_peak_size`)."""
+    size = size or (8192 if device.type == "cuda" else cpu_peak_size(dtype))
     a = torch.randn(size, size, device=device).to(dtype)
     b = torch.randn(size, size, device=device).to(dtype)
     return 2 * size**3 / fastest_matmul_seconds(a, b, repeats)
+
+
+def cpu_peak_size(dtype: torch.dtype, seconds_at_most: float = 2.0) -> int:
+    """2048, unless one 2048 matmul in `dtype` would take over `seconds_at_most` on this CPU, judged from a 512 one
+    (64x fewer FLOPs): then the size whose matmul takes about a quarter of that, a multiple of 64, at least 256. bf16 on
+    a CPU without bf16 units is emulated: on an AVX2-only EPYC the 22 bf16 2048 matmuls of `bench/glue.py`'s peak ran
+    on one core for over 13 minutes before its first run, where a 512 one takes under half a second."""
+    probe = torch.randn(512, 512).to(dtype)
+    seconds = fastest_matmul_seconds(probe, probe, 1)
+    if 64 * seconds <= seconds_at_most:
+        return 2048
+    return max(256, int(512 * (seconds_at_most / 4 / seconds) ** (1 / 3)) // 64 * 64)
 
 
 def fastest_matmul_seconds(a: torch.Tensor, b: torch.Tensor, repeats: int) -> float:

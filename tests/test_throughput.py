@@ -10,7 +10,7 @@ from encoders import Encoder, EncoderConfig
 from tasks.classification import SequenceClassification
 from tasks.distillation import Distillation
 from tasks.mlm import MaskedLM
-from tasks.throughput import Throughput, matmul_dtype, measure_matmul_peak
+from tasks.throughput import Throughput, cpu_peak_size, matmul_dtype, measure_matmul_peak
 
 
 def hand_flops_per_token(config: EncoderConfig, seq: int) -> int:
@@ -84,6 +84,19 @@ def test_matmul_dtype_follows_the_precision_setting():
     assert measure_matmul_peak(torch.device("cpu"), torch.float32, size=256) > 0
     with pytest.raises(ValueError, match="peak_flops"):
         Throughput(peak_flops=0)
+
+
+def test_the_cpu_peak_shrinks_its_matmul_where_the_dtype_is_slow(monkeypatch):
+    """The CPU peak's matmuls are 2048 wide unless one would take over the limit (emulated bf16 on a CPU without bf16
+    units took minutes for the GLUE benchmark's); then they shrink to about a quarter of the limit, judged from a 512
+    probe, never under 256."""
+    from tasks import throughput
+
+    assert cpu_peak_size(torch.float32, seconds_at_most=1e9) == 2048
+    assert cpu_peak_size(torch.float32, seconds_at_most=1e-12) == 256
+    monkeypatch.setattr(throughput, "fastest_matmul_seconds", lambda a, b, repeats: 1.0)  # a 512 matmul: 1 s
+    assert cpu_peak_size(torch.bfloat16, seconds_at_most=2.0) == 384  # 512 * (0.5 / 1) ** (1 / 3) = 406, by 64
+    assert measure_matmul_peak(torch.device("cpu"), torch.bfloat16) == 2 * 384**3  # 1 s a matmul, patched
 
 
 class Recorder(L.Callback):
