@@ -36,9 +36,9 @@ def matmul_dtype(precision: str) -> torch.dtype:
 
 def measure_matmul_peak(device: torch.device, dtype: torch.dtype, size: int | None = None, repeats: int = 3) -> float:
     """FLOP/s of the fastest of `repeats` (size x size) @ (size x size) matmuls after one warm-up; `size` defaults
-    to 8192 on GPUs and on CPUs to 2048 (about 0.2 s per float32 matmul on one core of this project's CPU), or less
-    where that dtype is slow (`cpu_peak_size`)."""
-    size = size or (8192 if device.type == "cuda" else cpu_peak_size(dtype))
+    to 8192 on GPUs and 2048 elsewhere (about 0.2 s per float32 matmul on one core of this project's CPU), less on
+    a CPU where that dtype is slow (`cpu_peak_size`, whose probe runs on the CPU)."""
+    size = size or (8192 if device.type == "cuda" else cpu_peak_size(dtype) if device.type == "cpu" else 2048)
     a = torch.randn(size, size, device=device).to(dtype)
     b = torch.randn(size, size, device=device).to(dtype)
     return 2 * size**3 / fastest_matmul_seconds(a, b, repeats)
