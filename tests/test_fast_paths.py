@@ -294,6 +294,65 @@ def test_first_token_only_counts_the_work_it_skips_and_refuses_every_token_outpu
             encoder(ids, first_token_only=True, **outputs)
 
 
+def test_length_split_pads_short_sequences_apart_only_where_it_saves_work():
+    from encoders.kernels import length_split
+
+    assert length_split([40] * 32, 32) == 0  # one length: nothing to split
+    assert length_split([10] * 16 + [100] * 16, 32) == 16  # two lengths: at the change
+    # The work modelled, B_g * T_g * (T_g + 3 * head_dim): [20] * 31 + [24] saves 19%, which pays;
+    # [60] * 31 + [64] saves 8%, which does not.
+    assert length_split([20] * 31 + [24], 32) == 31
+    assert length_split([60] * 31 + [64], 32) == 0
+    lengths = sorted(torch.randint(5, 120, (32,), generator=torch.Generator().manual_seed(0)).tolist())
+    split = length_split(lengths, 32)
+
+    def work(k):
+        return k * lengths[k - 1] * (lengths[k - 1] + 96) + (32 - k) * lengths[-1] * (lengths[-1] + 96)
+
+    assert 0 < split < 32 and work(split) == min(work(k) for k in range(1, 32))
+
+
+@pytest.mark.parametrize("position", SCHEMES)
+@pytest.mark.parametrize("window", WINDOWS)
+def test_length_groups_equal_one_padded_batch(position, window):
+    """Attention in two length groups (the default) against the whole batch padded to its longest sequence: equal
+    hidden states and gradients, and equal first tokens with `first_token_only`; the groups hold each sequence
+    once, the shortest first."""
+    torch.manual_seed(0)
+    encoder = Encoder(tiny_config(position=position, unpad_below=1.0, **WINDOWS[window])).double()
+    if position == "t5":
+        torch.nn.init.normal_(encoder.position.relative_bias.weight, std=0.5)
+    ids, attention_mask = padded_batch()
+    layout = encoder.unpadded(attention_mask)
+    assert [group.rows.tolist() for group in layout.groups] == [[1, 3, 2], [0]]
+    assert [group.layout.seq_len for group in layout.groups] == [11, 20]
+    assert sum(group.tokens for group in layout.groups) == layout.index.numel() == 41
+    assert len(encoder.unpadded(attention_mask, groups=1).groups) == 0
+    params = list(encoder.parameters())
+    results = {}
+    for groups in (1, 2):
+        encoder.config.attention_groups = groups
+        hidden = encoder(ids, attention_mask)
+        first = encoder(ids, attention_mask, first_token_only=True)
+        loss = hidden.square().sum() + (first * torch.linspace(-1, 1, 32, dtype=torch.float64)).sum()
+        results[groups] = (hidden.detach(), first.detach(), torch.autograd.grad(loss, params, allow_unused=True))
+    torch.testing.assert_close(results[2][0], results[1][0], atol=1e-12, rtol=1e-10)
+    torch.testing.assert_close(results[2][1], results[1][1], atol=1e-12, rtol=1e-10)
+    for grouped, whole in zip(results[2][2], results[1][2], strict=True):
+        assert (grouped is None) == (whole is None)
+        if whole is not None:
+            torch.testing.assert_close(grouped, whole, atol=1e-12, rtol=1e-9)
+
+
+def test_length_groups_need_right_padding_and_a_valid_count():
+    encoder = Encoder(tiny_config(unpad_below=1.0))
+    ids, attention_mask = padded_batch()
+    attention_mask[2] = torch.arange(20) >= 9  # left-padded: positions would move, so no groups
+    assert encoder.unpadded(attention_mask).groups == ()
+    with pytest.raises(ValueError, match="attention_groups=3 must be 1"):
+        tiny_config(attention_groups=3)
+
+
 def test_unpadded_path_is_taken_only_when_padding_is_large():
     encoder = Encoder(tiny_config())
     ids, attention_mask = padded_batch()  # 51% real tokens
