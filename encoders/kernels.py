@@ -146,7 +146,8 @@ def length_split(lengths: list[int], head_dim: int) -> int:
     """How many of a batch's sequences, sorted by `lengths` (ascending), attention should pad to the k-th length
     apart from the rest (padded to the longest): the k minimising the attention work of the two groups,
     sum of B_g * T_g * (T_g + 3 * head_dim) (the scores, softmax and dropout grow as T^2, padding the queries, keys
-    and values as T), or 0 where the two groups' work exceeds `_SPLIT_BELOW` (0.9) of the work of one."""
+    and values as T), or 0 where the two groups' work exceeds `_SPLIT_BELOW` (0.9) of the work of one. A group
+    holds at least one real token a sequence (rows of padding alone stay with the next group)."""
     longest, size = lengths[-1], len(lengths)
 
     def work(count: int, length: int) -> int:
@@ -155,7 +156,7 @@ def length_split(lengths: list[int], head_dim: int) -> int:
     whole = work(size, longest)
     best, split = whole, 0
     for k in range(1, size):
-        if lengths[k - 1] < longest and work(k, lengths[k - 1]) + work(size - k, longest) < best:
+        if 0 < lengths[k - 1] < longest and work(k, lengths[k - 1]) + work(size - k, longest) < best:
             best, split = work(k, lengths[k - 1]) + work(size - k, longest), k
     return split if best <= _SPLIT_BELOW * whole else 0
 

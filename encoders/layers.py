@@ -99,9 +99,9 @@ class AttentionInputs:
         for group in self.unpadded.groups:
             mask, length = self.mask, group.layout.seq_len
             if mask is not None:
-                if mask.shape[0] > 1:
-                    mask = mask.index_select(0, group.rows)
                 mask = mask[..., :length, :length]  # a (.., 1, T) padding mask keeps its one query row
+                if mask.shape[0] > 1:  # sliced first, so that only the group's (B_g, .., T_g, T_g) is copied
+                    mask = mask.index_select(0, group.rows)
             masks.append(mask)
         return tuple(masks)
 
@@ -139,7 +139,7 @@ class Attention(nn.Module):
         return self.out(y), probs
 
     def attend_padded(self, qkv: torch.Tensor, mask: torch.Tensor | ScoreMod | None,
-               inputs: AttentionInputs) -> tuple[torch.Tensor, torch.Tensor | None]:
+                      inputs: AttentionInputs) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attention of padded (B, T, 3C) queries, keys and values under `mask`: (B, T, C), and the probabilities
         when `inputs` asks for them."""
         B, T, C = qkv.shape[0], qkv.shape[1], qkv.shape[2] // 3

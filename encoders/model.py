@@ -183,14 +183,17 @@ class Encoder(nn.Module):
     def unpadded(self, attention_mask: torch.Tensor | None, groups: int | None = None) -> Unpadded | None:
         """The real tokens' layout when enough of the batch is padding to make skipping it pay
         (`EncoderConfig.unpad_below`), its attention in up to `groups` length groups (default:
-        `EncoderConfig.attention_groups`).
+        `EncoderConfig.attention_groups`, where None is 2 on CPU and 1 elsewhere).
         Not under torch.compile: the token count would change the graph's shapes on every batch."""
         if attention_mask is None or torch.compiler.is_compiling():
             return None
         keep = attention_mask.bool()
         if int(keep.sum()) >= self.config.unpad_below * keep.numel():
             return None
-        groups = self.config.attention_groups if groups is None else groups
+        if groups is None:
+            groups = self.config.attention_groups
+        if groups is None:  # measured on CPU only
+            groups = 2 if keep.device.type == "cpu" else 1
         return Unpadded.of(keep, groups, self.config.head_dim)
 
     def forward(

@@ -346,11 +346,38 @@ def test_length_groups_equal_one_padded_batch(position, window):
 
 def test_length_groups_need_right_padding_and_a_valid_count():
     encoder = Encoder(tiny_config(unpad_below=1.0))
+    assert encoder.config.attention_groups is None  # the default: two groups on CPU
     ids, attention_mask = padded_batch()
+    assert len(encoder.unpadded(attention_mask).groups) == 2
     attention_mask[2] = torch.arange(20) >= 9  # left-padded: positions would move, so no groups
     assert encoder.unpadded(attention_mask).groups == ()
     with pytest.raises(ValueError, match="attention_groups=3 must be 1"):
         tiny_config(attention_groups=3)
+    with pytest.raises(ValueError, match="attention_groups=2 cannot be kept with flex_attention=True"):
+        tiny_config(position="alibi", flex_attention=True, attention_groups=2)
+    tiny_config(position="alibi", flex_attention=True)  # None: one group where the score_mod runs
+
+
+def test_length_groups_leave_rows_of_padding_with_the_next_group():
+    """A right-padded batch with rows of padding alone: no group of zero length (it could not be padded to a
+    (B_g, 0) batch); the outputs equal the whole batch's, zeros at the empty rows."""
+    from encoders.kernels import length_split
+
+    assert length_split([0, 50, 50, 50], 32) == 0  # splitting off the empty row alone would save a quarter
+    assert length_split([0, 0, 10, 10, 100], 32) == 4
+    torch.manual_seed(0)
+    encoder = Encoder(tiny_config(unpad_below=1.0)).double()
+    ids = torch.randint(5, VOCAB, (5, 20))
+    attention_mask = (torch.arange(20) < torch.tensor([0, 20, 0, 4, 3])[:, None]).long()
+    layout = encoder.unpadded(attention_mask)
+    assert [group.rows.tolist() for group in layout.groups] == [[0, 2, 4, 3], [1]]
+    results = {}
+    for groups in (1, 2):
+        encoder.config.attention_groups = groups
+        results[groups] = (encoder(ids, attention_mask), encoder(ids, attention_mask, first_token_only=True))
+    for grouped, whole in zip(results[2], results[1], strict=True):
+        torch.testing.assert_close(grouped, whole, atol=1e-12, rtol=1e-10)
+    assert results[2][0][[0, 2]].abs().max() == 0
 
 
 def test_unpadded_path_is_taken_only_when_padding_is_large():
