@@ -124,7 +124,7 @@ class TrainerSteps(transformers.TrainerCallback):
 def litbert(task: str, steps: Steps, extra: list[str], padded: bool, run: str) -> None:
     original = Encoder.unpadded
     if padded:
-        Encoder.unpadded = lambda self, attention_mask: None
+        Encoder.unpadded = lambda self, attention_mask, groups=None: None
     try:
         with tempfile.TemporaryDirectory() as root:
             cli = glue.litbert_cli(task, 0, root, extra)
