@@ -78,8 +78,8 @@ class EncoderConfig:
     # tenth of the attention work (`kernels.length_split`). None: 2 on CPU, 1 on other devices (not measured there;
     # each group adds host synchronisations and kernel launches). Not with a FlexAttention score_mod. Measured on an
     # AVX2-only EPYC (float32, the shipped GLUE configs' random batches, `bench/alternate.py`): 1.05-1.19x a step on
-    # MRPC, RTE, WNLI, SST-2 and STS-B, CoLA's short sentences unchanged (0.96x and 1.01x in two runs); in bf16 on
-    # an AVX-512 EPYC MRPC 1.003x and CoLA 0.986x.
+    # MRPC, RTE, WNLI, SST-2 and STS-B, CoLA's short sentences unchanged (0.96x and 1.01x in two runs); a process
+    # each (`bench/revisions.py`): STS-B 1.09x, CoLA 1.17x; in bf16 on an AVX-512 EPYC MRPC 1.003x and CoLA 0.986x.
     attention_groups: int | None = None
     # FlexAttention for position schemes with a bias (ALiBi, T5): True computes the bias inside the attention kernel
     # (compiled on GPUs; it has no dropout, so attention_dropout must be 0 while training). Off by default (None or
