@@ -156,8 +156,10 @@ def length_split(lengths: list[int], head_dim: int) -> int:
     whole = work(size, longest)
     best, split = whole, 0
     for k in range(1, size):
-        if 0 < lengths[k - 1] < longest and work(k, lengths[k - 1]) + work(size - k, longest) < best:
-            best, split = work(k, lengths[k - 1]) + work(size - k, longest), k
+        if 0 < lengths[k - 1] < longest:
+            cost = work(k, lengths[k - 1]) + work(size - k, longest)
+            if cost < best:
+                best, split = cost, k
     return split if best <= _SPLIT_BELOW * whole else 0
 
 
