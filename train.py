@@ -144,7 +144,11 @@ class LitbertCLI(LightningCLI):
         root = run_root(config)
         self.resume_path = self._resume_path(config, root)
         self._check_run_folder(config, root)
-        resumed_wandb_id = self._wandb_id(self.resume_path) if self.resume_path else None
+        resumed = load_checkpoint_file(self.resume_path) if self.resume_path else {}
+        resumed_wandb_id = resumed.get("callbacks", {}).get(LastCheckpoint.STATE_KEY, {}).get("wandb_id")
+        if "seed" in data and data.seed is None:
+            data.seed = self._data_seed(config, resumed)
+        del resumed
         loggers = config.trainer.logger
         for logger in loggers if isinstance(loggers, list) else [loggers]:
             if getattr(logger, "class_path", None) == f"{WandbLogger.__module__}.{WandbLogger.__name__}":
@@ -205,9 +209,15 @@ class LitbertCLI(LightningCLI):
               flush=True)
 
     @staticmethod
-    def _wandb_id(path: str) -> str | None:
-        state = load_checkpoint_file(path).get("callbacks", {}).get(LastCheckpoint.STATE_KEY, {})
-        return state.get("wandb_id")
+    def _data_seed(config: Any, resumed: dict[str, Any]) -> int:
+        """The seed of an unset data.seed: the resumed checkpoint's (a run started with `seed_everything: true`
+        draws another seed when it is relaunched, and its batches must go on in the order they began), else the
+        run's seed_everything, else 0 (`seed_everything: false`)."""
+        kept = resumed.get(config.data.class_path.rsplit(".", 1)[-1], {}).get("seed")  # Lightning's key: the class
+        if kept is not None:
+            return kept
+        seed = config.seed_everything
+        return seed if isinstance(seed, int) and not isinstance(seed, bool) else 0
 
     def _check_linked_settings(self) -> None:
         """A value the data sets (vocabulary size, labels, metrics, validation sets) and the user set too, to

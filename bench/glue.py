@@ -6,7 +6,8 @@ of `configs/glue/<task>.yaml` (learning rate, batch size, epochs, warmup, weight
 gradient clipping, max length, precision as train.py resolves it on this machine):
 
 - `litbert`: `train.py`'s own objects (`train.make_cli` on the shipped config, so its sampler, padding, kernels and
-  precision are the shipped defaults), seeded with `--seed_everything`.
+  precision are the shipped defaults), seeded with `--seed_everything`, which draws its batch order too (as the
+  `Trainer`'s `seed` does; before 2026-11-27 litbert's order stayed at `data.seed` 0 whatever the seed).
 - `transformers`: `AutoModelForSequenceClassification` + `Trainer` at its defaults: random batches, padded per batch
   (`DataCollatorWithPadding`, the Trainer's collator when it is given a tokenizer). Its dev metrics are the
   accuracy reference.

@@ -41,14 +41,17 @@ class TokenizedDataModule(L.LightningDataModule):
         data_root: Folder of local dataset copies (defaults to $LITBERT_DATA); without one, the hub is used.
         cache_dir: Folder for tokenized caches (defaults to $LITBERT_CACHE or ~/.cache/litbert).
         group_by_length: Batch similar lengths together (faster; changes the batches' composition).
-        seed: Seed of the training order.
+        seed: Seed of the training order (for MLM also of the masks and segment split points). Unset, `train.py`
+            gives it the run's `seed_everything`, so each seed of a sweep draws its own batches, as the
+            `Trainer`'s `seed` does; 0 where nothing sets it. A checkpoint keeps it, and resuming with another is
+            refused.
     """
 
     label_state: tuple[str, ...] = ()  # attributes holding the label map, saved in checkpoints
 
     def __init__(self, tokenizer: str | None, *, max_length: int, batch_size: int = 32,
                  eval_batch_size: int | None = None, num_workers: int = 0, data_root: str | None = None,
-                 cache_dir: str | None = None, group_by_length: bool = False, seed: int = 0) -> None:
+                 cache_dir: str | None = None, group_by_length: bool = False, seed: int | None = None) -> None:
         super().__init__()
         if tokenizer is None:
             raise DataError(
@@ -69,7 +72,7 @@ class TokenizedDataModule(L.LightningDataModule):
         self.data_root = data_root
         self.cache_dir = cache_dir
         self.group_by_length = group_by_length
-        self.seed = seed
+        self.seed = 0 if seed is None else seed
         self.vocab_size: int = len(self.tokenizer)
         self.pad_token_id: int = self.tokenizer.pad_token_id
         self.mask_token_id: int | None = self.tokenizer.mask_token_id
@@ -101,9 +104,15 @@ class TokenizedDataModule(L.LightningDataModule):
     # ---- the label map travels with checkpoints ---------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        return {name: list(getattr(self, name)) for name in self.label_state}
+        return {"seed": self.seed, **{name: list(getattr(self, name)) for name in self.label_state}}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        saved = state_dict.get("seed", self.seed)  # checkpoints from before the seed was kept: not checked
+        if saved != self.seed:
+            raise DataError(
+                f"The checkpoint to resume drew its training order from data.seed={saved}; this run's is {self.seed} "
+                f"(data.seed, or seed_everything where data.seed is unset). The resumed batches would not be the "
+                f"ones the run would have seen: resume with --data.seed {saved}, or start a new run.")
         for name in self.label_state:
             setattr(self, name, list(state_dict[name]))
         if self.label_state:

@@ -594,7 +594,7 @@ class GLUEDataModule(ClassificationDataModule):
         group_by_length: bool = False,
         num_workers: int = 0,
         cache_dir: str | None = None,
-        seed: int = 0,
+        seed: int | None = None,
     ) -> None:
         check_choice("truncation", truncation, PairTruncation, DataError)
         super().__init__(tokenizer, dataset=glue_task(task).name, max_length=max_length, truncation=truncation,

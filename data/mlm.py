@@ -313,7 +313,8 @@ class MLMDataModule(TokenizedDataModule):
             tokenized cache; the cache is the same whatever the number.
         data_root: Folder of local dataset copies (defaults to $LITBERT_DATA).
         cache_dir: Folder for tokenized caches (defaults to $LITBERT_CACHE or ~/.cache/litbert).
-        seed: Seed of the static masks and of BERT's segment split points.
+        seed: Seed of the training order, the masks (static or dynamic) and BERT's segment split points; unset,
+            the run's `seed_everything` (see `TokenizedDataModule`).
         val_mask_seed: Seed of the fixed validation masks.
     """
 
@@ -346,7 +347,7 @@ class MLMDataModule(TokenizedDataModule):
         num_proc: int = 1,
         data_root: str | None = None,
         cache_dir: str | None = None,
-        seed: int = 0,
+        seed: int | None = None,
         val_mask_seed: int = 1234,
     ) -> None:
         check_choice("packing", packing, Packing, DataError)
@@ -399,7 +400,7 @@ class MLMDataModule(TokenizedDataModule):
         self.packing, self.masking, self.document_mask = packing, masking, document_mask
         self.streaming, self.shuffle_buffer = streaming, shuffle_buffer
         self.val_mask_seed = val_mask_seed
-        self.collate = MLMCollator(self.tokenizer, mlm_probability, whole_word_masking, seed=seed)
+        self.collate = MLMCollator(self.tokenizer, mlm_probability, whole_word_masking, seed=self.seed)
         self.val_masks = MLMCollator(self.tokenizer, val_mlm_probability, whole_word_masking, seed=val_mask_seed)
         self.stats: dict[str, dict[str, int]] = {}
 

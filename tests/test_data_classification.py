@@ -85,7 +85,7 @@ def test_jsonl_string_labels_mapping_and_state(tmp_path, caplog):
     assert "skip_labels=['unlabelled'] left out 5 of 20 rows" in caplog.text
     assert dm.datasets["train"]["labels"][:3] == [1, 2, 0]
     state = dm.state_dict()
-    assert state == {"label_values": ["meh", "bad", "good"], "label_names": ["meh", "bad", "good"]}
+    assert state == {"seed": 0, "label_values": ["meh", "bad", "good"], "label_names": ["meh", "bad", "good"]}
     fresh = ClassificationDataModule(MINILM, train_file=str(path), text_columns=["review"], label_column="stars",
                                 label_names=["x", "y"], cache_dir=str(tmp_path))
     fresh.load_state_dict(state)

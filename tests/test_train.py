@@ -138,6 +138,39 @@ def test_glue_configs_share_one_recipe(env, minilm, tmp_path):
     assert cli.trainer.max_epochs == 2 and cli.model.optimization.learning_rate == 2e-5
 
 
+def test_the_run_seed_draws_the_training_order_unless_data_seed_is_set(env, minilm, tmp_path):
+    """As the `Trainer`'s `seed`, `seed_everything` seeds the order of the batches too (data.seed unset), so the
+    seeds of a sweep differ in their batches as well as in their initialisation and dropout; an explicit data.seed
+    wins, and `seed_everything: false` leaves the order at seed 0. The seed travels in the datamodule's checkpoint
+    state, and a checkpoint drawn from another one is refused by name."""
+    from data.sources import DataError
+
+    def build(*extra: str) -> train.LitbertCLI:
+        root = tmp_path / str(len(list(tmp_path.iterdir())))
+        return train.make_cli(["--config", "configs/glue/rte.yaml", "--model.pretrained", minilm,
+                               "--trainer.logger", "false", "--trainer.default_root_dir", str(root), *extra])
+
+    def first_batch(cli: train.LitbertCLI) -> list[int]:
+        data = cli.datamodule
+        data.setup("fit")
+        batches = data.train_dataloader().batch_sampler
+        batches.sampler.set_epoch(0)
+        return next(iter(batches))
+
+    shipped, one, two = build(), build("--seed_everything", "1"), build("--seed_everything", "2")
+    assert [cli.datamodule.seed for cli in (shipped, one, two)] == [0, 1, 2]  # base.yaml: seed_everything 0
+    orders = [first_batch(cli) for cli in (shipped, one, two)]
+    assert len({tuple(order) for order in orders}) == 3 and all(len(order) == 32 for order in orders)
+    assert first_batch(build("--seed_everything", "1", "--data.seed", "7")) == first_batch(build("--data.seed", "7"))
+    assert build("--seed_everything", "1", "--data.seed", "7").datamodule.seed == 7
+    assert build("--seed_everything", "false").datamodule.seed == 0
+    state = two.datamodule.state_dict()
+    assert state["seed"] == 2 and state["label_names"] == list(two.datamodule.label_names)
+    one.datamodule.load_state_dict(dict(state, seed=1))  # the same seed: resumes
+    with pytest.raises(DataError, match=r"data.seed=2; this run's is 1 .* --data.seed 2"):
+        one.datamodule.load_state_dict(state)
+
+
 def _signature_defaults(function) -> dict:
     return {name: p.default for name, p in inspect.signature(function).parameters.items()
             if p.default is not inspect.Parameter.empty}
