@@ -129,6 +129,12 @@ class LitbertCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         config = self.config
         model, data = config.model.init_args, config.data.init_args
+        for name in ("pretrained", "teacher"):  # read before the tokenizer that may come from them: name the setting
+            if model.get(name) is not None and not Path(model[name]).is_dir():
+                raise CheckpointError(
+                    f"model.{name}={model[name]} is not a folder. litbert loads checkpoints from local folders (a "
+                    f"transformers save_pretrained folder or a litbert export); download a hub model first (e.g. "
+                    f"`huggingface-cli download NAME --local-dir DIR`) and give that folder.")
         # Fine-tuning from a checkpoint folder uses the tokenizer saved in it unless the config names one.
         if "tokenizer" in data and data.tokenizer is None:
             data.tokenizer = model.get("pretrained") or model.get("teacher")
@@ -137,6 +143,10 @@ class LitbertCLI(LightningCLI):
                                 for _, target, _ in DATA_LINKS if target.rsplit(".", 1)[-1] in model}
         if config.export_dir is not None and not config.export:
             raise ValueError(f"--export_dir {config.export_dir} says where to export, but --export is false; drop one.")
+        if config.trainer.get("limit_predict_batches") is not None:
+            raise ValueError(f"--trainer.limit_predict_batches {config.trainer.limit_predict_batches}: train.py "
+                             f"predicts the test sets whole, for submission files that a part of them would not make, "
+                             f"and never calls trainer.predict; remove it (--predict false skips the predictions).")
         if config.overwrite and config.ckpt_path is not None:
             raise ValueError("--overwrite replaces a finished or abandoned run, but --ckpt_path resumes one in place; "
                              "drop one of them.")
@@ -211,11 +221,15 @@ class LitbertCLI(LightningCLI):
     @staticmethod
     def _data_seed(config: Any, resumed: dict[str, Any]) -> int:
         """The seed of an unset data.seed: the resumed checkpoint's (a run started with `seed_everything: true`
-        draws another seed when it is relaunched, and its batches must go on in the order they began), else the
-        run's seed_everything, else 0 (`seed_everything: false`)."""
-        kept = resumed.get(config.data.class_path.rsplit(".", 1)[-1], {}).get("seed")  # Lightning's key: the class
-        if kept is not None:
-            return kept
+        draws another seed when it is relaunched, and its batches must go on in the order they began; 0 for a
+        checkpoint written before the seed was kept), else the run's seed_everything, else 0
+        (`seed_everything: false`)."""
+        if resumed:
+            kept = resumed.get(config.data.class_path.rsplit(".", 1)[-1], {}).get("seed")  # Lightning's key: the class
+            if kept is None:  # written before the seed was kept, when an unset data.seed was 0
+                print("litbert: the checkpoint predates the kept data seed: its batches came from data.seed 0, and "
+                      "the resumed run goes on with it", flush=True)
+            return 0 if kept is None else kept
         seed = config.seed_everything
         return seed if isinstance(seed, int) and not isinstance(seed, bool) else 0
 
@@ -336,6 +350,15 @@ def run(cli: LitbertCLI) -> dict[str, float]:
     trainer, model, data = cli.trainer, cli.model, cli.datamodule
     config = cli.config
     data.check_model(model.encoder.config)  # positions and vocabulary big enough, before any training
+    labelled_test = getattr(data, "has_test_split", True)
+    tests = labelled_test and is_overridden("test_dataloader", data) and is_overridden("test_step", model)
+    predicts = config.predict and callable(getattr(data, "write_submission", None))
+    # The sets tested and predicted after training are read now: a missing or malformed test file stops the run
+    # before it trains, not after hours of it.
+    if tests:
+        data.setup("test")
+    if predicts:
+        data.setup("predict")
     try:
         trainer.fit(model, datamodule=data, ckpt_path=cli.resume_path)
     except DivergenceError as error:
@@ -351,8 +374,7 @@ def run(cli: LitbertCLI) -> dict[str, float]:
     metrics: dict[str, float] = {}
     for results in trainer.validate(model, datamodule=data, ckpt_path=ckpt_path, verbose=False):
         metrics.update(results)
-    labelled_test = getattr(data, "has_test_split", True)
-    if labelled_test and is_overridden("test_dataloader", data) and is_overridden("test_step", model):
+    if tests:
         for results in trainer.test(model, datamodule=data, ckpt_path=ckpt_path, verbose=False):
             metrics.update(results)
     elif is_overridden("test_step", model) and trainer.is_global_zero:
@@ -360,20 +382,21 @@ def run(cli: LitbertCLI) -> dict[str, float]:
     metrics = {key: float(value) for key, value in sorted(metrics.items())}
 
     root = Path(trainer.default_root_dir)
-    submission = []
-    if config.predict and callable(getattr(data, "write_submission", None)):
-        predictions = predict_test_sets(trainer, model, data)
-        if trainer.is_global_zero and predictions:
-            submission = data.write_submission(predictions, root / "submission")
     export_dir = export_path(config)
     if config.export:
         export(trainer, model, export_dir, data.tokenizer)
+    metrics_path = root / "metrics.json"
+    if trainer.is_global_zero:  # before predicting: the run's results are kept whatever prediction meets
+        root.mkdir(parents=True, exist_ok=True)
+        metrics_path.write_text(json.dumps(finite_or_none(metrics), indent=2, allow_nan=False) + "\n")
+    submission = []
+    if predicts:
+        predictions = predict_test_sets(trainer, model, data)
+        if trainer.is_global_zero and predictions:
+            submission = data.write_submission(predictions, root / "submission")
 
     config_dir = trainer.log_dir  # a collective call under DDP: every rank makes it
     if trainer.is_global_zero:
-        root.mkdir(parents=True, exist_ok=True)
-        metrics_path = root / "metrics.json"
-        metrics_path.write_text(json.dumps(finite_or_none(metrics), indent=2, allow_nan=False) + "\n")
         last = next((c.last_path for c in trainer.callbacks if isinstance(c, LastCheckpoint)), None)
         print(f"litbert: resolved config  {Path(config_dir or root) / 'config.yaml'}")
         print(f"litbert: best checkpoint  {best or '(none saved: no validation during fit; final weights used)'}")

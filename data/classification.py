@@ -292,6 +292,7 @@ class ClassificationDataModule(TokenizedDataModule):
                                              ("pearson", "spearman") if self.is_regression else ("accuracy",)))
         self.val_split_names = list(spec.validation_splits if spec is not None else ("validation",))
         self.test_split_names: list[str] = []  # the unlabelled test sets set up for prediction
+        self._said_missing: set[str] = set()  # optional test sets found missing, and said so once
         self.test_ids: dict[str, list[str]] = {}
         self.skipped: dict[str, int] = {}
         self.truncated: dict[str, int] = {}
@@ -349,6 +350,16 @@ class ClassificationDataModule(TokenizedDataModule):
         config, name = spec.split_configs.get(split, (spec.config, split))
         folder = self._folder(config)
         return None if folder is None else split_file(spec.hub, config, name, folder)
+
+    def _sibling_file(self, split: str) -> Path:
+        """Where a split of another config (GLUE's AX) belongs beside the task's local folder, as the official
+        layout has it: `glue/diagnostic/diagnostic.tsv` beside `glue/MNLI`."""
+        spec = self.spec
+        assert spec is not None and split in spec.split_configs
+        config, name = spec.split_configs[split]
+        copy = LOCAL_COPIES[spec.hub]
+        folder = self._folder(spec.config).parent / copy.folder.format(config=copy.configs[config]).rsplit("/", 1)[-1]
+        return split_file(spec.hub, config, name, folder)
 
     def _read(self, split: str) -> Rows:
         if split in self._rows:
@@ -520,8 +531,15 @@ class ClassificationDataModule(TokenizedDataModule):
                 if split not in self.datasets:
                     if split in self.spec.split_configs and self._folder(self.spec.config) is not None:
                         local = self._local_file(split)  # a set of another config, read with this task (AX)
-                        if local is None or not local.is_file():
-                            continue  # optional: a local task folder need not come with the diagnostic set
+                        if local is None or not local.is_file():  # optional: a local task folder need not
+                            # come with the diagnostic set, but its file is then missing from the submission
+                            if split in self._said_missing:
+                                continue
+                            self._said_missing.add(split)
+                            log.warning("%s: no %s set at %s, so %s is not predicted; put it there for a complete "
+                                        "GLUE submission", self.spec.name, split, local or self._sibling_file(split),
+                                        self.spec.submission.get(split, split))
+                            continue
                     self.datasets[split] = self._build(split)
                     self.test_ids[split] = list(self.datasets[split]["id"])
                 if split not in self.test_split_names:

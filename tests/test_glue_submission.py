@@ -56,39 +56,43 @@ def test_every_test_set_with_data_writes_a_valid_submission(task, shared_data, t
 def test_train_py_predicts_the_test_sets_and_the_sweep_zips_them(shared_data, tmp_path):
     """Two tasks from MiniLM through the sweep (train.py with the shipped configs, a few steps each): each run
     writes its submission file from its best checkpoint, the table has a row per task with its official metrics,
-    and the zip holds both files and names the missing ones."""
+    and the zip holds both files and names the missing ones. It runs from a folder outside the repository with a
+    relative --out, which train.py reads as the sweep does; run again, it keeps both finished tasks."""
     out = tmp_path / "sweep"
-    done = subprocess.run(
-        [sys.executable, "-m", "tasks.glue_sweep", "run", "--pretrained", MINILM, "--out", str(out), "--tasks",
-         "wnli", "stsb", "--", "--trainer.max_steps", "3", "--trainer.val_check_interval", "3",
-         "--trainer.enable_progress_bar", "false",
-         "--trainer.logger", "false"],
-        cwd=REPO, env=environment(LITBERT_DATA=str(shared_data), LITBERT_CACHE=str(tmp_path / "cache")),
-        capture_output=True, text=True, timeout=900)
+    sweep = [sys.executable, "-m", "tasks.glue_sweep", "run", "--pretrained", MINILM, "--out", "sweep", "--tasks",
+             "wnli", "stsb", "--", "--trainer.max_steps", "3", "--trainer.val_check_interval", "3",
+             "--trainer.enable_progress_bar", "false", "--trainer.logger", "false"]
+    env = environment(LITBERT_DATA=str(shared_data.resolve()), LITBERT_CACHE=str(tmp_path / "cache"),
+                      PYTHONPATH=str(REPO))  # this checkout's package, from a folder outside it
+    done = subprocess.run(sweep, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     for task, name in (("wnli", "WNLI.tsv"), ("stsb", "STS-B.tsv")):
         path = out / task / "submission" / name
         assert [row[0] for row in rows(path)[1:]] == ids_of(shared_data, task)
-        assert f"litbert: test predictions {path}" in done.stdout
+        assert f"litbert: test predictions {Path('sweep') / task / 'submission' / name}" in done.stdout
         assert list((out / task / "checkpoints").glob("best-*.ckpt"))
     stsb = [float(row[1]) for row in rows(out / "stsb" / "submission" / "STS-B.tsv")[1:]]
     assert all(0.0 <= score <= 5.0 for score in stsb) and len(set(stsb)) > 20  # varied predictions, not a constant
     table = (out / "results.md").read_text().splitlines()
     assert table[0] == "| Task | Metric | Result | Training time |"
     metrics = json.loads((out / "stsb" / "metrics.json").read_text())
-    assert table[2].startswith("| WNLI | accuracy | ")
-    assert table[3].startswith(f"| STS-B | pearson/spearman | {100 * metrics['val/pearson']:.2f}/"
-                               f"{100 * metrics['val/spearman']:.2f} | ")
+    assert table[2].startswith(f"| STS-B | pearson/spearman | {100 * metrics['val/pearson']:.2f}/"
+                               f"{100 * metrics['val/spearman']:.2f} | ")  # GLUE's order of the tasks
+    assert table[3].startswith("| WNLI | accuracy | ")
     with zipfile.ZipFile(out / "submission.zip") as archive:
         assert sorted(archive.namelist()) == ["STS-B.tsv", "WNLI.tsv"]
         assert archive.read("WNLI.tsv") == (out / "wnli" / "submission" / "WNLI.tsv").read_bytes()
     assert "missing for a complete GLUE submission: CoLA.tsv, SST-2.tsv, MRPC.tsv, QQP.tsv" in done.stdout
+    again = subprocess.run(sweep, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-3000:]
+    assert again.stdout.count("finished in") == 2 and "train.py" not in again.stdout
+    assert (out / "results.md").read_text().splitlines() == table
 
 
 def test_a_failed_task_is_reported_and_the_sweep_exits_non_zero(tmp_path, monkeypatch):
     calls = []
 
-    def fake_run(task, pretrained, out, extra):
+    def fake_run(task, pretrained, out, extra, redo=False):
         calls.append(task)
         if task == "mnli":
             return {"task": task, "status": 2, "seconds": 3.0, "error": "litbert: no MNLI data", "metrics": {}}
@@ -104,3 +108,131 @@ def test_a_failed_task_is_reported_and_the_sweep_exits_non_zero(tmp_path, monkey
     assert "| RTE | accuracy | 50.00 | 1.0 min |" in table
     with zipfile.ZipFile(tmp_path / "submission.zip") as archive:
         assert archive.namelist() == ["RTE.tsv"]
+
+
+def test_the_diagnostic_set_goes_into_ax_from_the_mnli_model(shared_data, tmp_path, caplog):
+    """AX.tsv: the real diagnostic set (GLUE's `diagnostic/diagnostic.tsv`) is a test split of MNLI, predicted by the
+    MNLI model (here a small made-up MNLI folder beside it): every row, the file's ids in order, the three NLI labels.
+    Without the diagnostic folder the MNLI files are still written, and the missing AX is said, not skipped quietly."""
+    from test_data_glue import MNLI_COLUMNS, NLI, mnli_row, write_tsv
+
+    def mnli_folder(root: Path) -> None:
+        folder = root / "glue" / "MNLI"
+        write_tsv(folder / "train.tsv", [*MNLI_COLUMNS, "label1", "gold_label"],
+                  [mnli_row(i, [NLI[i % 3]] * 2) for i in range(12)])
+        dev_header = [*MNLI_COLUMNS, "label1", "label2", "label3", "label4", "label5", "gold_label"]
+        for name in ("dev_matched.tsv", "dev_mismatched.tsv"):
+            write_tsv(folder / name, dev_header, [mnli_row(i, [NLI[i % 3]] * 6) for i in range(4)])
+        for name in ("test_matched.tsv", "test_mismatched.tsv"):
+            write_tsv(folder / name, MNLI_COLUMNS, [mnli_row(i, []) for i in range(3)])
+
+    with_ax = tmp_path / "with_ax"
+    mnli_folder(with_ax)
+    (with_ax / "glue" / "diagnostic").symlink_to((shared_data / "glue" / "diagnostic").resolve())
+    data = GLUEDataModule("mnli", MINILM, data_root=str(with_ax), cache_dir=str(tmp_path / "cache"))
+    data.setup("predict")
+    assert data.test_split_names == ["test_matched", "test_mismatched", "test_ax"]
+    table = rows(shared_data / "glue" / "diagnostic" / "diagnostic.tsv")
+    ids = [row[table[0].index("index")] for row in table[1:]]
+    assert len(data.datasets["test_ax"]) == len(ids) == 1104
+    predictions = {split: [i % 3 for i in range(len(data.datasets[split]))] for split in data.test_split_names}
+    paths = data.write_submission(predictions, tmp_path / "out")
+    assert [path.name for path in paths] == ["MNLI-m.tsv", "MNLI-mm.tsv", "AX.tsv"]
+    ax = rows(tmp_path / "out" / "AX.tsv")
+    assert ax[0] == ["index", "prediction"] and [row[0] for row in ax[1:]] == ids
+    assert [row[1] for row in ax[1:4]] == NLI and {row[1] for row in ax[1:]} == set(NLI)
+
+    without = tmp_path / "without_ax"
+    mnli_folder(without)
+    data = GLUEDataModule("mnli", MINILM, data_root=str(without), cache_dir=str(tmp_path / "cache"))
+    with caplog.at_level("WARNING"):
+        data.setup("predict")
+        data.setup("predict")  # train.py's check before fit, then its prediction: said once
+    assert data.test_split_names == ["test_matched", "test_mismatched"]
+    assert caplog.text.count("so AX.tsv is not predicted") == 1
+    assert f"no test_ax set at {without / 'glue' / 'diagnostic' / 'diagnostic.tsv'}, so AX.tsv is not predicted" \
+        in caplog.text
+
+
+def test_the_sweep_resumes_an_unfinished_task_keeps_finished_ones_and_tabulates_every_task(tmp_path, monkeypatch):
+    """Run again into the same folder, the sweep keeps a finished task (`--redo` trains it again, replacing it),
+    resumes one with a last checkpoint, starts one that saved none afresh with --overwrite, and tables every task
+    the folder holds, not only this call's. train.py runs in the caller's folder, so relative paths mean the same
+    to both; a train.py that exits 0 without metrics.json is a failure."""
+    commands = []
+
+    def fake_subprocess_run(command, **kwargs):
+        commands.append((command, kwargs.get("cwd")))
+        root = Path(command[command.index("--trainer.default_root_dir") + 1])
+        if "wnli" not in str(root):
+            (root / "checkpoints").mkdir(parents=True, exist_ok=True)
+            (root / "checkpoints" / "last.ckpt").write_text("")
+            (root / "metrics.json").write_text(json.dumps({"val/accuracy": 0.75}))
+        return subprocess.CompletedProcess(command, 0, stderr="")
+
+    monkeypatch.setattr(glue_sweep.subprocess, "run", fake_subprocess_run)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sweep" / "qnli" / "checkpoints").mkdir(parents=True)  # a sweep killed inside QNLI
+    (tmp_path / "sweep" / "qnli" / "checkpoints" / "last.ckpt").write_text("")
+    (tmp_path / "sweep" / "wnli").mkdir()
+    (tmp_path / "sweep" / "wnli" / "config.yaml").write_text("")  # killed before its first checkpoint
+    assert glue_sweep.main(["run", "--pretrained", "ckpt", "--out", "sweep", "--tasks", "rte", "qnli", "wnli"]) == 1
+    flags = {Path(c[c.index("--trainer.default_root_dir") + 1]).name: c[c.index("--trainer.default_root_dir") + 2:]
+             for c, _ in commands}
+    assert flags == {"rte": [], "qnli": ["--ckpt_path", "last"], "wnli": ["--overwrite", "true"]}
+    assert all(cwd is None for _, cwd in commands)  # the caller's folder, where "sweep/rte" means what it meant here
+    assert [c[c.index("--trainer.default_root_dir") + 1] for c, _ in commands] == ["sweep/rte", "sweep/qnli",
+                                                                                  "sweep/wnli"]
+    records = {r["task"]: r for r in glue_sweep.recorded(tmp_path / "sweep")}
+    assert records["qnli"]["resumed"] and records["wnli"]["status"] == 1
+    assert "train.py exited 0 but wrote no" in records["wnli"]["error"]
+    commands.clear()
+    (tmp_path / "sweep" / "results.md").unlink()
+    assert glue_sweep.main(["run", "--pretrained", "ckpt", "--out", "sweep", "--tasks", "rte"]) == 0  # kept
+    assert commands == []
+    table = (tmp_path / "sweep" / "results.md").read_text()  # written again, with every task of the folder
+    assert "| QNLI | accuracy | 75.00 |" in table and "| RTE | accuracy | 75.00 |" in table
+    assert "(resumed: this sitting's time)" in table and "| WNLI | (failed, status 1) |" in table
+    # Another checkpoint or other train.py arguments into the same folder would mix two models in one table.
+    with pytest.raises(SystemExit, match="was trained with --pretrained ckpt and train.py arguments \\[\\]; this sweep "
+                                         "gives --pretrained other"):
+        glue_sweep.main(["run", "--pretrained", "other", "--out", "sweep", "--tasks", "rte"])
+    with pytest.raises(SystemExit, match="this sweep gives --pretrained ckpt and \\['--trainer.max_epochs', '1'\\]"):
+        glue_sweep.main(["run", "--pretrained", "ckpt", "--out", "sweep", "--tasks", "rte", "--",
+                         "--trainer.max_epochs", "1"])
+    assert commands == []
+    assert glue_sweep.main(["run", "--pretrained", "ckpt", "--out", "sweep", "--tasks", "rte", "--redo"]) == 0
+    assert [c[c.index("--trainer.default_root_dir") + 2:] for c, _ in commands] == [["--overwrite", "true"]]
+
+
+def test_zip_refuses_a_missing_folder_an_empty_sweep_and_two_files_of_one_name(tmp_path, capsys):
+    assert glue_sweep.main(["zip", str(tmp_path / "nowhere")]) == 2
+    assert "is not a folder; give the --out of a sweep" in capsys.readouterr().err
+    assert glue_sweep.main(["zip", str(tmp_path)]) == 1
+    assert "nothing to zip" in capsys.readouterr().err and not (tmp_path / "submission.zip").exists()
+    for task in ("rte", "rte-again"):
+        (tmp_path / task / "submission").mkdir(parents=True)
+        (tmp_path / task / "submission" / "RTE.tsv").write_text("index\tprediction\n0\tentailment\n")
+    with pytest.raises(SystemExit, match="rte-again/submission/RTE.tsv are both RTE.tsv"):
+        glue_sweep.main(["zip", str(tmp_path)])
+
+
+def test_a_broken_test_file_stops_train_py_before_it_trains(shared_data, tmp_path):
+    """train.py reads the test sets it will predict before it trains: a malformed row of RTE's test.tsv stops the run
+    with status 2, naming the file and line, before any step (no checkpoint), rather than after the whole fit."""
+    import shutil
+
+    from runs import train
+
+    rte = tmp_path / "RTE"
+    rte.mkdir()
+    for name in ("train.tsv", "dev.tsv"):
+        shutil.copy(shared_data / "glue" / "RTE" / name, rte / name)
+    lines = (shared_data / "glue" / "RTE" / "test.tsv").read_text().splitlines()
+    lines[5] = lines[5].rsplit("\t", 1)[0]  # a row without its second sentence
+    (rte / "test.tsv").write_text("\n".join(lines) + "\n")
+    done = train("configs/glue/rte.yaml", tmp_path / "run", "--model.pretrained", MINILM, "--data.data_dir", str(rte),
+                 "--trainer.logger", "false", env=environment(LITBERT_CACHE=str(tmp_path / "cache")), timeout=300)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert f"{rte / 'test.tsv'}, line 6: 2 fields where the header has 3" in done.stderr
+    assert not (tmp_path / "run" / "checkpoints").exists()

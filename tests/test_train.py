@@ -601,3 +601,21 @@ def test_a_modernbert_teacher_distils_through_train_py_into_a_modernbert_student
         ours = student.head(student.encoder(ids, mask))
         expected = theirs(input_ids=ids, attention_mask=mask).logits
     assert (ours - expected)[mask.bool()].abs().max() < 1e-4
+
+
+def test_a_pretrained_folder_that_does_not_exist_is_named_by_its_setting(env, tmp_path):
+    """The tokenizer of a fine-tuning run comes from model.pretrained's folder, so a wrong path is reported as the
+    setting the user gave, not as a missing tokenizer."""
+    from tasks.checkpointing import CheckpointError
+
+    with pytest.raises(CheckpointError, match=f"model.pretrained={tmp_path / 'nope'} is not a folder. litbert loads"):
+        train.make_cli(["--config", "configs/glue/rte.yaml", "--model.pretrained", str(tmp_path / "nope"),
+                        "--trainer.logger", "false", "--trainer.default_root_dir", str(tmp_path / "run")])
+
+
+def test_limit_predict_batches_is_refused(env, minilm, tmp_path):
+    """train.py predicts whole test sets without trainer.predict, so a limit on its batches would change nothing."""
+    with pytest.raises(ValueError, match="limit_predict_batches 0.5: train.py predicts the test sets whole"):
+        train.make_cli(["--config", "configs/glue/rte.yaml", "--model.pretrained", minilm, "--trainer.logger",
+                        "false", "--trainer.default_root_dir", str(tmp_path / "run"),
+                        "--trainer.limit_predict_batches", "0.5"])
