@@ -350,8 +350,8 @@ def run(cli: LitbertCLI) -> dict[str, float]:
     trainer, model, data = cli.trainer, cli.model, cli.datamodule
     config = cli.config
     data.check_model(model.encoder.config)  # positions and vocabulary big enough, before any training
-    labelled_test = getattr(data, "has_test_split", True)
-    tests = labelled_test and is_overridden("test_dataloader", data) and is_overridden("test_step", model)
+    tests = getattr(data, "has_test_split", True) and is_overridden("test_dataloader", data) \
+        and is_overridden("test_step", model)
     predicts = config.predict and callable(getattr(data, "write_submission", None))
     # The sets tested and predicted after training are read now: a missing or malformed test file stops the run
     # before it trains, not after hours of it.

@@ -337,11 +337,14 @@ class ClassificationDataModule(TokenizedDataModule):
             if not folder.is_dir():
                 raise FileNotFoundError(f"data_dir={folder} is not a folder; point it at the {spec.folder} folder of "
                                         f"the dataset's official layout.")
-            if config == spec.config:
-                return folder
-            copy = LOCAL_COPIES[spec.hub]  # another config of the same dataset: its sibling folder (GLUE's AX)
-            return folder.parent / copy.folder.format(config=copy.configs[config]).rsplit("/", 1)[-1]
+            return folder if config == spec.config else self._beside(folder, config)
         return local_copy_folder(spec.hub, config, data_root(self.data_root))
+
+    def _beside(self, folder: Path, config: str) -> Path:
+        """The folder of another config of the known dataset beside the task's `folder`, as the official layout has
+        it (GLUE's `diagnostic` beside `MNLI`)."""
+        copy = LOCAL_COPIES[self.spec.hub]
+        return folder.parent / copy.folder.format(config=copy.configs[config]).rsplit("/", 1)[-1]
 
     def _local_file(self, split: str) -> Path | None:
         """The local file of a split of the known dataset (which may be missing), or None for the hub."""
@@ -352,14 +355,12 @@ class ClassificationDataModule(TokenizedDataModule):
         return None if folder is None else split_file(spec.hub, config, name, folder)
 
     def _sibling_file(self, split: str) -> Path:
-        """Where a split of another config (GLUE's AX) belongs beside the task's local folder, as the official
-        layout has it: `glue/diagnostic/diagnostic.tsv` beside `glue/MNLI`."""
+        """Where a split of another config (GLUE's AX) belongs beside the task's local folder:
+        `glue/diagnostic/diagnostic.tsv` beside `glue/MNLI`."""
         spec = self.spec
         assert spec is not None and split in spec.split_configs
         config, name = spec.split_configs[split]
-        copy = LOCAL_COPIES[spec.hub]
-        folder = self._folder(spec.config).parent / copy.folder.format(config=copy.configs[config]).rsplit("/", 1)[-1]
-        return split_file(spec.hub, config, name, folder)
+        return split_file(spec.hub, config, name, self._beside(self._folder(spec.config), config))
 
     def _read(self, split: str) -> Rows:
         if split in self._rows:
