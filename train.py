@@ -203,6 +203,17 @@ class LitbertCLI(LightningCLI):
             used.append(export)
         if not used:
             return
+        inputs = [(f"{part}.{name}", Path(value).resolve()) for part in ("model", "data")
+                  for name, value in (config[part].init_args or {}).items()
+                  if isinstance(value, str | Path) and value and Path(value).exists()]
+        for path in used:
+            for setting, given in inputs:
+                if given == path.resolve() or path.resolve() in given.parents:
+                    raise RunFolderError(
+                        f"{setting}={given} lies in {path}, which this run would "
+                        f"{'remove (--overwrite)' if config.overwrite else 'write over'}: the run would destroy its "
+                        f"own input. Copy it elsewhere first, or choose another --trainer.default_root_dir"
+                        f"{' / --export_dir' if path == export else ''}.")
         if not config.overwrite:
             listing = ", ".join(str(path) for path in used)
             raise RunFolderError(

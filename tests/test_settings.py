@@ -485,6 +485,23 @@ def test_a_used_run_folder_is_never_silently_reused(glue, tmp_path):
         glue("--export", "false", "--export_dir", str(tmp_path / "elsewhere"), root=tmp_path / "fresh")
 
 
+def test_a_run_never_removes_or_writes_over_its_own_input(glue, tmp_path):
+    """--overwrite removes the earlier run's files: where the checkpoint it fine-tunes (or its tokenizer) is the
+    earlier run's export, the run is refused before anything is removed, as is an export into the input folder."""
+    root = tmp_path / "earlier"
+    shutil.copytree(glue().model.hparams.pretrained, root / "model")
+    (root / "metrics.json").write_text("{}\n")
+    for extra in ([], ["--overwrite", "true"]):
+        with pytest.raises(train.RunFolderError, match=rf"model.pretrained={root / 'model'} lies in {root / 'model'}"
+                                                       rf", which this run would"):
+            glue("--model.pretrained", str(root / "model"), *extra, root=root)
+    assert (root / "model" / "config.json").is_file() and (root / "metrics.json").is_file()
+    with pytest.raises(train.RunFolderError, match=r"data.tokenizer=.* lies in .*--export_dir"):
+        glue("--data.tokenizer", str(root / "model"), "--export_dir", str(root), "--overwrite", "true",
+             root=tmp_path / "fresh")
+    assert (root / "model" / "config.json").is_file()
+
+
 def test_metrics_json_holds_null_for_an_undefined_metric():
     assert train.finite_or_none({"val/pearson": float("nan"), "val/loss": 0.5}) == {"val/pearson": None,
                                                                                       "val/loss": 0.5}
