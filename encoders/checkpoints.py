@@ -305,26 +305,57 @@ def _load_bin(path: str) -> dict[str, torch.Tensor]:
     return state
 
 
+SHARD_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+
+
+def _shards(index: Path) -> list[str]:
+    weight_map = read_json(index).get("weight_map")
+    if not isinstance(weight_map, dict):
+        raise CheckpointError(f"{index} has no `weight_map`; the shard index is corrupt.")
+    return sorted(set(weight_map.values()))
+
+
 def read_weights(directory: Path) -> dict[str, torch.Tensor]:
-    """All tensors of a transformers-style weights file (or shards) in `directory`."""
-    for index_name, loader in (("model.safetensors.index.json", _load_safetensors),
-                               ("pytorch_model.bin.index.json", _load_bin)):
-        index = directory / index_name
-        if index.exists():
-            weight_map = read_json(index).get("weight_map")
-            if not isinstance(weight_map, dict):
-                raise CheckpointError(f"{index} has no `weight_map`; the shard index is corrupt.")
-            state: dict[str, torch.Tensor] = {}
-            for shard in sorted(set(weight_map.values())):
-                state.update(loader(str(directory / shard)))
-            return state
-    if (directory / WEIGHTS).exists():
-        return _load_safetensors(str(directory / WEIGHTS))
-    if (directory / "pytorch_model.bin").exists():
-        return _load_bin(str(directory / "pytorch_model.bin"))
+    """All tensors of a transformers-style weights file (or shards) in `directory`, looked for in transformers'
+    order: model.safetensors, its shard index, pytorch_model.bin, its shard index."""
+    for name, loader in ((WEIGHTS, _load_safetensors), (SHARD_INDEXES[0], _load_safetensors),
+                         ("pytorch_model.bin", _load_bin), (SHARD_INDEXES[1], _load_bin)):
+        path = directory / name
+        if not path.exists():
+            continue
+        if name not in SHARD_INDEXES:
+            return loader(str(path))
+        state: dict[str, torch.Tensor] = {}
+        for shard in _shards(path):
+            state.update(loader(str(directory / shard)))
+        return state
     raise CheckpointError(
         f"No weights in {directory}: expected model.safetensors, pytorch_model.bin or a sharded index of either."
     )
+
+
+def _remove_other_weights(directory: Path) -> None:
+    """Weights of an earlier save in `directory` that the new model.safetensors does not replace (a shard index and
+    its shards, pytorch_model.bin) go, as transformers' save_pretrained removes them: left there, a loader that
+    prefers them would read the earlier model."""
+    removed = []
+    for index in (directory / name for name in SHARD_INDEXES):
+        if index.exists():
+            try:
+                shards = _shards(index)
+            except (CheckpointError, ValueError):
+                shards = []
+            for shard in shards:
+                if Path(shard).name == shard and (directory / shard).is_file():
+                    (directory / shard).unlink()
+                    removed.append(shard)
+            index.unlink()
+            removed.append(index.name)
+    if (directory / "pytorch_model.bin").exists():
+        (directory / "pytorch_model.bin").unlink()
+        removed.append("pytorch_model.bin")
+    if removed:
+        log.warning("Removed the earlier weights in %s that the new save replaces: %s", directory, ", ".join(removed))
 
 
 def config_from_transformers(hf: dict[str, Any], source: str) -> EncoderConfig:
@@ -665,6 +696,7 @@ def save_checkpoint(encoder: nn.Module, directory: Path, head: nn.Module | None 
         except ValueError:
             format = "litbert"
     directory.mkdir(parents=True, exist_ok=True)
+    _remove_other_weights(directory)
     if format == "transformers":
         hf_config, state = _to_transformers(encoder, head, kind)
         if label_names is not None:  # what transformers' pipelines show instead of LABEL_0, LABEL_1, ...
@@ -682,6 +714,7 @@ def save_checkpoint(encoder: nn.Module, directory: Path, head: nn.Module | None 
             head_meta = {"kind": kind, "options": _head_options(head)}
         meta = {"format": "litbert", "version": 1, "encoder": encoder.config.to_dict(), "head": head_meta,
                 "label_names": list(label_names) if label_names is not None else None}
+        (directory / "config.json").unlink(missing_ok=True)  # a transformers config of an earlier save would be read
         (directory / LITBERT_CONFIG).write_text(json.dumps(meta, indent=2) + "\n")
     # safetensors refuses tensors that share memory (the split QKV views); give each its own storage.
     save_file({k: v.contiguous().clone() for k, v in state.items()}, str(directory / WEIGHTS),

@@ -421,6 +421,31 @@ def test_sharded_checkpoint(tmp_path):
     assert diff < 1e-5
 
 
+def test_a_save_into_a_folder_of_earlier_weights_replaces_them(tmp_path):
+    """Saving over a sharded or .bin checkpoint (or over the other format) leaves nothing of the earlier model that
+    litbert or transformers would read instead of the new one."""
+    reference = random_weights(transformers.BertModel(hf_config("bert", hidden_size=64, intermediate_size=128)))
+    reference.save_pretrained(tmp_path, max_shard_size="50KB")
+    torch.save(reference.state_dict(), tmp_path / "pytorch_model.bin")
+    shards = [p.name for p in tmp_path.glob("model-*.safetensors")]
+    encoder = random_weights(Encoder.from_pretrained(tmp_path))  # another model than the folder's
+    encoder.save_pretrained(tmp_path, format="transformers")
+    assert shards and not [p for p in tmp_path.iterdir() if p.name in shards or "index" in p.name or ".bin" in p.name]
+    ids, mask, types = inputs("bert", 0)
+    with torch.no_grad():
+        expected = encoder(ids, mask, types)
+        ours = Encoder.from_pretrained(tmp_path).eval()(ids, mask, types)
+        theirs = transformers.BertModel.from_pretrained(tmp_path).eval()(ids, mask, types).last_hidden_state
+    assert max_diff_on_real_tokens(ours, expected, mask) < 1e-6
+    assert max_diff_on_real_tokens(theirs, expected, mask) < 1e-5
+    encoder.save_pretrained(tmp_path, format="litbert")
+    assert not (tmp_path / "config.json").exists()
+    with torch.no_grad():
+        assert max_diff_on_real_tokens(Encoder.from_pretrained(tmp_path).eval()(ids, mask, types), expected, mask) < 1e-6
+    encoder.save_pretrained(tmp_path, format="transformers")
+    assert not (tmp_path / "litbert.json").exists()
+
+
 def test_real_minilm_checkpoint():
     directory = MINILM
     reference = transformers.BertModel.from_pretrained(directory).eval()
