@@ -153,8 +153,12 @@ class TokenizedDataModule(L.LightningDataModule):
 
     # ---- loaders ----------------------------------------------------------------------------------------------
 
-    def _model_view(self, dataset: datasets.Dataset) -> datasets.Dataset:
-        return dataset.with_format(columns=[c for c in MODEL_COLUMNS if c in dataset.column_names])
+    #: Columns evaluation batches carry besides `MODEL_COLUMNS`, for the task's metrics (not for the model).
+    eval_columns: tuple[str, ...] = ()
+
+    def _model_view(self, dataset: datasets.Dataset, train: bool = True) -> datasets.Dataset:
+        columns = MODEL_COLUMNS if train else MODEL_COLUMNS + self.eval_columns
+        return dataset.with_format(columns=[c for c in columns if c in dataset.column_names])
 
     def distributed(self) -> dict[str, int] | None:
         """{num_replicas, rank} when the trainer shards data across processes (DDP, FSDP), else None. With
@@ -185,7 +189,7 @@ class TokenizedDataModule(L.LightningDataModule):
     def _loader(self, split: str, train: bool) -> ResumableLoader:
         if split not in self.datasets:
             raise DataError(f"{type(self).__name__} has no {split!r} split; call setup() first or add that split.")
-        dataset = self._model_view(self.datasets[split])
+        dataset = self._model_view(self.datasets[split], train)
         batch_size = self.batch_size if train else self.eval_batch_size
         return self.loader(dataset, self.batch_sampler(dataset, train, batch_size))
 

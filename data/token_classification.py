@@ -3,14 +3,17 @@
 Words are split into sub-tokens; the word's label goes on its first sub-token and the others get -100, as in
 BERT's NER setup (Devlin et al., 2019, section 5.3), or on every sub-token (`label_all_subtokens`). Sentences with
 more sub-tokens than fit in `max_length` are split, at word boundaries, into consecutive windows, each a separate
-example with its `sentence` index kept, so nothing is cut; the number split is logged.
+example with its `sentence` index kept, so nothing is cut; the number split is logged. With `label_all_subtokens`, a
+`B-` word's later sub-tokens take the chunk's `I-` tag.
 
 Tags: CoNLL-2003 was released in IOB1 (a chunk starts with I- unless it follows a chunk of the same type); most
 copies, and this project's, use IOB2 (every chunk starts with B-). `tag_scheme="auto"` converts a file that has
 any chunk starting with I- (which IOB2 forbids) and logs it; `iob1` always converts; `iob2` refuses such files.
 
 Deviations, on purpose:
-- Windows do not overlap, so every word is predicted exactly once.
+- Windows do not overlap, so every word is predicted exactly once. Evaluation batches carry each window's
+  `sentence`, `window` and `parts` (its sentence's number of windows) and the `word_ids`, so that entities are
+  scored over whole sentences, on each word's first sub-token (whatever `label_all_subtokens` trains on).
 - A word the tokenizer erases entirely (e.g. a lone control character) is given the unknown token, so its label
   is not lost; the count is logged.
 """
@@ -89,6 +92,7 @@ class TokenClassificationDataModule(TokenizedDataModule):
     """
 
     label_state = ("label_names",)
+    eval_columns = ("word_ids", "sentence", "window", "parts")
 
     def __init__(
         self,
@@ -121,6 +125,9 @@ class TokenClassificationDataModule(TokenizedDataModule):
         if label_names is None:
             tags = {tag for sentence in self._sentences("train") for tag in sentence.tags}
             label_names = sorted(tags, key=lambda tag: (tag != "O", tag[2:], tag))
+        repeated = sorted({tag for tag in label_names if list(label_names).count(tag) > 1})
+        if repeated:
+            raise DataError(f"data.label_names lists {repeated} more than once; each tag needs one id.")
         self.label_names = list(label_names)
         self.num_labels = len(self.label_names)
 
@@ -162,7 +169,9 @@ class TokenClassificationDataModule(TokenizedDataModule):
         encoded = self.tokenizer(words, is_split_into_words=True, add_special_tokens=False,
                                  return_attention_mask=False, return_token_type_ids=False, verbose=False)
         budget = self.max_length - self.template.num_special()
-        out: dict[str, list[Any]] = {"input_ids": [], "labels": [], "word_ids": [], "sentence": [], "window": []}
+        continuation = self._continuation()
+        out: dict[str, list[Any]] = {"input_ids": [], "labels": [], "word_ids": [], "sentence": [], "window": [],
+                                     "parts": []}
         if self.uses_token_types:
             out["token_type_ids"] = []
         erased = 0
@@ -179,12 +188,13 @@ class TokenClassificationDataModule(TokenizedDataModule):
                                     f"has {len(pieces[i])} sub-tokens, more than a window of max_length="
                                     f"{self.max_length} holds; raise max_length.")
             start = 0
-            for number, window in enumerate(self._windows([len(p) for p in pieces], budget)):
+            windows = self._windows([len(p) for p in pieces], budget)
+            for number, window in enumerate(windows):
                 ids, tags, word_ids = [], [], []
                 for i in range(start, start + window):
                     ids += pieces[i]
                     word_ids += [i] * len(pieces[i])
-                    rest = labels[i] if self.label_all_subtokens else -100
+                    rest = continuation[labels[i]] if self.label_all_subtokens else -100
                     tags += [labels[i]] + [rest] * (len(pieces[i]) - 1)
                 full_ids, types = self.template.wrap(ids)
                 before, after = len(self.template.single[0]), len(self.template.single[1])
@@ -193,11 +203,19 @@ class TokenClassificationDataModule(TokenizedDataModule):
                 out["word_ids"].append([-1] * before + word_ids + [-1] * after)
                 out["sentence"].append(batch["sentence"][row])
                 out["window"].append(number)
+                out["parts"].append(len(windows))
                 if self.uses_token_types:
                     out["token_type_ids"].append(types)
                 start += window
         out["erased"] = [erased] + [0] * (len(out["input_ids"]) - 1)
         return out
+
+    def _continuation(self) -> list[int]:
+        """The label of a word's later sub-tokens under `label_all_subtokens`, by the word's label id: the chunk's
+        inside tag for a `B-` tag (so that a word of three sub-tokens is one chunk, not three, as transformers'
+        run_ner does), the word's own label otherwise or where the label set has no inside tag of that type."""
+        index = {tag: i for i, tag in enumerate(self.label_names)}
+        return [index.get("I-" + tag[2:], i) if tag.startswith("B-") else i for i, tag in enumerate(self.label_names)]
 
     @staticmethod
     def _windows(lengths: list[int], budget: int) -> list[int]:
@@ -215,7 +233,7 @@ class TokenClassificationDataModule(TokenizedDataModule):
     def _build(self, split: str) -> datasets.Dataset:
         path = self._path(split)
         settings = (self.word_column, self.label_column, self.tag_scheme, self.label_names, self.max_length,
-                    self.label_all_subtokens, 1)
+                    self.label_all_subtokens, 2)
         key = fingerprint(split, file_identity(path), self.tokenizer_key(), settings)
 
         def raw() -> datasets.Dataset:

@@ -9,12 +9,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torchmetrics import MeanMetric
+from torchmetrics.classification import MulticlassAccuracy
 
 from encoders import SequenceClassificationHead, TokenClassificationHead
 from encoders.heads import fine_tuning_head
 from tasks.base import EncoderSpec, EncoderTask, Optimization, build_encoder, read_pretrained, sequence_lengths
 from tasks.distillation import Teacher, soft_target_loss
-from tasks.metrics import EntityF1, classification_metrics
+from tasks.metrics import EntityF1, classification_metrics, first_subtokens, is_chunk_tagging
 
 
 def _given(**settings) -> dict:
@@ -204,10 +205,14 @@ class TokenClassification(EncoderTask):
         self.encoder = build_encoder(encoder, checkpoint, vocab_size, pad_token_id)
         self.head = fine_tuning_head(TokenClassificationHead, checkpoint, self.encoder.config.hidden_size,
                                      len(self.label_names), dropout=classifier_dropout)
-        self.val_entities = EntityF1(self.label_names)
-        self.test_entities = EntityF1(self.label_names)
+        # Chunks (NER) score entity F1 over whole sentences; tags of single tokens (POS) score accuracy. Either
+        # on each word's first sub-token.
+        self.chunks = is_chunk_tagging(self.label_names)
+        self.val_entities, self.test_entities = (
+            EntityF1(self.label_names) if self.chunks else MulticlassAccuracy(len(self.label_names), average="micro")
+            for _ in range(2))
         self.val_loss, self.test_loss = MeanMetric(), MeanMetric()  # per labelled token, exact across ranks
-        self.monitor = ("val/f1", "max")
+        self.monitor = ("val/f1" if self.chunks else "val/accuracy", "max")
 
     def export_labels(self) -> Sequence[str] | None:
         return self.label_names
@@ -222,14 +227,22 @@ class TokenClassification(EncoderTask):
         self.log_training(loss, batch)
         return loss
 
-    def _evaluate(self, batch: dict[str, torch.Tensor], metric: EntityF1, loss: MeanMetric, prefix: str) -> None:
+    def _evaluate(self, batch: dict[str, torch.Tensor], metric: EntityF1 | MulticlassAccuracy, loss: MeanMetric,
+                  prefix: str) -> None:
         logits = self(batch)
         labelled = int((batch["labels"] != -100).sum())
         if labelled:
             loss.update(F.cross_entropy(logits.flatten(0, 1).float(), batch["labels"].flatten(), ignore_index=-100),
                         weight=labelled)
         self.log(f"{prefix}/loss", loss)
-        metric.update(logits.argmax(-1), batch["labels"])
+        predictions, labels = logits.argmax(-1), batch["labels"]
+        scored = labels != -100
+        if "word_ids" in batch:  # each word's first sub-token, whatever label_all_subtokens trained on
+            scored &= first_subtokens(batch["word_ids"])
+        if self.chunks:
+            metric.update(predictions, labels, scored, batch.get("sentence"), batch.get("window"), batch.get("parts"))
+        else:
+            metric.update(predictions[scored], labels[scored])
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         self._evaluate(batch, self.val_entities, self.val_loss, "val")
@@ -243,6 +256,7 @@ class TokenClassification(EncoderTask):
     def on_test_epoch_end(self) -> None:
         self._log_entities(self.test_entities, "test")
 
-    def _log_entities(self, metric: EntityF1, prefix: str) -> None:
-        self.log_dict({f"{prefix}/{name}": value for name, value in metric.compute().items()}, prog_bar=True)
+    def _log_entities(self, metric: EntityF1 | MulticlassAccuracy, prefix: str) -> None:
+        values = metric.compute() if self.chunks else {"accuracy": metric.compute()}
+        self.log_dict({f"{prefix}/{name}": value for name, value in values.items()}, prog_bar=True)
         metric.reset()

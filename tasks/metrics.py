@@ -57,7 +57,9 @@ def entity_spans(tags: Sequence[str]) -> set[tuple[int, int, str]]:
 
 
 class EntityF1(Metric):
-    """Micro precision, recall and F1 over exact entity spans, accumulated across batches and ranks."""
+    """Micro precision, recall and F1 over exact entity spans, accumulated across batches and ranks, each sentence
+    scored whole: the windows of a sentence split across examples are joined before their spans are read (an entity
+    across a window boundary is one entity, as conlleval counts it)."""
 
     full_state_update = False
 
@@ -67,22 +69,79 @@ class EntityF1(Metric):
         self.ignore_index = ignore_index
         for name in ("correct", "predicted", "gold"):
             self.add_state(name, default=torch.tensor(0), dist_reduce_fx="sum")
+        # The scored tokens of sentences split into windows, as rows of (sentence, window, position, predicted id,
+        # gold id), until `compute` has them all.
+        self.add_state("windowed", default=[], dist_reduce_fx="cat")
 
-    def update(self, predictions: torch.Tensor, labels: torch.Tensor) -> None:
-        """`predictions` and `labels` are (B, T) label ids; positions labelled `ignore_index` are skipped."""
-        for pred_row, gold_row in zip(predictions.tolist(), labels.tolist(), strict=True):
-            keep = [i for i, gold in enumerate(gold_row) if gold != self.ignore_index]
-            names = self.label_names
-            self.update_tags([names[pred_row[i]] for i in keep], [names[gold_row[i]] for i in keep])
+    def update(self, predictions: torch.Tensor, labels: torch.Tensor, scored: torch.Tensor | None = None,
+               sentence: torch.Tensor | None = None, window: torch.Tensor | None = None,
+               parts: torch.Tensor | None = None) -> None:
+        """`predictions` and `labels` are (B, T) label ids. The scored positions are those not labelled
+        `ignore_index`, and of them only those `scored` marks (B, T) where it is given (each word's first
+        sub-token). A row whose sentence has several windows (`parts` > 1) is kept with its `sentence` index and
+        `window` number, and scored with the sentence's other windows in `compute`."""
+        keep = labels != self.ignore_index
+        if scored is not None:
+            keep &= scored.bool()
+        joined = parts > 1 if parts is not None else torch.zeros(len(labels), dtype=torch.bool, device=labels.device)
+        if joined.any():
+            if sentence is None or window is None:
+                raise ValueError("Rows of a sentence in several windows need their `sentence` and `window`.")
+            rows, positions = (keep & joined[:, None]).nonzero(as_tuple=True)
+            self.windowed.append(torch.stack([sentence[rows], window[rows], positions, predictions[rows, positions],
+                                              labels[rows, positions]], dim=1))
+        names = self.label_names
+        for pred_row, gold_row, keep_row in zip(predictions[~joined].tolist(), labels[~joined].tolist(),
+                                                keep[~joined].tolist(), strict=True):
+            kept = [i for i, k in enumerate(keep_row) if k]
+            self.update_tags([names[pred_row[i]] for i in kept], [names[gold_row[i]] for i in kept])
 
     def update_tags(self, predicted: Sequence[str], gold: Sequence[str]) -> None:
+        correct, found, expected = self._count(predicted, gold)
+        self.correct += correct
+        self.predicted += found
+        self.gold += expected
+
+    @staticmethod
+    def _count(predicted: Sequence[str], gold: Sequence[str]) -> tuple[int, int, int]:
         predicted_spans, gold_spans = entity_spans(predicted), entity_spans(gold)
-        self.correct += len(predicted_spans & gold_spans)
-        self.predicted += len(predicted_spans)
-        self.gold += len(gold_spans)
+        return len(predicted_spans & gold_spans), len(predicted_spans), len(gold_spans)
 
     def compute(self) -> dict[str, torch.Tensor]:
-        precision = self.correct / self.predicted.clamp(min=1)
-        recall = self.correct / self.gold.clamp(min=1)
-        f1 = 2 * precision * recall / (precision + recall).clamp(min=1e-12)
-        return {"precision": precision.float(), "recall": recall.float(), "f1": f1.float()}
+        correct, predicted, gold = self.counts()
+        precision = correct / max(predicted, 1)
+        recall = correct / max(gold, 1)
+        f1 = 2 * precision * recall / max(precision + recall, 1e-12)
+        return {name: torch.tensor(value, dtype=torch.float32)
+                for name, value in (("precision", precision), ("recall", recall), ("f1", f1))}
+
+    def counts(self) -> tuple[int, int, int]:
+        """(correct, predicted, gold) entities so far, the windowed sentences' included."""
+        correct, predicted, gold = int(self.correct), int(self.predicted), int(self.gold)
+        windowed = self.windowed
+        if isinstance(windowed, list):
+            windowed = torch.cat(windowed) if windowed else None
+        if windowed is not None and windowed.numel():
+            # Sorted by sentence, window and position; a row repeated (a distributed sampler pads the last batch
+            # of a rank with examples of another) is counted once.
+            rows = torch.unique(windowed, dim=0)
+            sentences = torch.unique_consecutive(rows[:, 0], return_counts=True)[1].tolist()
+            names = self.label_names
+            for tokens in rows.split(sentences):
+                tags = [[names[i] for i in column.tolist()] for column in (tokens[:, 3], tokens[:, 4])]
+                found = self._count(*tags)
+                correct, predicted, gold = correct + found[0], predicted + found[1], gold + found[2]
+        return correct, predicted, gold
+
+
+def is_chunk_tagging(label_names: Sequence[str]) -> bool:
+    """Whether the tags are chunks (B-/I-/E-/S- prefixes and O, as NER's), whose score is entity F1, rather than
+    tags of single tokens (POS), whose score is accuracy."""
+    prefixed = [tag for tag in label_names if tag[:2] in ("B-", "I-", "E-", "S-")]
+    return bool(prefixed) and all(tag == "O" or tag in prefixed for tag in label_names)
+
+
+def first_subtokens(word_ids: torch.Tensor) -> torch.Tensor:
+    """(B, T) True at each word's first sub-token, from the word index of each token (-1 off words)."""
+    previous = torch.nn.functional.pad(word_ids[:, :-1], (1, 0), value=-1)
+    return (word_ids >= 0) & (word_ids != previous)

@@ -8,6 +8,7 @@ from runs import MINILM
 
 from data import DataError, TokenClassificationDataModule, iob1_to_iob2
 from data.sources import read_conll
+from tasks.metrics import EntityF1, first_subtokens
 
 
 @pytest.fixture(scope="module")
@@ -88,6 +89,52 @@ def test_long_sentences_become_windows(tmp_path, caplog):
     for r in windows:
         for w, label in zip(r["word_ids"], r["labels"], strict=True):
             assert label == (-100 if w < 0 else dm.label_names.index("B-LOC" if w % 5 == 0 else "O"))
+
+
+def test_entities_split_by_windows_are_scored_as_conlleval_counts_them(shared_data, tmp_path):
+    """The real dev set at max_length 64, where some entities cross a window boundary: its evaluation batches,
+    scored with the gold tags as predictions, hold exactly the 5,942 entities conlleval counts in valid.txt (each
+    window scored alone would count 5,948), with label_all_subtokens (every sub-token labelled) as well."""
+    for all_subtokens in (False, True):
+        dm = TokenClassificationDataModule(MINILM, dataset="conll2003", data_root=str(shared_data), max_length=64,
+                                           cache_dir=str(tmp_path), label_all_subtokens=all_subtokens,
+                                           eval_batch_size=64)
+        dm.setup("validate")
+        whole, per_window = EntityF1(dm.label_names), EntityF1(dm.label_names)
+        for batch in dm.val_dataloader():
+            assert {"word_ids", "sentence", "window", "parts"} <= set(batch)
+            labels = batch["labels"]
+            scored = (labels != -100) & first_subtokens(batch["word_ids"])
+            whole.update(labels.clamp(min=0), labels, scored, batch["sentence"], batch["window"], batch["parts"])
+            per_window.update(labels.clamp(min=0), labels, scored)
+        assert whole.counts() == (5942, 5942, 5942)
+        assert per_window.counts() == (5948, 5948, 5948)
+
+
+def test_later_subtokens_of_a_chunk_start_continue_it(tmp_path):
+    path = tmp_path / "train.txt"
+    path.write_text("Schwarzenegger NNP B-PER\nKrishnamurthy NNP I-PER\nvisited VBD O\nUzbekistan NNP B-LOC\n",
+                    encoding="utf-8")
+    dm = TokenClassificationDataModule(MINILM, train_file=str(path), val_file=str(path), cache_dir=str(tmp_path),
+                                       label_all_subtokens=True)
+    dm.setup("fit")
+    row = dm.datasets["train"][0]
+    names = [dm.label_names[i] if i >= 0 else "-" for i in row["labels"]]
+    words = row["word_ids"]
+    first = [i for i, w in enumerate(words) if w >= 0 and words[i - 1] != w]
+    assert [names[i] for i in first] == ["B-PER", "I-PER", "O", "B-LOC"]
+    later = [names[i] for i, w in enumerate(words) if w >= 0 and i not in first]
+    assert later and set(later) <= {"I-PER", "B-LOC"}  # no I-LOC in this label set: B-LOC stays
+    assert "I-PER" in later and all(
+        names[i] == "I-PER" for i, w in enumerate(words) if w in (0, 1) and i not in first)
+
+
+def test_repeated_label_names_are_refused(tmp_path):
+    path = tmp_path / "train.txt"
+    path.write_text("EU NNP B-ORG\nrejects VBZ O\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"data.label_names lists \['O'\] more than once"):
+        TokenClassificationDataModule(MINILM, train_file=str(path), label_names=["O", "B-ORG", "O"],
+                                      cache_dir=str(tmp_path))
 
 
 @pytest.mark.parametrize("module", ["token_classification", "classification"])

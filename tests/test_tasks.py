@@ -18,7 +18,7 @@ from encoders import Encoder, EncoderConfig, MaskedLMHead
 from tasks.base import EncoderSpec, Optimization, build_encoder, lr_lambda, parameter_groups, read_pretrained
 from tasks.classification import SequenceClassification, TokenClassification
 from tasks.distillation import Distillation, distillation_losses, student_from_teacher
-from tasks.metrics import EntityF1, classification_metrics, entity_spans
+from tasks.metrics import EntityF1, classification_metrics, entity_spans, is_chunk_tagging
 from tasks.mlm import MaskedLM
 
 
@@ -187,6 +187,41 @@ def test_entity_f1_equals_seqeval():
     assert result["precision"].item() == pytest.approx(precision_score(gold, predicted), abs=1e-6)
     assert result["recall"].item() == pytest.approx(recall_score(gold, predicted), abs=1e-6)
     assert result["f1"].item() == pytest.approx(f1_score(gold, predicted), abs=1e-6)
+
+
+def test_entity_f1_scores_a_sentence_in_windows_whole():
+    """The windows of one sentence are joined before their spans are read, whatever batches (and order) brought
+    them, and a row repeated by a distributed sampler counts once: "new york city" cut after "york", with "city"
+    predicted O, is one gold entity missed (conlleval), not a found one and a missed one. Only the positions
+    `scored` marks (first sub-tokens) count."""
+    labels = ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
+    # window 0: [CLS] a b new york [SEP]; window 1: [CLS] city c [SEP]; another sentence whole: [CLS] Ann ##e [SEP]
+    gold0, pred0 = torch.tensor([[-100, 0, 0, 1, 2, -100]]), torch.tensor([[0, 0, 0, 1, 2, 0]])
+    gold1, pred1 = torch.tensor([[-100, 2, 0, -100]]), torch.tensor([[0, 0, 0, 0]])
+    metric = EntityF1(labels)
+    metric.update(pred1, gold1, sentence=torch.tensor([7]), window=torch.tensor([1]), parts=torch.tensor([2]))
+    whole_gold, whole_pred = torch.tensor([[-100, 3, 4, -100]]), torch.tensor([[0, 3, 0, 0]])
+    metric.update(whole_pred, whole_gold, scored=torch.tensor([[False, True, False, False]]),
+                  sentence=torch.tensor([8]), window=torch.tensor([0]), parts=torch.tensor([1]))
+    for _ in range(2):  # the second time as a distributed sampler's padding repeats it
+        metric.update(pred0, gold0, sentence=torch.tensor([7]), window=torch.tensor([0]), parts=torch.tensor([2]))
+    result = metric.compute()
+    # Found: the PER of sentence 8 (its ##e unscored) and "new york"; gold: PER and "new york city": 1 of 2 each.
+    assert (result["precision"].item(), result["recall"].item()) == (0.5, 0.5)
+    per_window = EntityF1(labels)
+    per_window.update(pred0, gold0)
+    per_window.update(pred1, gold1)
+    assert per_window.compute()["precision"].item() == 1.0  # what scoring each window alone would have said
+
+
+def test_a_tag_set_without_chunks_is_scored_by_accuracy():
+    assert is_chunk_tagging(["O", "B-PER", "I-PER", "E-PER", "S-PER"])
+    assert not is_chunk_tagging(["NN", "VBZ", "-LRB-", "PRP$", "O"])
+    assert not is_chunk_tagging(["O"])
+    model = TokenClassification(label_names=["NN", "VBZ", "DT"], encoder=TINY, vocab_size=64)
+    assert model.monitor == ("val/accuracy", "max")
+    assert TokenClassification(label_names=["O", "B-PER", "I-PER"], encoder=TINY, vocab_size=64).monitor == \
+        ("val/f1", "max")
 
 
 def test_token_classification_learns():

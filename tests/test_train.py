@@ -409,6 +409,19 @@ def test_token_classification_learns(env, minilm, tmp_path):
     assert config["id2label"]["0"] == "O" and len(config["id2label"]) == 9
 
 
+def test_pos_tags_are_scored_by_accuracy(env, minilm, tmp_path):
+    """CoNLL-2003's POS column (tags of single tokens, not chunks) through the NER config: scored and monitored by
+    accuracy over each word's first sub-token; entity F1 would be 0 whatever the model predicts."""
+    run("configs/ner/conll2003.yaml", tmp_path, "--model.pretrained", minilm, "--data.label_column", "1",
+        "--data.tag_scheme", "none", "--trainer.max_steps", "4", "--trainer.limit_val_batches", "3",
+        "--trainer.limit_test_batches", "3")
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert set(metrics) == {"val/loss", "val/accuracy", "test/loss", "test/accuracy"}
+    assert 0 < metrics["val/accuracy"] < 1
+    config = json.loads((tmp_path / "model" / "config.json").read_text())
+    assert {"NNP", "VBZ", "DT"} <= set(config["id2label"].values())
+
+
 @pytest.mark.slow  # minutes on 2 cores: run by .ci/run with -m slow
 def test_distillation_learns_and_leaves_the_teacher_unchanged(quickstart, tmp_path):
     root, _ = quickstart
