@@ -31,6 +31,7 @@ import os
 import re
 import shutil
 import signal
+import threading
 import traceback
 import warnings
 from collections.abc import Sequence
@@ -49,6 +50,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
 from data.sources import DataError
+from data.tokenizers import load_tokenizer
 from encoders.checkpoints import LITBERT_CONFIG
 from tasks.base import DivergenceError, EncoderTask, validation_prefixes
 from tasks.checkpointing import (
@@ -138,6 +140,8 @@ class LitbertCLI(LightningCLI):
         # Fine-tuning from a checkpoint folder uses the tokenizer saved in it unless the config names one.
         if "tokenizer" in data and data.tokenizer is None:
             data.tokenizer = model.get("pretrained") or model.get("teacher")
+        if model.get("teacher") is not None and data.get("tokenizer") is not None:
+            check_same_tokenizer(model.teacher, data.tokenizer)
         # What the user gave for the values that come from the data, to refuse a different one after the link.
         self.linked_settings = {target.rsplit(".", 1)[-1]: model.get(target.rsplit(".", 1)[-1])
                                 for _, target, _ in DATA_LINKS if target.rsplit(".", 1)[-1] in model}
@@ -202,6 +206,16 @@ class LitbertCLI(LightningCLI):
         if config.export and export.exists() and any(export.iterdir()):
             used.append(export)
         if not used:
+            return
+        if config.ckpt_path == "last" and all(
+                path.name == "config.yaml" or path.name == "checkpoints" and not any(path.rglob("*.ckpt"))
+                for path in used):
+            # A relaunch (a requeued job) of a run that stopped before its first checkpoint: nothing to resume and
+            # nothing of value to keep, so it starts afresh instead of being refused for its own config.yaml.
+            for path in used:
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+            print(f"litbert: --ckpt_path last: the earlier attempt in {root} stopped before its first checkpoint; "
+                  f"starting afresh", flush=True)
             return
         inputs = [(f"{part}.{name}", Path(value).resolve()) for part in ("model", "data")
                   for name, value in (config[part].init_args or {}).items()
@@ -356,7 +370,63 @@ def finite_or_none(metrics: dict[str, float]) -> dict[str, float | None]:
     return out
 
 
+def check_same_tokenizer(teacher: str, tokenizer: str) -> None:
+    """A teacher reads the student's token ids: its own tokenizer (saved in its folder) must give the same ids, or
+    its outputs would be of other words (or an index error, where the student's vocabulary is the larger)."""
+    if Path(teacher).resolve() == Path(tokenizer).resolve():
+        return
+    try:
+        ours, theirs = load_tokenizer(tokenizer), load_tokenizer(teacher)
+    except DataError as error:
+        raise DataError(f"model.teacher={teacher}: its tokenizer cannot be compared with data.tokenizer={tokenizer} "
+                        f"({error}); save the teacher's tokenizer in its folder.") from None
+
+    def pipeline(tok: Any) -> dict[str, Any]:
+        spec = json.loads(tok.backend_tokenizer.to_str())
+        return {"normalizer": spec.get("normalizer"), "pre_tokenizer": spec.get("pre_tokenizer"),
+                "model": spec.get("model", {}).get("type"), "vocabulary": tok.get_vocab(),
+                "special tokens": sorted(tok.special_tokens_map.items())}
+
+    mine, other = pipeline(ours), pipeline(theirs)
+    differ = [name for name, value in mine.items() if other[name] != value]
+    if differ:
+        raise DataError(f"model.teacher={teacher} was trained with another tokenizer than data.tokenizer={tokenizer} "
+                        f"(their {', '.join(differ)} differ): the teacher would read ids of other tokens. Distil "
+                        f"with the teacher's tokenizer (a student over another vocabulary cannot share its inputs).")
+
+
+class LateSignals:
+    """SIGTERM after training, while the run validates, tests and exports: Lightning acts on one only between
+    evaluation batches (not after the last one, nor outside them), and a run it reached there would end as if it had
+    succeeded. Installed around the whole run (training's own handlers take over during fit, and Lightning's evaluation
+    handlers call this one too); `check` stops the run before its results are written."""
+
+    def __enter__(self) -> LateSignals:
+        self.received = False
+        self.previous = None
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGTERM, self._on_signal)
+        return self
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.received = True
+        print("litbert: received SIGTERM after training; the run stops before writing its results", flush=True)
+
+    def check(self, trainer: L.Trainer) -> None:
+        if self.received or trainer.received_sigterm:
+            raise SIGTERMException
+
+    def __exit__(self, *exc: object) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGTERM, self.previous)
+
+
 def run(cli: LitbertCLI) -> dict[str, float]:
+    with LateSignals() as signals:
+        return _run(cli, signals)
+
+
+def _run(cli: LitbertCLI, signals: LateSignals) -> dict[str, float]:
     """Fit, evaluate the best checkpoint, export, and write metrics.json. Returns the final metrics."""
     trainer, model, data = cli.trainer, cli.model, cli.datamodule
     config = cli.config
@@ -394,8 +464,10 @@ def run(cli: LitbertCLI) -> dict[str, float]:
 
     root = Path(trainer.default_root_dir)
     export_dir = export_path(config)
+    signals.check(trainer)
     if config.export:
         export(trainer, model, export_dir, data.tokenizer)
+    signals.check(trainer)
     metrics_path = root / "metrics.json"
     if trainer.is_global_zero:  # before predicting: the run's results are kept whatever prediction meets
         root.mkdir(parents=True, exist_ok=True)
@@ -405,6 +477,7 @@ def run(cli: LitbertCLI) -> dict[str, float]:
         predictions = predict_test_sets(trainer, model, data)
         if trainer.is_global_zero and predictions:
             submission = data.write_submission(predictions, root / "submission")
+        signals.check(trainer)
 
     config_dir = trainer.log_dir  # a collective call under DDP: every rank makes it
     if trainer.is_global_zero:

@@ -299,7 +299,10 @@ class LastCheckpoint(Checkpoint):
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._save_if_new(trainer)
+        received = self._agreed_signal(trainer)  # one that came after the last step's check (the epoch-end save)
         self._restore_handlers()
+        if received:
+            self._stop(trainer, received)
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         self._restore_handlers()

@@ -13,10 +13,13 @@ import argparse
 import dataclasses
 import inspect
 import json
+import os
 import shutil
+import signal
 from pathlib import Path
 from typing import Any
 
+import lightning as L
 import pytest
 import torch
 from runs import MINILM
@@ -500,6 +503,73 @@ def test_a_run_never_removes_or_writes_over_its_own_input(glue, tmp_path):
         glue("--data.tokenizer", str(root / "model"), "--export_dir", str(root), "--overwrite", "true",
              root=tmp_path / "fresh")
     assert (root / "model" / "config.json").is_file()
+
+
+def test_a_teacher_of_another_tokenizer_is_refused(glue, assets):
+    """Logit distillation of RTE: the teacher (MiniLM's tokenizer) reads the student's ids, so a student tokenized
+    with another vocabulary is refused, naming both; with the teacher's tokenizer the run is built."""
+    kd = ("--config", "configs/distill/kd.yaml", "--model.teacher", assets["classifier"])
+    assert glue(*kd).model.teacher is not None
+    with pytest.raises(train.DataError, match=rf"model.teacher={assets['classifier']} was trained with another "
+                                              rf"tokenizer than data.tokenizer={assets['tokenizer_b']} \(their "
+                                              rf".*vocabulary.* differ\)"):
+        glue(*kd, "--data.tokenizer", assets["tokenizer_b"])
+
+
+class SignalAt(L.Callback):
+    """Sends this process SIGTERM at one moment of a run: at the end of the training epoch (where the final
+    checkpoint is saved), or at the last batch of the validation after fit."""
+
+    def __init__(self, when: str) -> None:
+        self.when = when
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.when == "epoch_end":
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        if self.when == "last_eval_batch" and trainer.state.fn == "validate" \
+                and batch_idx == trainer.num_val_batches[dataloader_idx] - 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+@pytest.mark.parametrize("when", ["epoch_end", "last_eval_batch"])
+def test_a_signal_after_the_last_step_never_ends_as_a_success(when, assets, shared_data, tmp_path, monkeypatch,
+                                                              capsys):
+    """SIGTERM while the last checkpoint is saved, or at the last batch of the final validation (where Lightning
+    itself does not act on it), stops the run with 143 before metrics.json and the export are written."""
+    monkeypatch.setenv("LITBERT_DATA", str(shared_data))
+    monkeypatch.setenv("LITBERT_CACHE", str(tmp_path / "cache"))
+    extra = tmp_path / "signal.yaml"
+    extra.write_text(f"trainer:\n  callbacks:\n    - class_path: {__name__}.SignalAt\n"
+                     f"      init_args: {{when: {when}}}\n")
+    root = tmp_path / "run"
+    before = signal.getsignal(signal.SIGTERM)
+    status = train.cli_main(["--config", "configs/glue/rte.yaml", "--config", str(extra), "--model.pretrained",
+                             assets["tiny"], "--trainer.logger", "false", "--trainer.default_root_dir", str(root),
+                             "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2",
+                             "--trainer.limit_val_batches", "2", "--trainer.limit_test_batches", "2",
+                             "--predict", "false", "--trainer.enable_progress_bar", "false"])
+    assert status == 128 + signal.SIGTERM, capsys.readouterr().err[-3000:]
+    assert not (root / "metrics.json").exists() and not (root / "model").exists()
+    assert (root / "checkpoints" / "last.ckpt").is_file()
+    assert signal.getsignal(signal.SIGTERM) == before  # the run's handlers are gone with it
+
+
+def test_a_relaunch_with_ckpt_path_last_of_a_run_that_saved_nothing_starts_afresh(glue, tmp_path, capsys):
+    """A requeued job (`--ckpt_path last`) whose first attempt died before its first checkpoint finds only its
+    config.yaml: it starts afresh; a folder with results is still refused."""
+    root = tmp_path / "early"
+    root.mkdir()
+    (root / "config.yaml").write_text("# the first attempt's\n")
+    (root / "checkpoints").mkdir()
+    glue("--ckpt_path", "last", root=root)
+    assert not (root / "config.yaml").exists()
+    assert "stopped before its first checkpoint; starting afresh" in capsys.readouterr().out
+    (root / "config.yaml").write_text("# the first attempt's\n")
+    (root / "metrics.json").write_text("{}\n")
+    with pytest.raises(train.RunFolderError, match="already holds a run"):
+        glue("--ckpt_path", "last", root=root)
 
 
 def test_metrics_json_holds_null_for_an_undefined_metric():
