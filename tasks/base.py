@@ -337,11 +337,30 @@ class EncoderTask(L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, typing.Any]) -> None:
         checkpoint["litbert_architecture"] = self.architecture()
+        teacher = getattr(self, "teacher", None)
+        state = checkpoint.get("state_dict")
+        if teacher is not None and state is not None:
+            # A distillation's frozen teacher is read from model.teacher, never trained: each checkpoint keeps a hash
+            # of its weights instead of a copy (BERT-base's would add 440 MB to every file).
+            for key in [key for key in state if key.startswith("teacher.")]:
+                del state[key]
+            checkpoint["litbert_teacher"] = teacher.digest()
 
     def on_load_checkpoint(self, checkpoint: dict[str, typing.Any]) -> None:
         """Refuse to resume a checkpoint into a model that computes something else with the same weights: a
         position scheme, norm or activation changed on the command line, or a head whose default changed since the
-        run started (a DistilBERT classifier's pooler became ReLU). Checkpoints from before it was stored pass."""
+        run started (a DistilBERT classifier's pooler became ReLU). Checkpoints from before it was stored pass.
+        A distillation resumes with the teacher it started with (the checkpoint holds its hash, not its weights)."""
+        teacher = getattr(self, "teacher", None)
+        state = checkpoint.get("state_dict")
+        if teacher is not None and state is not None:
+            saved_teacher = checkpoint.get("litbert_teacher")
+            if saved_teacher is not None and saved_teacher != teacher.digest():
+                raise ValueError(f"The checkpoint to resume was distilled from another teacher than model.teacher="
+                                 f"{self.hparams.get('teacher')}: resume with the teacher it started with, or start "
+                                 f"a new run.")
+            for name, tensor in teacher.state_dict().items():
+                state.setdefault(f"teacher.{name}", tensor)
         saved = checkpoint.get("litbert_architecture")
         if saved is None:
             self._check_head_names(checkpoint)

@@ -14,6 +14,7 @@ keeps layers (0, 2, 4, 7, 9, 11) of a 12-layer teacher; we take exactly every ot
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 
 import torch
 import torch.nn.functional as F
@@ -38,7 +39,10 @@ def student_from_teacher(teacher: Encoder, teacher_head: MaskedLMHead) -> tuple[
 
 
 def soft_target_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """T^2 * KL(softmax(teacher / T) || softmax(student / T)), averaged over rows (Hinton et al., 2015)."""
+    """T^2 * KL(softmax(teacher / T) || softmax(student / T)), averaged over rows (Hinton et al., 2015); 0 over no
+    rows (a batch in which masking chose no token)."""
+    if not student_logits.shape[0]:
+        return student_logits.float().sum() * 0.0
     soft_teacher = F.softmax(teacher_logits.float() / temperature, dim=-1)
     log_student = F.log_softmax(student_logits.float() / temperature, dim=-1)
     return F.kl_div(log_student, soft_teacher, reduction="batchmean") * temperature**2
@@ -76,6 +80,17 @@ class Teacher(nn.Module):
 
     def train(self, mode: bool = True) -> Teacher:
         return super().train(False)
+
+    def digest(self) -> str:
+        """A hash of the teacher's weights (computed once: they never change), which training checkpoints keep in
+        place of the weights themselves."""
+        if getattr(self, "_digest", None) is None:
+            hashed = hashlib.sha256()
+            for name, tensor in self.state_dict().items():
+                hashed.update(name.encode())
+                hashed.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+            self._digest = hashed.hexdigest()
+        return self._digest
 
     @torch.no_grad()
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,

@@ -51,7 +51,11 @@ class _VocabCrossEntropy(torch.autograd.Function):
 def vocab_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy over a large vocabulary, equal to `F.cross_entropy(logits.float(), targets)`; every
     target must be a valid class (no ignore index). Blocked on CPU (`_VocabCrossEntropy`); on GPUs and under
-    torch.compile the fused library kernel is the fast one."""
+    torch.compile the fused library kernel is the fast one. With no targets (a batch in which masking chose no
+    token, as a short last block can be) the mean is taken as 0, with zero gradients, where the library gives NaN:
+    such a batch holds nothing to learn, and is no divergence."""
+    if not targets.numel():
+        return logits.float().sum() * 0.0
     if logits.device.type != "cpu" or torch.compiler.is_compiling() or not torch.is_grad_enabled():
         return F.cross_entropy(logits.to(torch.promote_types(logits.dtype, torch.float32)), targets)
     return _VocabCrossEntropy.apply(logits, targets)
@@ -107,12 +111,15 @@ class MaskedLM(EncoderTask):
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         loss, logits, targets = self(batch)
-        accuracy = (logits.argmax(-1) == targets).float().mean()
-        self.log_training(loss, batch, accuracy=accuracy, perplexity=loss.detach().exp())
+        # A batch without a masked token (see `vocab_cross_entropy`) has no accuracy to log.
+        scored = {"accuracy": (logits.argmax(-1) == targets).float().mean()} if targets.numel() else {}
+        self.log_training(loss, batch, **scored, perplexity=loss.detach().exp())
         return loss
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         loss, logits, targets = self(batch)
+        if not targets.numel():
+            return
         # Weighted by masked tokens, so the epoch value is the per-token loss whatever the batch composition.
         self.val_loss.update(loss, weight=targets.numel())
         self.val_accuracy.update((logits.argmax(-1) == targets).float().mean(), weight=targets.numel())

@@ -301,6 +301,25 @@ def test_distillation_loss_terms_match_a_hand_computation(teacher_dir):
     assert same["kl"].abs() < 1e-6 and same["cosine"].abs() < 1e-6
 
 
+def test_a_batch_without_a_masked_token_is_trained_through_not_taken_for_divergence(teacher_dir):
+    """A short last block in which masking chose nothing: the MLM and distillation losses are 0 with zero gradients
+    (the library's mean over no targets is NaN, which stopped training as diverged), and the validation metrics,
+    weighted by masked tokens, are those of the other batches."""
+    batches = mlm_batches(3)
+    batches[1]["labels"] = torch.full_like(batches[1]["labels"], -100)
+    for model in (MaskedLM(encoder=TINY, vocab_size=64, optimization=Optimization(learning_rate=1e-3, warmup=1)),
+                  Distillation(teacher=str(teacher_dir), optimization=Optimization(learning_rate=1e-3, warmup=1))):
+        trainer(3).fit(model, DataLoader(batches, batch_size=None))
+        assert model.trainer.global_step == 3
+        out = model(batches[1])
+        masked_terms = [out[0]] if isinstance(out, tuple) else [out["kl"], out["mlm"]]
+        assert [term.item() for term in masked_terms] == [0.0] * len(masked_terms)
+        with_empty = trainer(1).validate(model, DataLoader(batches, batch_size=None), verbose=False)[0]
+        without = trainer(1).validate(model, DataLoader(batches[::2], batch_size=None), verbose=False)[0]
+        assert math.isfinite(with_empty["val/loss"])
+        assert with_empty["val/loss"] == pytest.approx(without["val/loss"], rel=1e-6)
+
+
 def test_teacher_is_frozen_during_training(teacher_dir):
     model = Distillation(teacher=str(teacher_dir), optimization=Optimization(learning_rate=1e-3, warmup=1))
     before = {k: v.clone() for k, v in model.teacher.state_dict().items()}
@@ -315,6 +334,28 @@ def test_teacher_is_frozen_during_training(teacher_dir):
     teacher_words = model.teacher.encoder.embeddings.word.weight
     assert not torch.equal(model.encoder.embeddings.word.weight, teacher_words)
     assert F.cosine_similarity(model.encoder.embeddings.word.weight.flatten(), teacher_words.flatten(), dim=0) > 0.9
+
+
+def test_checkpoints_keep_the_teachers_hash_not_its_weights(teacher_dir, tmp_path):
+    """A distillation's checkpoint holds the student alone and a hash of the frozen teacher: it resumes (strict
+    loading, the teacher taken from model.teacher) with that teacher, and is refused with another."""
+    model = Distillation(teacher=str(teacher_dir), optimization=Optimization(learning_rate=1e-3, warmup=1))
+    make_trainer(tmp_path, 4).fit(model, DataLoader(mlm_batches(4), batch_size=None))
+    saved = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)
+    assert saved["state_dict"] and not [k for k in saved["state_dict"] if k.startswith("teacher.")]
+    assert saved["litbert_teacher"] == model.teacher.digest()
+    resumed = Distillation(teacher=str(teacher_dir), optimization=Optimization(learning_rate=1e-3, warmup=1))
+    make_trainer(tmp_path, 6).fit(resumed, DataLoader(mlm_batches(6), batch_size=None),
+                                  ckpt_path=tmp_path / "checkpoints" / "last.ckpt")
+    assert resumed.trainer.global_step == 6
+    other = Encoder.from_pretrained(teacher_dir)
+    head = MaskedLMHead.from_pretrained(teacher_dir, other)
+    with torch.no_grad():
+        other.blocks[0].attention.qkv.weight.add_(0.01)
+    other.save_pretrained(tmp_path / "other", head=head)
+    stranger = Distillation(teacher=str(tmp_path / "other"))
+    with pytest.raises(ValueError, match="distilled from another teacher than model.teacher="):
+        stranger.on_load_checkpoint(saved)
 
 
 def make_trainer(tmp_path, steps: int) -> L.Trainer:
