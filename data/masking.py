@@ -86,8 +86,11 @@ def keyed_uniform(seed: int, epoch: int, example_index: torch.Tensor, length: in
         key = _splitmix64(np.array([seed & (2**64 - 1)], dtype=np.uint64))
         key = _splitmix64(key ^ np.uint64(epoch & (2**64 - 1)))
         rows = _splitmix64(key ^ example_index.numpy().astype(np.uint64))[None, :, None]  # (1, B, 1)
-        counters = (np.arange(streams, dtype=np.uint64)[:, None, None] * np.uint64(length)
-                    + np.arange(length, dtype=np.uint64)[None, None, :])  # (streams, 1, T)
+        # The stream in the high 32 bits, the position in the low: the counter of a token never depends on the
+        # padded length of the batch it came in (a multiple of it did, so the 80/10/10 actions and replacements
+        # changed with the batch's other examples).
+        counters = ((np.arange(streams, dtype=np.uint64)[:, None, None] << np.uint64(32))
+                    | np.arange(length, dtype=np.uint64)[None, None, :])  # (streams, 1, T)
         bits = _splitmix64(rows ^ _splitmix64(counters))
     return torch.from_numpy((bits >> np.uint64(11)).astype(np.float64) * 2.0**-53)
 

@@ -3,7 +3,8 @@
 Two ways to cut text into examples:
 - `full_sentences` (RoBERTa, Liu et al., 2019, section 4.2 FULL-SENTENCES): documents are concatenated with a
   separator between them and cut into blocks of exactly `max_length` tokens that may cross document boundaries.
-  No padding and no token lost: the last block keeps the remainder and is batched on its own.
+  No token lost, and no padding but in one batch: the last block keeps the remainder, and goes into the epoch's last
+  batch with the full blocks left over there (`SameLengthBatchSampler`), padded to their length.
 - `segments` (BERT, Devlin et al., 2019, appendix A.2, without next-sentence prediction): each example is
   `[CLS] A [SEP] B [SEP]`, A and B being runs of consecutive sentences of one document split at a random sentence
   boundary; B is always the true continuation since there is no NSP objective.
@@ -21,6 +22,7 @@ Masking is done by `data.masking.MLMCollator`: dynamic (new masks each epoch) or
 
 from __future__ import annotations
 
+import bisect
 import inspect
 import itertools
 import logging
@@ -75,7 +77,9 @@ def read_documents(path: str | Path, text_column: str = "text", blank_line_docum
         if blank_line_documents:
             raise DataError(f"data.blank_line_documents is set, but {path} is a table (documents are its "
                             f"{text_column!r} column); remove the setting.")
-        return [str(text) for text in read_table(path, [text_column])[text_column]]
+        # Empty cells (None, or blank text) are no documents, as a hub dataset's blank texts are not.
+        return [str(text) for text in read_table(path, [text_column])[text_column]
+                if text is not None and str(text).strip()]
     if text_column != "text":
         raise DataError(f"data.text_column={text_column!r} names a column, but {path} is a plain-text file (a "
                         f"document per line, or per blank-line block); remove the setting.")
@@ -236,17 +240,23 @@ def segment_examples(batch: dict[str, list[str]], indices: list[int], *, tokeniz
     Each document's split points come from a generator seeded by its position in the corpus, so the cached
     result depends neither on what ran before nor on how the documents are batched or sharded across processes."""
     template = SpecialTokenTemplate.of(tokenizer)
-    sentences = [SENTENCE_END.split(text.strip()) for text in batch["text"]]
-    flat = [s for doc in sentences for s in doc]
-    ids = tokenizer(flat, add_special_tokens=False, return_attention_mask=False, return_token_type_ids=False,
-                    verbose=False)["input_ids"]
+    texts = [text.strip() for text in batch["text"]]
+    # Each document is tokenized whole, as running text (a sentence tokenized alone would lose the word-start marker
+    # of byte-level BPE, `ĠThe` becoming `The`), then cut into sentences: a token belongs to the sentence that
+    # holds its last character.
+    encoded = tokenizer(texts, add_special_tokens=False, return_attention_mask=False, return_token_type_ids=False,
+                        return_offsets_mapping=True, verbose=False)
     budget = max_length - template.num_special(pair=True)
     out: dict[str, list[list[int]]] = {"input_ids": [], "token_type_ids": []}
-    position = 0
-    for index, doc in zip(indices, sentences, strict=True):
+    for index, text, ids, offsets in zip(indices, texts, encoded["input_ids"], encoded["offset_mapping"],
+                                         strict=True):
         rng = random.Random(seed * 1_000_003 + index)
+        starts = [match.end() for match in SENTENCE_END.finditer(text)]
+        sentences: dict[int, list[int]] = {}
+        for token, (_, end) in zip(ids, offsets, strict=True):
+            sentences.setdefault(bisect.bisect_right(starts, max(end - 1, 0)), []).append(token)
         chunks: list[list[list[int]]] = [[]]  # runs of sentences that fit in one example
-        for sentence in ids[position:position + len(doc)]:
+        for sentence in sentences.values():
             pieces = [sentence[i:i + budget] for i in range(0, len(sentence), budget)] or [[]]
             for piece in pieces:
                 if not piece:
@@ -254,7 +264,6 @@ def segment_examples(batch: dict[str, list[str]], indices: list[int], *, tokeniz
                 if sum(map(len, chunks[-1])) + len(piece) > budget:
                     chunks.append([])
                 chunks[-1].append(piece)
-        position += len(doc)
         for chunk in chunks:
             if not chunk:
                 continue
@@ -435,7 +444,15 @@ class MLMDataModule(TokenizedDataModule):
         read line by line, a table whole), or the hub dataset's texts."""
         if isinstance(source, list):
             for path in source:
-                yield from iter_documents(path, self.text_column, self.blank_line_documents)
+                found = False
+                for document in iter_documents(path, self.text_column, self.blank_line_documents):
+                    found = True
+                    yield document
+                if not found:
+                    where = f"its {self.text_column!r} column" if Path(path).suffix.lower() in TABLE_READERS \
+                        else "it"
+                    raise DataError(f"Data file {path} holds no document: {where} has only blank lines or empty "
+                                    f"values. Fill it or remove it from the config.")
             return
         if self.blank_line_documents:
             raise DataError(f"data.blank_line_documents applies to plain-text files, but {self.dataset!r} comes "
@@ -481,6 +498,9 @@ class MLMDataModule(TokenizedDataModule):
                 writer.close()
             total += sum(1 for _ in every)  # the documents the limit leaves out, counted for the log
             documents = datasets.Dataset.from_file(str(path))
+        if not total:
+            raise DataError(f"The {split} split of {self.dataset!r} has no non-blank text in its "
+                            f"{self.text_column!r} column (data.text_column); choose the column that holds it.")
         if limit is not None and total > limit:
             log.info("%s: %s=%d keeps %d of %d documents; %d left out by that setting", split, setting, limit,
                      limit, total, total - limit)
@@ -493,7 +513,7 @@ class MLMDataModule(TokenizedDataModule):
         (in `num_proc` processes) and packed into files of the cache, opened memory-mapped."""
         identity, source = self._source(split, files)
         settings = dict(blank_line_documents=self.blank_line_documents, text_column=self.text_column,
-                        max_documents=self._limit(role)[1], version=2)
+                        max_documents=self._limit(role)[1], version=3)
         if self.packing == "segments":  # the examples themselves; FULL-SENTENCES caches the documents' tokens
             settings.update(packing=self.packing, max_length=self.max_length, seed=self.seed)
         key = fingerprint(identity, self.tokenizer_key(), settings)
@@ -515,7 +535,7 @@ class MLMDataModule(TokenizedDataModule):
         path = self.cache_path / f"mlm-blocks-{split}-{fingerprint(key, self.max_length, self.document_mask)}.arrow"
         blocks = datasets.Dataset.from_file(str(path)) if path.is_file() else write_blocks(tokenized, path, packer)
         self.stats[role] = {"documents": len(tokenized), "tokens": tokens, "blocks": len(blocks)}
-        log.info("%s: %d documents, %d tokens packed into %d blocks of %d (FULL-SENTENCES, no padding)",
+        log.info("%s: %d documents, %d tokens packed into %d blocks of %d (FULL-SENTENCES; the last one shorter)",
                  split, len(tokenized), tokens, len(blocks), self.max_length)
         return blocks
 

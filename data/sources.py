@@ -17,6 +17,7 @@ import io
 import json
 import logging
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -331,7 +332,9 @@ def read_text_documents(path: str | os.PathLike[str], blank_line_documents: bool
     """Documents of a plain-text file: one per non-blank line, or (BERT's format) blank-line-separated blocks."""
     text = read_text(path)
     if blank_line_documents:
-        blocks = (" ".join(line.strip() for line in block.splitlines()) for block in text.split("\n\n"))
+        # A separator is a line of nothing but whitespace, whatever the line ends (\r\n in files from Windows).
+        blocks = (" ".join(line.strip() for line in block.splitlines())
+                  for block in re.split(r"\n\s*\n", text.replace("\r\n", "\n").replace("\r", "\n")))
         return [block for block in blocks if block.strip()]
     return [line for line in text.splitlines() if line.strip()]
 
@@ -361,7 +364,7 @@ def read_conll(path: str | os.PathLike[str], word_column: int = 0, label_column:
                 current = ConllSentence([], [], [])
             continue
         if width is None:
-            width = len(fields)
+            width, first = len(fields), number
             word, label = word_column % width, label_column % width
             if not (-width <= word_column < width and -width <= label_column < width) or word == label:
                 raise DataError(
@@ -371,9 +374,10 @@ def read_conll(path: str | os.PathLike[str], word_column: int = 0, label_column:
                 )
         if len(fields) != width:
             raise DataError(
-                f"{path}, line {number}: {len(fields)} column(s) {fields} where the file's first token line has "
-                f"{width}; a token line needs the word and its tag (word_column={word_column}, label_column="
-                f"{label_column}). Fix the line (a missing tag, or stray spaces in a token?)."
+                f"{path}, line {number}: {len(fields)} column(s) {fields} where the file's first token line (line "
+                f"{first}) has {width}; one of the two lines is malformed. A token line needs the word and its tag "
+                f"(word_column={word_column}, label_column={label_column}): fix the line (a missing tag, or stray "
+                f"spaces in a token?)."
             )
         current.words.append(fields[word_column])
         current.tags.append(fields[label_column])

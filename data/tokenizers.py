@@ -32,7 +32,7 @@ import unicodedata
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
@@ -155,6 +155,12 @@ def train_tokenizer(
         texts = texts if isinstance(texts, list) else list(texts)  # read twice
         first += recipe.numbered_first(tokenizer, texts)
     tokenizer.train_from_iterator(texts, trainer=recipe.trainer(vocab_size, min_frequency, first))
+    if tokenizer.get_vocab_size() > vocab_size:
+        # The trainers keep every character of the text (every byte for byte-level BPE) and the special tokens,
+        # whatever vocab_size asks for.
+        raise DataError(f"vocab_size={vocab_size} (data.train_tokenizer.vocab_size) is below what a {kind} tokenizer "
+                        f"of this text needs for its special tokens and alphabet alone: it came out with "
+                        f"{tokenizer.get_vocab_size()} tokens. Set vocab_size to at least that.")
     if recipe.renumber is not None:
         tokenizer = recipe.renumber(tokenizer, special, lowercase)
     ids = {token: tokenizer.token_to_id(token) for token in special}
@@ -223,12 +229,13 @@ def ensure_trained(folder: str | os.PathLike[str], training: TokenizerTraining, 
     return folder
 
 
-def _special_tokens_of(tokenizer: Tokenizer) -> dict[str, str]:
-    # A bare tokenizer.json does not say which token plays which role: recognise the recipe by its tokens.
+def _recipe_settings_of(tokenizer: Tokenizer) -> dict[str, Any]:
+    """A bare tokenizer.json does not say which token plays which role, nor whether the model takes token types:
+    recognise the recipe by its tokens, and take both from it (BERT's segment B keeps its type 1)."""
     vocab = tokenizer.get_vocab(with_added_tokens=True)
     for recipe in TOKENIZER_RECIPES.values():
         if all(token in vocab for token in recipe.special_tokens.values()):
-            return dict(recipe.special_tokens)
+            return {**recipe.special_tokens, "model_input_names": list(recipe.model_input_names)}
     return {}
 
 
@@ -241,7 +248,7 @@ def load_tokenizer(path: str | os.PathLike[str]) -> PreTrainedTokenizerFast:
         if path.suffix != ".json":
             raise DataError(f"Tokenizer file {path} is not a tokenizer.json; pass the folder that holds it instead.")
         backend = Tokenizer.from_file(str(path))
-        return PreTrainedTokenizerFast(tokenizer_object=backend, **_special_tokens_of(backend))
+        return PreTrainedTokenizerFast(tokenizer_object=backend, **_recipe_settings_of(backend))
     known = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json")
     if not any((path / name).is_file() for name in known):
         raise DataError(f"Tokenizer folder {path} holds none of {list(known)}; is it a tokenizer folder?")

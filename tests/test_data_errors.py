@@ -90,7 +90,8 @@ def test_validation_label_outside_the_training_label_set(module, train, val, sta
                  lambda path: read_table(path, ["text", "label"]), r"data.jsonl, line 2: not valid JSON",
                  id="invalid-jsonl-line"),
     pytest.param("bad.txt", b"EU NNP B-NP B-ORG\nrejects\n", lambda path: read_conll(path, label_column=3),
-                 r"bad.txt, line 2: 1 column\(s\) \['rejects'\] where the file's first token line has 4",
+                 r"bad.txt, line 2: 1 column\(s\) \['rejects'\] where the file's first token line \(line 1\) has 4; "
+                 r"one of the two lines is malformed",
                  id="conll-line-with-too-few-columns"),
     pytest.param("words.txt", b"EU\nrejects\n", read_conll,
                  r"words.txt, line 1: the file has 1 column\(s\) \['EU'\], so word_column=0 and label_column=-1 do "
@@ -110,7 +111,8 @@ def test_conll_line_without_its_tag_is_refused(tmp_path, label_column):
     path = tmp_path / "ner.txt"
     path.write_text("-DOCSTART- O\n\nEU B-ORG\nrejects O\nGerman\ncall O\n", encoding="utf-8")
     with pytest.raises(DataError, match=r"ner.txt, line 5: 1 column\(s\) \['German'\] where the file's first token "
-                                        r"line has 2; a token line needs the word and its tag"):
+                                        r"line \(line 3\) has 2; one of the two lines is malformed. A token line "
+                                        r"needs the word and its tag"):
         read_conll(path, label_column=label_column)
 
 

@@ -8,6 +8,7 @@ import torch
 from lightning.fabric.utilities.data import _set_sampler_epoch
 
 from data import MLMCollator, MLMDataModule, save_tokenizer, train_tokenizer
+from data.masking import keyed_uniform
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +31,16 @@ def random_batch(tokenizer, rows: int, length: int, generator: torch.Generator):
     attention = (positions < lengths[:, None]).long()
     ids[attention == 0] = tokenizer.pad_token_id
     return ids, attention
+
+
+def test_an_examples_dynamic_masks_do_not_depend_on_the_batch_it_comes_in():
+    """The keyed numbers of a token are the same whatever the padded length of its batch (its neighbours, the batch
+    size, the workers), in all three streams: which tokens are chosen, the 80/10/10 action and the replacement."""
+    index = torch.tensor([3, 17])
+    alone = keyed_uniform(7, 2, index, 40, 3)
+    padded = keyed_uniform(7, 2, index, 120, 3)
+    assert torch.equal(alone, padded[:, :, :40])
+    assert not torch.equal(alone[0], alone[1]) and not torch.equal(alone[1], alone[2])  # the streams differ
 
 
 def test_masking_rates_over_a_million_tokens(minilm_tokenizer):

@@ -136,6 +136,45 @@ def test_segments_keep_every_token_with_token_types(shared_data, minilm_tokenize
     assert padded.any() and (batch["labels"][padded] == -100).all()
 
 
+def test_byte_level_segments_tokenize_each_document_as_running_text(shared_data, tmp_path):
+    """BERT segments over a byte-level BPE tokenizer: the tokens of each example, specials removed, are those of
+    the document tokenized whole (each sentence tokenized alone lost its word-start `Ġ`: `ĠThe` became `The`)."""
+    from data import save_tokenizer, train_tokenizer
+    from data.mlm import segment_examples
+
+    lines = [line for line in (shared_data / "wikitext-2" / "wiki.valid.tokens").read_text(encoding="utf-8")
+             .splitlines() if line.strip()]
+    bpe = train_tokenizer(lines[:2000], "byte_level_bpe", vocab_size=2000)
+    save_tokenizer(bpe, tmp_path / "bpe")
+    documents = [line for line in lines if line.count(". ") >= 3][:40]
+    out = segment_examples({"text": documents}, list(range(len(documents))), tokenizer=bpe, max_length=512, seed=0)
+    template = {bpe.cls_token_id, bpe.sep_token_id}  # <s> and </s> (the text's <unk> stays)
+    got = [[t for t in ids if t not in template] for ids in out["input_ids"]]
+    assert len(got) == len(documents)  # 512 tokens hold each of these documents: one example each
+    assert got == bpe([d.strip() for d in documents], add_special_tokens=False)["input_ids"]
+    assert any(bpe.convert_ids_to_tokens(ids).count("</s>") == 3 for ids in out["input_ids"])  # A </s></s> B
+
+
+def test_documents_without_text_are_left_out_or_refused(tmp_path):
+    """Empty cells of a table are no documents (a null was read as the text 'None'); a file with no text at all is
+    refused by name; BERT's blank-line documents split on whitespace-only lines and Windows line ends too."""
+    table = tmp_path / "docs.jsonl"
+    table.write_text('{"text": "first doc here."}\n{"text": null}\n{"text": "  "}\n{"text": "last one."}\n')
+    assert read_documents(table) == ["first doc here.", "last one."]
+    blank = tmp_path / "blank.csv"
+    blank.write_text("text\n\" \"\n\"\"\n")
+    white = tmp_path / "white.txt"
+    white.write_text("\n\n   \n\n")
+    for path in (blank, white):
+        dm = MLMDataModule(MINILM, train_files=[str(path)], val_files=None, cache_dir=str(tmp_path / "cache"))
+        with pytest.raises(DataError, match=rf"{path.name} holds no document: .*only blank lines or empty values"):
+            dm.setup("fit")
+    blocks = tmp_path / "blocks.txt"
+    blocks.write_bytes(b"Doc one, line one.\r\nDoc one, line two.\r\n \r\nDoc two.\r\n\t\r\nDoc three.\r\n")
+    assert read_documents(blocks, blank_line_documents=True) == [
+        "Doc one, line one. Doc one, line two.", "Doc two.", "Doc three."]
+
+
 def test_second_run_reads_the_cache_and_does_not_tokenize(shared_data, tmp_path, monkeypatch):
     settings = dict(dataset="wikitext", dataset_config="wikitext-2-v1", train_split="validation", val_split="test",
                     max_length=128, data_root=str(shared_data), cache_dir=str(tmp_path))

@@ -68,6 +68,25 @@ def test_save_and_load_give_the_same_ids(kind, wordpiece, bpe, tmp_path):
         assert (loaded.pad_token_id, loaded.mask_token_id) == (tokenizer.pad_token_id, tokenizer.mask_token_id)
 
 
+def test_a_bare_tokenizer_json_keeps_the_recipes_token_types(wordpiece, bpe, tmp_path):
+    """Loaded from its tokenizer.json alone, a WordPiece tokenizer still gives BERT's segment B token type 1 (the
+    folder's model_input_names), and byte-level BPE none, as from their folders."""
+    for name, tokenizer in (("wordpiece", wordpiece), ("bpe", bpe)):
+        folder = save_tokenizer(tokenizer, tmp_path / name)
+        bare = load_tokenizer(folder / "tokenizer.json")
+        assert bare.model_input_names == load_tokenizer(folder).model_input_names
+    assert "token_type_ids" in load_tokenizer(tmp_path / "wordpiece" / "tokenizer.json")("a", "b")
+
+
+def test_a_vocab_size_below_the_alphabet_is_refused(corpus):
+    """The trainers keep every character (byte), whatever vocab_size says: a smaller one is refused, with the
+    size the tokenizer came out at, instead of being silently exceeded."""
+    for kind, size in (("wordpiece", 50), ("byte_level_bpe", 100)):
+        with pytest.raises(DataError, match=rf"vocab_size={size} \(data.train_tokenizer.vocab_size\) is below .*"
+                                            rf"came out with \d+ tokens"):
+            train_tokenizer(corpus[:200], kind, vocab_size=size)
+
+
 def test_loads_minilm_transformers_folder():
     tokenizer = load_tokenizer(MINILM)
     assert len(tokenizer) == 30522
