@@ -256,6 +256,8 @@ class Checkpoint:
     head_states: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)  # "mlm", "sequence_classification"
     head_options: dict[str, Any] = field(default_factory=dict)
     source: str = ""  # the directory it was read from, for messages
+    untied_decoder: bool = False  # its MLM decoder is a matrix of its own, not the word embeddings (litbert ties)
+    label_names: list[str] | None = None  # its classifier's labels in output order, where the checkpoint names them
 
 
 # ----------------------------------------------------------------------------------------------------- reading
@@ -397,6 +399,13 @@ def _block_parameters(config: EncoderConfig, layout: Layout, i: int) -> dict[str
     return layout.block
 
 
+# The MLM decoder of each family: absent from a tied checkpoint's file, or equal to the word embeddings.
+DECODER_WEIGHTS = {"bert": "cls.predictions.decoder.weight", "roberta": "lm_head.decoder.weight",
+                   "distilbert": "vocab_projector.weight", "modernbert": "decoder.weight"}
+# Task weights transformers' own pretraining heads hold that no litbert head takes: BERT's next-sentence classifier.
+IGNORED_TASK_WEIGHTS = ("cls.seq_relationship.",)
+
+
 def _weight_names(names: list[str], base: str) -> list[str]:
     """The `.weight`/`.bias` (or bare) parameter names under `base` present in `names`."""
     return [n for n in (f"{base}.weight", f"{base}.bias", base) if n in names]
@@ -449,7 +458,13 @@ def _from_transformers(directory: Path) -> Checkpoint:
     for i in range(config.num_layers):
         layer = layout.layer.format(i=i)
         for suffix in ("weight", "bias") if config.bias else ("weight",):
-            parts = [base.pop(f"{layer}{name}.{suffix}") for name in layout.qkv]  # one part when fused
+            keys = [f"{layer}{name}.{suffix}" for name in layout.qkv]  # one when fused
+            absent = [key for key in keys if key not in base]
+            if absent:
+                raise CheckpointError(f"{directory}: the checkpoint has no {absent[0]!r} weights, which its config "
+                                      f"({config.num_layers} layers) calls for; is it truncated, or the config "
+                                      f"another model's?")
+            parts = [base.pop(key) for key in keys]
             encoder[f"blocks.{i}.attention.qkv.{suffix}"] = torch.cat(parts, dim=0)
         for ours, theirs in _block_parameters(config, layout, i).items():
             take(f"blocks.{i}.{ours}", layer + theirs)
@@ -464,6 +479,14 @@ def _from_transformers(directory: Path) -> Checkpoint:
             for name in _weight_names(list(top), theirs):
                 head[ours + name[len(theirs):]] = top[name]
         heads[kind] = head
+    used = {name for table in layout.heads.values() for theirs in table.values()
+            for name in _weight_names(list(top), theirs)}
+    decoder_name = DECODER_WEIGHTS.get(hf_config["model_type"], "")
+    untied = decoder_name in top and not torch.equal(top[decoder_name], encoder["embeddings.word.weight"])
+    ignored = [name for name in top if name not in used and name != decoder_name and not name.endswith("position_ids")
+               and not name.startswith(IGNORED_TASK_WEIGHTS) and name != "cls.predictions.decoder.bias"]
+    if ignored:  # a task head litbert has no use for (question answering, NSP of another name, ...), as transformers
+        log.warning("%s: weights of no litbert head, not used: %s", directory, ignored[:8])
     mlm = heads.get("mlm", {})
     if mlm and "bias" not in mlm and "cls.predictions.decoder.bias" in top:  # older BERT checkpoints
         mlm["bias"] = top["cls.predictions.decoder.bias"]
@@ -481,7 +504,11 @@ def _from_transformers(directory: Path) -> Checkpoint:
     heads = {kind: state for kind, state in heads.items() if state}
     options = {option: value for kind in layout.head_options.values() for option, value in kind.items()}
     options |= {option: hf_config[key] for option, key in layout.head_option_keys.items() if key in hf_config}
-    return Checkpoint(config, encoder, heads, options | {"norm_eps": config.norm_eps})
+    id2label = hf_config.get("id2label") or {}
+    names = [str(id2label.get(str(i), id2label.get(i, ""))) for i in range(len(id2label))]
+    generic = all(name == f"LABEL_{i}" for i, name in enumerate(names))  # transformers' default: no names given
+    return Checkpoint(config, encoder, heads, options | {"norm_eps": config.norm_eps}, untied_decoder=untied,
+                      label_names=None if generic or not all(names) else names)
 
 
 def _from_litbert(directory: Path) -> Checkpoint:
@@ -495,7 +522,7 @@ def _from_litbert(directory: Path) -> Checkpoint:
     head_meta = meta.get("head") or {}
     if head_meta:
         heads[head_meta["kind"]] = {k[len("head."):]: v for k, v in state.items() if k.startswith("head.")}
-    return Checkpoint(config, encoder, heads, head_meta.get("options", {}))
+    return Checkpoint(config, encoder, heads, head_meta.get("options", {}), label_names=meta.get("label_names"))
 
 
 def load_checkpoint(directory: str | Path | Checkpoint) -> Checkpoint:

@@ -15,6 +15,9 @@ after the pooler, which is identical at evaluation time and loads the same weigh
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -22,10 +25,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from encoders.checkpoints import Checkpoint, load_checkpoint
+from encoders.checkpoints import Checkpoint, CheckpointError, load_checkpoint
 from encoders.choices import check_choice
 from encoders.config import EncoderConfig
 from encoders.layers import Dropout, activation_spec, build_norm
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # annotations only: typing.Self is Python 3.11+, and the project supports 3.10
     from typing import Self
@@ -93,8 +98,14 @@ class MaskedLMHead(nn.Module):
     @classmethod
     def from_pretrained(cls, directory: str | Path | Checkpoint, encoder: nn.Module) -> MaskedLMHead:
         """The MLM head stored beside the encoder in `directory`, tied to `encoder`'s word embeddings."""
+        checkpoint = load_checkpoint(directory)
+        if checkpoint.untied_decoder:
+            raise CheckpointError(f"{checkpoint.source}: its MLM decoder is a matrix of its own (tie_word_embeddings "
+                                  f"false), where litbert's MLM head projects onto the word embeddings; loading it "
+                                  f"tied would change every prediction. Continue from a checkpoint with tied "
+                                  f"embeddings.")
         head = cls(encoder.config, encoder.embeddings.word)
-        _load_head(head, load_checkpoint(directory), "mlm")
+        _load_head(head, checkpoint, "mlm")
         return head
 
 
@@ -120,7 +131,10 @@ class ClassifierHead(nn.Module):
         state, num_labels = _classifier_state(checkpoint, cls.kind, num_labels, cls.description)
         head = cls(checkpoint.config.hidden_size, num_labels, **(_stored_options(checkpoint, cls) | kwargs))
         missing, unexpected = head.load_state_dict(state, strict=False)
-        fresh = [name for name in missing if name.startswith("classifier.")]
+        # A classifier the checkpoint does not hold starts fresh; one it holds in part (a weight without its bias)
+        # is a damaged checkpoint, not a new head.
+        stored = any(name.startswith("classifier.") for name in state)
+        fresh = [name for name in missing if name.startswith("classifier.") and not stored]
         if unexpected or len(fresh) != len(missing):
             raise ValueError(f"The {cls.description} in {checkpoint.source} does not fit the head built from its "
                              f"options ({head.options}): missing {sorted(set(missing) - set(fresh))}, unexpected "
@@ -218,17 +232,40 @@ class TokenClassificationHead(ClassifierHead):
 
 
 def fine_tuning_head(cls: type[ClassifierHead], checkpoint: Checkpoint | None, hidden_size: int, num_labels: int,
-                     **kwargs) -> ClassifierHead:
+                     label_names: Sequence[str] | None = None, **kwargs) -> ClassifierHead:
     """The head a fine-tune starts from: the checkpoint's head of `cls.kind` when it has one (resuming an exported
     fine-tuned model; a BERT pooler or a ModernBERT transform is kept either way, as transformers does), else a new
     one. Either has the shape of the checkpoint's family unless `kwargs` say otherwise, as transformers'
     `*ForSequenceClassification` / `*ForTokenClassification` of that checkpoint would: DistilBERT's ReLU pooler,
     ModernBERT's GELU and norm (and its `classifier_pooling`) before either classifier."""
     if checkpoint is not None and cls.kind in checkpoint.head_states:
+        if label_names is not None:
+            checkpoint = _in_label_order(checkpoint, cls.kind, list(label_names))
         return cls.from_pretrained(checkpoint, num_labels=num_labels, **kwargs)
     if checkpoint is not None:
         kwargs = _stored_options(checkpoint, cls) | kwargs
     return cls(hidden_size, num_labels, **kwargs)
+
+
+def _in_label_order(checkpoint: Checkpoint, kind: str, label_names: list[str]) -> Checkpoint:
+    """The checkpoint with its stored classifier's outputs in the order of `label_names` (the data's): rows
+    permuted where it names the same labels in another order, left out (a new classifier) where it names others.
+    A classifier whose labels the checkpoint does not name is kept in its order, as transformers would."""
+    state = checkpoint.head_states[kind]
+    stored = checkpoint.label_names
+    if stored is None or stored == label_names or "classifier.weight" not in state:
+        return checkpoint
+    if sorted(stored) == sorted(label_names) and len(set(stored)) == len(stored):
+        order = torch.tensor([stored.index(name) for name in label_names])
+        log.info("%s: its classifier's labels %s are put in the data's order %s", checkpoint.source, stored,
+                 label_names)
+        state = {k: v[order] if k.startswith("classifier.") else v for k, v in state.items()}
+    else:
+        log.warning("%s: its classifier predicts the labels %s, the data has %s: a new classifier is trained",
+                    checkpoint.source, stored, label_names)
+        state = {k: v for k, v in state.items() if not k.startswith("classifier.")}
+    return dataclasses.replace(checkpoint, head_states={**checkpoint.head_states, kind: state},
+                               label_names=list(label_names))
 
 
 def _stored_options(checkpoint: Checkpoint, cls: type[ClassifierHead]) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from encoders.checkpoints import Checkpoint, load_checkpoint, save_checkpoint
+from encoders.checkpoints import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
 from encoders.config import EncoderConfig
 from encoders.kernels import Dropout, ScoreMod, Unpadded
 from encoders.layers import AttentionInputs, Block, build_norm
@@ -302,6 +302,14 @@ class Encoder(nn.Module):
         (or a `Checkpoint` already read from one)."""
         checkpoint = load_checkpoint(directory)
         encoder = cls(checkpoint.config)
+        own = encoder.state_dict()
+        misfits = [f"{name} {tuple(tensor.shape)} where its config gives {tuple(own[name].shape)}"
+                   for name, tensor in checkpoint.encoder_state.items()
+                   if name in own and tensor.shape != own[name].shape]
+        if misfits:
+            raise CheckpointError(f"{checkpoint.source}: the weights do not have the shapes its config describes "
+                                  f"(litbert's names): {'; '.join(misfits[:4])}. The config (hidden, intermediate or "
+                                  f"vocabulary size, layers) is not the one these weights were saved with.")
         encoder.load_state_dict(checkpoint.encoder_state, strict=True)
         return encoder
 

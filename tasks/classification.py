@@ -12,6 +12,7 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
 from encoders import SequenceClassificationHead, TokenClassificationHead
+from encoders.checkpoints import load_checkpoint
 from encoders.heads import fine_tuning_head
 from tasks.base import EncoderSpec, EncoderTask, Optimization, build_encoder, read_pretrained, sequence_lengths
 from tasks.distillation import Teacher, soft_target_loss
@@ -85,8 +86,8 @@ class SequenceClassification(EncoderTask):
         checkpoint = read_pretrained(pretrained, pretrained_layers)
         self.encoder = build_encoder(encoder, checkpoint, vocab_size, pad_token_id)
         self.head = fine_tuning_head(SequenceClassificationHead, checkpoint, self.encoder.config.hidden_size,
-                                     num_labels, dropout=classifier_dropout, **_given(pooling=pooling,
-                                                                                       pooler_activation=pooler_activation))
+                                     num_labels, label_names=self.label_names, dropout=classifier_dropout,
+                                     **_given(pooling=pooling, pooler_activation=pooler_activation))
         self.validation_names = list(validation_names)
         self.val_metrics = nn.ModuleList(
             classification_metrics(metrics, num_labels).clone(prefix=f"{name}/") for name in self.validation_names
@@ -97,6 +98,11 @@ class SequenceClassification(EncoderTask):
         self.test_loss = MeanMetric()
         self.monitor = (f"{self.validation_names[0]}/{metrics[0]}", "max")
         self.teacher = Teacher.classifier(teacher) if teacher is not None else None
+        taught = load_checkpoint(teacher).label_names if teacher is not None else None
+        if taught is not None and self.label_names is not None and taught != self.label_names:
+            raise ValueError(f"The teacher {teacher} predicts the labels {taught} in this order, the data has "
+                             f"{self.label_names}: its soft targets would teach other labels. Distil from a teacher "
+                             f"fine-tuned on these labels.")
         if self.teacher is not None and self.teacher.head.num_labels != num_labels:
             raise ValueError(f"The teacher {teacher} has {self.teacher.head.num_labels} outputs but this task has "
                              f"num_labels={num_labels}; distil from a teacher fine-tuned on the same task.")
@@ -204,7 +210,7 @@ class TokenClassification(EncoderTask):
         checkpoint = read_pretrained(pretrained, pretrained_layers)
         self.encoder = build_encoder(encoder, checkpoint, vocab_size, pad_token_id)
         self.head = fine_tuning_head(TokenClassificationHead, checkpoint, self.encoder.config.hidden_size,
-                                     len(self.label_names), dropout=classifier_dropout)
+                                     len(self.label_names), label_names=self.label_names, dropout=classifier_dropout)
         # Chunks (NER) score entity F1 over whole sentences; tags of single tokens (POS) score accuracy. Either
         # on each word's first sub-token.
         self.chunks = is_chunk_tagging(self.label_names)

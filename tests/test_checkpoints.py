@@ -573,6 +573,81 @@ def test_load_errors_are_clear(tmp_path):
         MaskedLMHead.from_pretrained(tmp_path, encoder)
 
 
+def test_checkpoints_that_do_not_fit_their_heads_or_config_are_refused_by_name(tmp_path, caplog):
+    """An untied MLM decoder (litbert's head projects onto the word embeddings), a classifier weight without its
+    bias, weights of another width than config.json's and a missing attention projection are each refused with a
+    CheckpointError naming what is wrong; weights of no litbert head are named in a warning, as transformers does."""
+    untied = random_weights(transformers.BertForMaskedLM(hf_config("bert", tie_word_embeddings=False)))
+    untied.save_pretrained(tmp_path / "untied")
+    encoder = Encoder.from_pretrained(tmp_path / "untied")
+    with pytest.raises(CheckpointError, match="untied.*its MLM decoder is a matrix of its own"):
+        MaskedLMHead.from_pretrained(tmp_path / "untied", encoder)
+    tied = random_weights(transformers.BertForMaskedLM(hf_config("bert")))
+    tied.save_pretrained(tmp_path / "tied")
+    MaskedLMHead.from_pretrained(tmp_path / "tied", Encoder.from_pretrained(tmp_path / "tied"))
+
+    classifier = random_weights(transformers.BertForSequenceClassification(hf_config("bert", num_labels=3)))
+    state = {k: v for k, v in classifier.state_dict().items() if k != "classifier.bias"}
+    classifier.config.architectures = ["BertForSequenceClassification"]
+    classifier.config.save_pretrained(tmp_path / "no_bias")
+    torch.save(state, tmp_path / "no_bias" / "pytorch_model.bin")
+    with pytest.raises(ValueError, match=r"missing \['classifier.bias'\]"):
+        SequenceClassificationHead.from_pretrained(tmp_path / "no_bias")
+
+    qa = random_weights(transformers.BertForQuestionAnswering(hf_config("bert")))
+    qa.save_pretrained(tmp_path / "qa")
+    with caplog.at_level("WARNING"):
+        Encoder.from_pretrained(tmp_path / "qa")
+    assert "weights of no litbert head, not used: ['qa_outputs.bias', 'qa_outputs.weight']" in caplog.text
+
+    wide = tmp_path / "wide"
+    tied.save_pretrained(wide)
+    config = json.loads((wide / "config.json").read_text())
+    (wide / "config.json").write_text(json.dumps({**config, "intermediate_size": 48}))
+    with pytest.raises(CheckpointError, match=r"do not have the shapes its config describes.*\(40, 32\) where its "
+                                              r"config gives \(48, 32\)"):
+        Encoder.from_pretrained(wide)
+    (wide / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 4}))
+    with pytest.raises(CheckpointError, match=r"no 'encoder.layer.3.attention.self.query.weight' weights, which its "
+                                              r"config \(4 layers\) calls for"):
+        Encoder.from_pretrained(wide)
+
+
+def test_a_stored_classifier_is_used_in_the_datas_label_order(tmp_path, caplog):
+    """A fine-tuned classifier whose config names its labels (id2label) is reused by name, not by row: its rows are
+    put in the data's label order; a classifier of other labels is replaced by a new one, with a warning; a
+    teacher of the same labels in another order is refused (its soft targets would teach other labels)."""
+    from tasks.classification import SequenceClassification, TokenClassification
+
+    tags = ["O", "B-PER", "I-PER"]
+    ner = random_weights(transformers.BertForTokenClassification(
+        hf_config("bert", num_labels=3, id2label=dict(enumerate(tags)), label2id={t: i for i, t in enumerate(tags)})))
+    ner.save_pretrained(tmp_path / "ner")
+    stored = ner.classifier.weight.detach()
+    reordered = TokenClassification(label_names=["B-PER", "I-PER", "O"], pretrained=str(tmp_path / "ner"))
+    torch.testing.assert_close(reordered.head.classifier.weight, stored[[1, 2, 0]])
+    same = TokenClassification(label_names=tags, pretrained=str(tmp_path / "ner"))
+    torch.testing.assert_close(same.head.classifier.weight, stored)
+    with caplog.at_level("WARNING"):
+        other = TokenClassification(label_names=["O", "B-LOC", "I-LOC"], pretrained=str(tmp_path / "ner"))
+    assert "predicts the labels ['O', 'B-PER', 'I-PER'], the data has ['O', 'B-LOC', 'I-LOC']" in caplog.text
+    assert not torch.allclose(other.head.classifier.weight, stored)
+    ids, mask, _ = inputs("bert", 0)
+    with torch.no_grad():  # the reordered model predicts the same tags by name
+        theirs = ner(ids, mask).logits.argmax(-1)
+        ours = reordered.eval()({"input_ids": ids, "attention_mask": mask}).argmax(-1)
+    assert [[tags[i] for i in row] for row in theirs.tolist()] == \
+        [[reordered.label_names[i] for i in row] for row in ours.tolist()]
+
+    sentiment = random_weights(transformers.BertForSequenceClassification(
+        hf_config("bert", num_labels=2, id2label={0: "neg", 1: "pos"}, label2id={"neg": 0, "pos": 1})))
+    sentiment.save_pretrained(tmp_path / "teacher")
+    with pytest.raises(ValueError, match=r"predicts the labels \['neg', 'pos'\] in this order, the data has "
+                                         r"\['pos', 'neg'\]"):
+        SequenceClassification(num_labels=2, label_names=["pos", "neg"], pretrained=str(tmp_path / "teacher"),
+                               teacher=str(tmp_path / "teacher"))
+
+
 def test_corrupt_or_unsafe_files_name_the_file(tmp_path):
     """Truncated safetensors and .bin files, a broken config.json and a .bin that would run code on unpickling
     each give one CheckpointError naming the file, never a library's bare message or an executed payload."""
