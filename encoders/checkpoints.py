@@ -173,6 +173,7 @@ LAYOUTS: dict[str, Layout] = {
         heads={"mlm": {"dense": "lm_head.dense", "norm": "lm_head.layer_norm", "bias": "lm_head.bias"},
                "sequence_classification": {"pooler.0": "classifier.dense", "classifier": "classifier.out_proj"},
                "token_classification": {"classifier": "classifier"}},
+        head_options=_BERT_HEADS | {"mlm": {"mlm_activation": "gelu"}},  # RobertaLMHead's GELU, whatever hidden_act
     ),
     "distilbert": Layout(
         "distilbert", "DistilBert", "distilbert.",
@@ -608,12 +609,16 @@ def _mismatches(config: EncoderConfig, layout: Layout, kind: str | None = None,
         for option, value in expected.items():
             allowed = _STORED_VALUES[option] if option in layout.head_option_keys else (value,)
             if head_options.get(option, value) not in allowed:
-                head = "token classifier" if kind == "token_classification" else "classifier"
+                head = {"token_classification": "token classifier", "mlm": "MLM head"}.get(kind, "classifier")
                 reasons.append(f"{option}={head_options[option]!r} (the {family} {head}'s is "
                                f"{' or '.join(map(repr, allowed))})")
         if any(expected.get(option) for option in _NORM_OPTIONS) and head_options.get("norm_eps") != config.norm_eps:
             reasons.append(f"a head norm_eps={head_options.get('norm_eps')} ({family}'s is the encoder's, "
                            f"{config.norm_eps})")
+    if kind == "mlm" and "mlm" not in layout.head_options and head_options \
+            and head_options.get("mlm_activation", config.activation) != config.activation:
+        reasons.append(f"an MLM head with activation {head_options['mlm_activation']!r} ({family}'s is the "
+                       f"encoder's, {config.activation!r})")
     if layout.token_types and config.type_vocab_size == 0:
         reasons.append(f"type_vocab_size=0 ({family} has token types)")
     offset = config.pad_token_id + 1 if layout.offset_from_pad else 0

@@ -65,10 +65,14 @@ def _init_linears(linears: list[nn.Linear], initializer_range: float) -> None:
 class MaskedLMHead(nn.Module):
     kind = "mlm"  # its name in checkpoints (encoders.checkpoints.HEAD_KINDS)
 
-    def __init__(self, config: EncoderConfig, word_embeddings: nn.Embedding | None = None) -> None:
+    def __init__(self, config: EncoderConfig, word_embeddings: nn.Embedding | None = None,
+                 activation: str | None = None) -> None:
+        """`activation`: the transform's, where the family fixes it (RoBERTa's LM head always applies GELU);
+        unset, the encoder's, as BERT's and DistilBERT's heads do."""
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-        self.activation = activation_spec(config.activation).function()
+        self.mlm_activation = activation or config.activation
+        self.activation = activation_spec(self.mlm_activation).function()
         self.norm = build_norm(config)
         self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
@@ -78,6 +82,11 @@ class MaskedLMHead(nn.Module):
         self.tied = word_embeddings is not None
         if word_embeddings is not None:
             self.decoder.weight = word_embeddings.weight
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """What a checkpoint stores to rebuild this head (and an export checks against the family's)."""
+        return {"mlm_activation": self.mlm_activation}
 
     def forward(self, hidden: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
         """Logits (B, T, V) for all tokens, or (N, V) for the N positions selected by `positions`: a boolean
@@ -104,7 +113,7 @@ class MaskedLMHead(nn.Module):
                                   f"false), where litbert's MLM head projects onto the word embeddings; loading it "
                                   f"tied would change every prediction. Continue from a checkpoint with tied "
                                   f"embeddings.")
-        head = cls(encoder.config, encoder.embeddings.word)
+        head = cls(encoder.config, encoder.embeddings.word, activation=checkpoint.head_options.get("mlm_activation"))
         _load_head(head, checkpoint, "mlm")
         return head
 

@@ -32,7 +32,7 @@ def student_from_teacher(teacher: Encoder, teacher_head: MaskedLMHead) -> tuple[
     block i copied from teacher block 2 * i."""
     config = dataclasses.replace(teacher.config, name=f"{teacher.config.name}-student")
     student = Encoder.from_pretrained(select_layers(Checkpoint(config, teacher.state_dict()), "every_other"))
-    head = MaskedLMHead(student.config, student.embeddings.word)
+    head = MaskedLMHead(student.config, student.embeddings.word, activation=teacher_head.mlm_activation)
     head.load_state_dict(teacher_head.state_dict())
     head.decoder.weight = student.embeddings.word.weight  # load_state_dict copied values; keep the tie
     return student, head

@@ -368,6 +368,32 @@ def test_masked_lm_parity(tmp_path, family, _, mlm):
     torch.testing.assert_close(sparse, expected[masked], atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize(("family", "mlm"), [("bert", "BertForMaskedLM"), ("roberta", "RobertaForMaskedLM"),
+                                           ("distilbert", "DistilBertForMaskedLM")])
+def test_the_mlm_heads_activation_is_the_familys(tmp_path, family, mlm):
+    """With a ReLU encoder, BERT's and DistilBERT's LM heads apply ReLU too, RoBERTa's always GELU: each loads with
+    transformers' logits, exports back to them, and the student of a RoBERTa teacher keeps its head's GELU."""
+    reference = random_weights(getattr(transformers, mlm)(hf_config(family, **{
+        "activation" if family == "distilbert" else "hidden_act": "relu"})))
+    reference.save_pretrained(tmp_path / "in")
+    encoder = Encoder.from_pretrained(tmp_path / "in").eval()
+    head = MaskedLMHead.from_pretrained(tmp_path / "in", encoder).eval()
+    assert head.mlm_activation == ("gelu" if family == "roberta" else "relu")
+    ids, mask, types = inputs(family, reference.config.pad_token_id)
+    kwargs = {"token_type_ids": types} if types is not None else {}
+    with torch.no_grad():
+        expected = reference(input_ids=ids, attention_mask=mask, **kwargs).logits
+        assert max_diff_on_real_tokens(head(encoder(ids, mask, types)), expected, mask) < 1e-5
+    encoder.save_pretrained(tmp_path / "out", head=head, format="transformers")
+    back = getattr(transformers, mlm).from_pretrained(tmp_path / "out").eval()
+    with torch.no_grad():
+        assert max_diff_on_real_tokens(back(input_ids=ids, attention_mask=mask, **kwargs).logits, expected, mask) < 1e-5
+    if family == "roberta":
+        from tasks.distillation import student_from_teacher
+
+        assert student_from_teacher(encoder, head)[1].mlm_activation == "gelu"
+
+
 @pytest.mark.parametrize("family", ["bert", "roberta", "distilbert"])
 @pytest.mark.parametrize("num_labels", [1, 3])
 def test_sequence_classification_parity(tmp_path, family, num_labels):
