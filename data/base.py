@@ -113,6 +113,14 @@ class TokenizedDataModule(L.LightningDataModule):
                 f"The checkpoint to resume drew its training order from data.seed={saved}; this run's is {self.seed} "
                 f"(data.seed, or seed_everything where data.seed is unset). The resumed batches would not be the "
                 f"ones the run would have seen: resume with --data.seed {saved}, or start a new run.")
+        changed = [name for name in self.label_state if list(state_dict[name]) != list(getattr(self, name))]
+        if changed and self.datasets:
+            # Built already (a resume sets the data up before restoring it): its label ids are this run's, and the
+            # checkpoint's model predicts in its own order.
+            raise DataError(
+                f"The checkpoint to resume was trained with data.{changed[0]}={list(state_dict[changed[0]])}; this "
+                f"run's data gives {list(getattr(self, changed[0]))}. Its outputs would be read as other labels: "
+                f"resume with --data.{changed[0]} set as in the checkpoint, or start a new run.")
         for name in self.label_state:
             setattr(self, name, list(state_dict[name]))
         if self.label_state:

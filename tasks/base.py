@@ -494,6 +494,12 @@ class EncoderTask(L.LightningModule):
             lr = optimizer.param_groups[0]["lr"]
             full_precision = str(trainer.precision).startswith(("32", "64"))
             fp32 = "" if full_precision else ", or train in fp32 (--trainer.precision 32)"
+            if trainer.global_step == 0:  # no update yet (a resume restores its step count)
+                raise DivergenceError(
+                    f"The first training step gave loss {float(loss):.4g} and gradient norm {float(norm):.4g}, before "
+                    f"any update: the starting weights and this batch give a non-finite result, which no learning "
+                    f"rate causes. Check the checkpoint's weights, the labels or targets of the data, and the "
+                    f"loss settings (a temperature or weight out of range){fp32}.")
             raise DivergenceError(
                 f"Training diverged at step {trainer.global_step + 1} (epoch {trainer.current_epoch}, batch "
                 f"{trainer.fit_loop.epoch_loop.batch_idx} of the epoch): loss {float(loss):.4g}, gradient norm "

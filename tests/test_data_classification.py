@@ -90,6 +90,11 @@ def test_jsonl_string_labels_mapping_and_state(tmp_path, caplog):
                                 label_names=["x", "y"], cache_dir=str(tmp_path))
     fresh.load_state_dict(state)
     assert fresh.label_names == ["meh", "bad", "good"] and fresh.num_labels == 3
+    # A resume sets the data up before restoring it: labels in another order than the checkpoint's are refused.
+    dm.load_state_dict(state)  # the same labels: nothing changes
+    with pytest.raises(DataError, match=r"trained with data.label_values=\['good', 'bad', 'meh'\]; this run's data "
+                                        r"gives \['meh', 'bad', 'good'\]"):
+        dm.load_state_dict({**state, "label_values": ["good", "bad", "meh"], "label_names": ["good", "bad", "meh"]})
 
 
 @pytest.mark.parametrize("max_length", [24, 40, 64])

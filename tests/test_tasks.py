@@ -15,7 +15,15 @@ from tiny import TINY, mlm_batches, trainer
 from torch.utils.data import DataLoader
 
 from encoders import Encoder, EncoderConfig, MaskedLMHead
-from tasks.base import EncoderSpec, Optimization, build_encoder, lr_lambda, parameter_groups, read_pretrained
+from tasks.base import (
+    DivergenceError,
+    EncoderSpec,
+    Optimization,
+    build_encoder,
+    lr_lambda,
+    parameter_groups,
+    read_pretrained,
+)
 from tasks.classification import SequenceClassification, TokenClassification
 from tasks.distillation import Distillation, distillation_losses, student_from_teacher
 from tasks.metrics import EntityF1, classification_metrics, entity_spans, is_chunk_tagging
@@ -318,6 +326,19 @@ def test_a_batch_without_a_masked_token_is_trained_through_not_taken_for_diverge
         without = trainer(1).validate(model, DataLoader(batches[::2], batch_size=None), verbose=False)[0]
         assert math.isfinite(with_empty["val/loss"])
         assert with_empty["val/loss"] == pytest.approx(without["val/loss"], rel=1e-6)
+
+
+def test_a_non_finite_first_step_is_not_called_a_learning_rate_problem():
+    """NaN before any update comes from the weights, the data or the loss settings: the error says so instead of
+    advising a lower learning rate (which at step 1 of a warmup is 0)."""
+    model = MaskedLM(encoder=TINY, vocab_size=64, optimization=Optimization(learning_rate=1e-3, warmup=2))
+    with torch.no_grad():
+        model.encoder.embeddings.word.weight[7].fill_(float("nan"))
+    batches = mlm_batches(2)
+    batches[0]["input_ids"][:, 1] = 7
+    with pytest.raises(DivergenceError, match="The first training step gave loss nan .* before any update: .* which "
+                                              "no learning rate causes"):
+        trainer(2).fit(model, DataLoader(batches, batch_size=None))
 
 
 def test_teacher_is_frozen_during_training(teacher_dir):
