@@ -212,8 +212,11 @@ class LitbertCLI(LightningCLI):
                 for path in used):
             # A relaunch (a requeued job) of a run that stopped before its first checkpoint: nothing to resume and
             # nothing of value to keep, so it starts afresh instead of being refused for its own config.yaml.
-            for path in used:
-                shutil.rmtree(path) if path.is_dir() else path.unlink()
+            for path in used:  # every rank of a relaunched job may get here: what another removed is gone
+                if path.is_dir():
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    path.unlink(missing_ok=True)
             print(f"litbert: --ckpt_path last: the earlier attempt in {root} stopped before its first checkpoint; "
                   f"starting afresh", flush=True)
             return
@@ -376,10 +379,12 @@ def check_same_tokenizer(teacher: str, tokenizer: str) -> None:
     if Path(teacher).resolve() == Path(tokenizer).resolve():
         return
     try:
-        ours, theirs = load_tokenizer(tokenizer), load_tokenizer(teacher)
-    except DataError as error:
-        raise DataError(f"model.teacher={teacher}: its tokenizer cannot be compared with data.tokenizer={tokenizer} "
-                        f"({error}); save the teacher's tokenizer in its folder.") from None
+        theirs = load_tokenizer(teacher)
+    except DataError as error:  # a teacher saved without its tokenizer: nothing to compare with
+        rank_zero_warn(f"model.teacher={teacher} holds no tokenizer ({error}), so litbert cannot check that it was "
+                       f"trained with data.tokenizer={tokenizer}; a teacher reads the student's token ids.")
+        return
+    ours = load_tokenizer(tokenizer)
 
     def pipeline(tok: Any) -> dict[str, Any]:
         spec = json.loads(tok.backend_tokenizer.to_str())
@@ -398,32 +403,39 @@ def check_same_tokenizer(teacher: str, tokenizer: str) -> None:
 class LateSignals:
     """SIGTERM after training, while the run validates, tests and exports: Lightning acts on one only between
     evaluation batches (not after the last one, nor outside them), and a run it reached there would end as if it had
-    succeeded. Installed around the whole run (training's own handlers take over during fit, and Lightning's evaluation
-    handlers call this one too); `check` stops the run before its results are written."""
+    succeeded. Installed once fit has returned (before it, the default handler ends the process, and during it
+    training's own handlers save and stop), and called by Lightning's evaluation handlers too; `check` stops the
+    run, on every rank at once, before its results are written."""
 
-    def __enter__(self) -> LateSignals:
+    def __init__(self) -> None:
         self.received = False
-        self.previous = None
+        self.previous: Any = None
+
+    def install(self) -> None:
         if threading.current_thread() is threading.main_thread():
             self.previous = signal.signal(signal.SIGTERM, self._on_signal)
-        return self
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         self.received = True
         print("litbert: received SIGTERM after training; the run stops before writing its results", flush=True)
 
     def check(self, trainer: L.Trainer) -> None:
-        if self.received or trainer.received_sigterm:
+        """A collective: every rank calls it at the same points, and all stop if any received the signal."""
+        if trainer.strategy.reduce_boolean_decision(self.received or trainer.received_sigterm, all=False):
             raise SIGTERMException
 
-    def __exit__(self, *exc: object) -> None:
+    def restore(self) -> None:
         if self.previous is not None:
             signal.signal(signal.SIGTERM, self.previous)
+            self.previous = None
 
 
 def run(cli: LitbertCLI) -> dict[str, float]:
-    with LateSignals() as signals:
+    signals = LateSignals()
+    try:
         return _run(cli, signals)
+    finally:
+        signals.restore()
 
 
 def _run(cli: LitbertCLI, signals: LateSignals) -> dict[str, float]:
@@ -448,6 +460,7 @@ def _run(cli: LitbertCLI, signals: LateSignals) -> dict[str, float]:
                  f"with --ckpt_path once the settings are changed." if last is not None and last.last_path
                  else "No checkpoint was saved before it.")
         raise DivergenceError(f"{error}\n{saved}") from None
+    signals.install()
 
     best_callback = next((c for c in trainer.callbacks if isinstance(c, ModelCheckpoint)), None)
     best = best_callback.best_model_path if best_callback is not None else ""

@@ -118,9 +118,9 @@ class TokenizedDataModule(L.LightningDataModule):
             # Built already (a resume sets the data up before restoring it): its label ids are this run's, and the
             # checkpoint's model predicts in its own order.
             raise DataError(
-                f"The checkpoint to resume was trained with data.{changed[0]}={list(state_dict[changed[0]])}; this "
-                f"run's data gives {list(getattr(self, changed[0]))}. Its outputs would be read as other labels: "
-                f"resume with --data.{changed[0]} set as in the checkpoint, or start a new run.")
+                f"The checkpoint to resume was trained with the labels {list(state_dict['label_names'])}; this run's "
+                f"data gives {self.label_names}. Its outputs would be read as other labels: resume with "
+                f"--data.label_names set as in the checkpoint, or start a new run.")
         for name in self.label_state:
             setattr(self, name, list(state_dict[name]))
         if self.label_state:

@@ -403,6 +403,8 @@ def _block_parameters(config: EncoderConfig, layout: Layout, i: int) -> dict[str
 # The MLM decoder of each family: absent from a tied checkpoint's file, or equal to the word embeddings.
 DECODER_WEIGHTS = {"bert": "cls.predictions.decoder.weight", "roberta": "lm_head.decoder.weight",
                    "distilbert": "vocab_projector.weight", "modernbert": "decoder.weight"}
+# Aliases of the MLM bias that some transformers versions saved beside it.
+DECODER_BIASES = ("cls.predictions.decoder.bias", "lm_head.decoder.bias")
 # Task weights transformers' own pretraining heads hold that no litbert head takes: BERT's next-sentence classifier.
 IGNORED_TASK_WEIGHTS = ("cls.seq_relationship.",)
 
@@ -485,7 +487,7 @@ def _from_transformers(directory: Path) -> Checkpoint:
     decoder_name = DECODER_WEIGHTS.get(hf_config["model_type"], "")
     untied = decoder_name in top and not torch.equal(top[decoder_name], encoder["embeddings.word.weight"])
     ignored = [name for name in top if name not in used and name != decoder_name and not name.endswith("position_ids")
-               and not name.startswith(IGNORED_TASK_WEIGHTS) and name != "cls.predictions.decoder.bias"]
+               and not name.startswith(IGNORED_TASK_WEIGHTS) and name not in DECODER_BIASES]
     if ignored:  # a task head litbert has no use for (question answering, NSP of another name, ...), as transformers
         log.warning("%s: weights of no litbert head, not used: %s", directory, ignored[:8])
     mlm = heads.get("mlm", {})

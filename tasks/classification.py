@@ -12,7 +12,6 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
 from encoders import SequenceClassificationHead, TokenClassificationHead
-from encoders.checkpoints import load_checkpoint
 from encoders.heads import fine_tuning_head
 from tasks.base import EncoderSpec, EncoderTask, Optimization, build_encoder, read_pretrained, sequence_lengths
 from tasks.distillation import Teacher, soft_target_loss
@@ -98,9 +97,9 @@ class SequenceClassification(EncoderTask):
         self.test_loss = MeanMetric()
         self.monitor = (f"{self.validation_names[0]}/{metrics[0]}", "max")
         self.teacher = Teacher.classifier(teacher) if teacher is not None else None
-        taught = load_checkpoint(teacher).label_names if teacher is not None else None
+        taught = self.teacher.label_names if self.teacher is not None else None
         if taught is not None and self.label_names is not None and taught != self.label_names:
-            raise ValueError(f"The teacher {teacher} predicts the labels {taught} in this order, the data has "
+            raise ValueError(f"The teacher {teacher} predicts the labels {taught} (in this order), the data has "
                              f"{self.label_names}: its soft targets would teach other labels. Distil from a teacher "
                              f"fine-tuned on these labels.")
         if self.teacher is not None and self.teacher.head.num_labels != num_labels:

@@ -60,6 +60,8 @@ class Teacher(nn.Module):
         self.encoder, self.head = encoder, head
         self.requires_grad_(False)
         self.eval()
+        self._digest = self._hash()
+        self.label_names: list[str] | None = None  # a classifier's, where its checkpoint names them
 
     @classmethod
     def classifier(cls, directory: str) -> Teacher:
@@ -69,7 +71,9 @@ class Teacher(nn.Module):
             # (a pretrained BERT's or ModernBERT's pooler alone is no classifier)
             raise ValueError(f"The teacher {directory} holds no sequence-classification head; logit distillation "
                              f"needs a fine-tuned classifier (e.g. the `model` folder a GLUE run exports).")
-        return cls(Encoder.from_pretrained(checkpoint), SequenceClassificationHead.from_pretrained(checkpoint))
+        teacher = cls(Encoder.from_pretrained(checkpoint), SequenceClassificationHead.from_pretrained(checkpoint))
+        teacher.label_names = checkpoint.label_names
+        return teacher
 
     @classmethod
     def masked_lm(cls, directory: str) -> Teacher:
@@ -82,15 +86,17 @@ class Teacher(nn.Module):
         return super().train(False)
 
     def digest(self) -> str:
-        """A hash of the teacher's weights (computed once: they never change), which training checkpoints keep in
-        place of the weights themselves."""
-        if getattr(self, "_digest", None) is None:
-            hashed = hashlib.sha256()
-            for name, tensor in self.state_dict().items():
-                hashed.update(name.encode())
-                hashed.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-            self._digest = hashed.hexdigest()
+        """A hash of the teacher's weights as loaded, which training checkpoints keep in place of the weights
+        themselves: taken at construction, before a strategy casts (bf16-true) or wraps them, so a resume, whose
+        checkpoint is read before that, compares like with like."""
         return self._digest
+
+    def _hash(self) -> str:
+        hashed = hashlib.sha256()
+        for name, tensor in self.state_dict().items():
+            hashed.update(name.encode())
+            hashed.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+        return hashed.hexdigest()
 
     @torch.no_grad()
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
@@ -167,7 +173,11 @@ class Distillation(EncoderTask):
                     f"differs from the teacher's {teacher_config.hidden_size}; set alpha_cos: 0."
                 )
             self.encoder = Encoder(config)
-            self.head = MaskedLMHead(config, self.encoder.embeddings.word)
+            # A student of the teacher's own family keeps an activation that family fixes for its head (RoBERTa's
+            # GELU); else, as a preset, its head takes the student's own.
+            head_activation = self.teacher.head.mlm_activation
+            activation = None if student.preset or head_activation == teacher_config.activation else head_activation
+            self.head = MaskedLMHead(config, self.encoder.embeddings.word, activation=activation)
         self.val_loss = MeanMetric()
 
     def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

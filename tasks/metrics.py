@@ -84,12 +84,13 @@ class EntityF1(Metric):
         if scored is not None:
             keep &= scored.bool()
         joined = parts > 1 if parts is not None else torch.zeros(len(labels), dtype=torch.bool, device=labels.device)
-        if joined.any():
-            if sentence is None or window is None:
-                raise ValueError("Rows of a sentence in several windows need their `sentence` and `window`.")
-            rows, positions = (keep & joined[:, None]).nonzero(as_tuple=True)
-            self.windowed.append(torch.stack([sentence[rows], window[rows], positions, predictions[rows, positions],
-                                              labels[rows, positions]], dim=1))
+        if joined.any() and (sentence is None or window is None):
+            raise ValueError("Rows of a sentence in several windows need their `sentence` and `window`.")
+        rows, positions = (keep & joined[:, None]).nonzero(as_tuple=True)
+        # Appended even when empty: every rank then syncs (N, 5) integer rows, whichever saw split sentences.
+        self.windowed.append(torch.stack([sentence[rows], window[rows], positions, predictions[rows, positions],
+                                          labels[rows, positions]], dim=1) if len(rows)
+                             else torch.zeros((0, 5), dtype=torch.long, device=labels.device))
         names = self.label_names
         for pred_row, gold_row, keep_row in zip(predictions[~joined].tolist(), labels[~joined].tolist(),
                                                 keep[~joined].tolist(), strict=True):
@@ -122,8 +123,8 @@ class EntityF1(Metric):
         if isinstance(windowed, list):
             windowed = torch.cat(windowed) if windowed else None
         if windowed is not None and windowed.numel():
-            # Sorted by sentence, window and position; a row repeated (a distributed sampler pads the last batch
-            # of a rank with examples of another) is counted once.
+            # Sorted by sentence, window and position; a token seen twice (a sampler that repeats examples to even
+            # out ranks) is counted once.
             rows = torch.unique(windowed, dim=0)
             sentences = torch.unique_consecutive(rows[:, 0], return_counts=True)[1].tolist()
             names = self.label_names
@@ -135,10 +136,9 @@ class EntityF1(Metric):
 
 
 def is_chunk_tagging(label_names: Sequence[str]) -> bool:
-    """Whether the tags are chunks (B-/I-/E-/S- prefixes and O, as NER's), whose score is entity F1, rather than
-    tags of single tokens (POS), whose score is accuracy."""
-    prefixed = [tag for tag in label_names if tag[:2] in ("B-", "I-", "E-", "S-")]
-    return bool(prefixed) and all(tag == "O" or tag in prefixed for tag in label_names)
+    """Whether the tags are chunks (B-/I-/E-/S- prefixes and O, as NER's; O alone too), whose score is entity F1,
+    rather than tags of single tokens (POS), whose score is accuracy."""
+    return all(tag == "O" or tag[:2] in ("B-", "I-", "E-", "S-") for tag in label_names)
 
 
 def first_subtokens(word_ids: torch.Tensor) -> torch.Tensor:

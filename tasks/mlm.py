@@ -94,8 +94,10 @@ class MaskedLM(EncoderTask):
         self.encoder = build_encoder(encoder, checkpoint, vocab_size, pad_token_id)
         if checkpoint is not None and "mlm" in checkpoint.head_states:
             self.head = MaskedLMHead.from_pretrained(checkpoint, self.encoder)
-        else:  # a new model, or a checkpoint without an MLM head (e.g. BertModel): the head starts fresh
-            self.head = MaskedLMHead(self.encoder.config, self.encoder.embeddings.word)
+        else:  # a new model, or a checkpoint without an MLM head (e.g. BertModel): the head starts fresh, with the
+            # activation of the checkpoint family's head (RoBERTa's GELU)
+            activation = checkpoint.head_options.get("mlm_activation") if checkpoint is not None else None
+            self.head = MaskedLMHead(self.encoder.config, self.encoder.embeddings.word, activation=activation)
         self.val_loss = MeanMetric()
         self.val_accuracy = MeanMetric()
 

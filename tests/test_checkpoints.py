@@ -668,7 +668,7 @@ def test_a_stored_classifier_is_used_in_the_datas_label_order(tmp_path, caplog):
     sentiment = random_weights(transformers.BertForSequenceClassification(
         hf_config("bert", num_labels=2, id2label={0: "neg", 1: "pos"}, label2id={"neg": 0, "pos": 1})))
     sentiment.save_pretrained(tmp_path / "teacher")
-    with pytest.raises(ValueError, match=r"predicts the labels \['neg', 'pos'\] in this order, the data has "
+    with pytest.raises(ValueError, match=r"predicts the labels \['neg', 'pos'\] \(in this order\), the data has "
                                          r"\['pos', 'neg'\]"):
         SequenceClassification(num_labels=2, label_names=["pos", "neg"], pretrained=str(tmp_path / "teacher"),
                                teacher=str(tmp_path / "teacher"))

@@ -92,8 +92,8 @@ def test_jsonl_string_labels_mapping_and_state(tmp_path, caplog):
     assert fresh.label_names == ["meh", "bad", "good"] and fresh.num_labels == 3
     # A resume sets the data up before restoring it: labels in another order than the checkpoint's are refused.
     dm.load_state_dict(state)  # the same labels: nothing changes
-    with pytest.raises(DataError, match=r"trained with data.label_values=\['good', 'bad', 'meh'\]; this run's data "
-                                        r"gives \['meh', 'bad', 'good'\]"):
+    with pytest.raises(DataError, match=r"trained with the labels \['good', 'bad', 'meh'\]; this run's data gives "
+                                        r"\['meh', 'bad', 'good'\]. .* resume with --data.label_names"):
         dm.load_state_dict({**state, "label_values": ["good", "bad", "meh"], "label_names": ["good", "bad", "meh"]})
 
 
