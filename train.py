@@ -699,11 +699,13 @@ def cli_main(args: Sequence[str] | None = None) -> int:
         _finish_tracking(1)
         print(f"litbert: {error}{_resume_hint(error, args)}", file=sys.stderr, flush=True)
         return 128 + error.signum
-    except SIGTERMException:  # Lightning's own SIGTERM handling, outside training (validation, test)
+    except SIGTERMException:  # outside the training steps: the sanity check, or the evaluation and export after fit
         _finish_tracking(1)
-        print("litbert: stopped by SIGTERM outside training (during evaluation); the run did not finish. Its "
-              "training state is in the run's checkpoints/last.ckpt: resume with --ckpt_path to evaluate and "
-              "export.", file=sys.stderr, flush=True)
+        print("litbert: stopped by SIGTERM outside the training steps (in the sanity check, or in the evaluation or "
+              "export after training); the run did not finish and wrote no metrics.json. Stopped after training, it "
+              "has its final state in the run's checkpoints/last.ckpt: resume with --ckpt_path last to evaluate and "
+              "export. Stopped before its first step, it has nothing to resume: start it again.",
+              file=sys.stderr, flush=True)
         return 128 + signal.SIGTERM
     except DivergenceError as error:
         _finish_tracking(1)
