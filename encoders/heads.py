@@ -15,7 +15,6 @@ after the pooler, which is identical at evaluation time and loads the same weigh
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -132,12 +131,15 @@ class ClassifierHead(nn.Module):
         return {"num_labels": self.num_labels, **{name: getattr(self, name) for name in self.stored_options}}
 
     @classmethod
-    def from_pretrained(cls, directory: str | Path | Checkpoint, num_labels: int | None = None, **kwargs) -> Self:
+    def from_pretrained(cls, directory: str | Path | Checkpoint, num_labels: int | None = None,
+                        label_names: Sequence[str] | None = None, **kwargs) -> Self:
         """The head stored in `directory`, shaped by its stored options unless `kwargs` say otherwise. A classifier
         absent from the checkpoint, or of another size than `num_labels`, is freshly initialised (a pretrained
-        encoder's pooler or transform alone, as when fine-tuning starts); any other misfit is an error."""
+        encoder's pooler or transform alone, as when fine-tuning starts); any other misfit is an error. With
+        `label_names` (the data's), a classifier whose checkpoint names its labels is used in their order
+        (`_in_label_order`)."""
         checkpoint = load_checkpoint(directory)
-        state, num_labels = _classifier_state(checkpoint, cls.kind, num_labels, cls.description)
+        state, num_labels = _classifier_state(checkpoint, cls.kind, num_labels, cls.description, label_names)
         head = cls(checkpoint.config.hidden_size, num_labels, **(_stored_options(checkpoint, cls) | kwargs))
         missing, unexpected = head.load_state_dict(state, strict=False)
         # A classifier the checkpoint does not hold starts fresh; one it holds in part (a weight without its bias)
@@ -248,33 +250,33 @@ def fine_tuning_head(cls: type[ClassifierHead], checkpoint: Checkpoint | None, h
     `*ForSequenceClassification` / `*ForTokenClassification` of that checkpoint would: DistilBERT's ReLU pooler,
     ModernBERT's GELU and norm (and its `classifier_pooling`) before either classifier."""
     if checkpoint is not None and cls.kind in checkpoint.head_states:
-        if label_names is not None:
-            checkpoint = _in_label_order(checkpoint, cls.kind, list(label_names))
-        return cls.from_pretrained(checkpoint, num_labels=num_labels, **kwargs)
+        return cls.from_pretrained(checkpoint, num_labels=num_labels, label_names=label_names, **kwargs)
     if checkpoint is not None:
         kwargs = _stored_options(checkpoint, cls) | kwargs
     return cls(hidden_size, num_labels, **kwargs)
 
 
-def _in_label_order(checkpoint: Checkpoint, kind: str, label_names: list[str]) -> Checkpoint:
-    """The checkpoint with its stored classifier's outputs in the order of `label_names` (the data's): rows
-    permuted where it names the same labels in another order, left out (a new classifier) where it names others.
-    A classifier whose labels the checkpoint does not name is kept in its order, as transformers would."""
-    state = checkpoint.head_states[kind]
+def _in_label_order(state: dict[str, torch.Tensor], checkpoint: Checkpoint,
+                    label_names: list[str]) -> dict[str, torch.Tensor]:
+    """A stored classifier's state with its outputs in the order of `label_names` (the data's): rows permuted where
+    the checkpoint names the same labels in another order, left out (a new classifier) where it names others. A
+    classifier whose labels the checkpoint does not name is kept in its order, as transformers would."""
     stored = checkpoint.label_names
-    if stored is None or stored == label_names or "classifier.weight" not in state:
-        return checkpoint
+    if stored is None or stored == label_names:
+        return state
     if sorted(stored) == sorted(label_names) and len(set(stored)) == len(stored):
         order = torch.tensor([stored.index(name) for name in label_names])
         log.info("%s: its classifier's labels %s are put in the data's order %s", checkpoint.source, stored,
                  label_names)
-        state = {k: v[order] if k.startswith("classifier.") else v for k, v in state.items()}
-    else:
-        log.warning("%s: its classifier predicts the labels %s, the data has %s: a new classifier is trained",
-                    checkpoint.source, stored, label_names)
-        state = {k: v for k, v in state.items() if not k.startswith("classifier.")}
-    return dataclasses.replace(checkpoint, head_states={**checkpoint.head_states, kind: state},
-                               label_names=list(label_names))
+        return {k: v[order] if k.startswith("classifier.") else v for k, v in state.items()}
+    log.warning("%s: its classifier predicts the labels %s, the data has %s: a new classifier is trained",
+                checkpoint.source, stored, label_names)
+    return _without_classifier(state)
+
+
+def _without_classifier(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The state less its classifier, which then starts fresh (the pooler or transform before it is kept)."""
+    return {k: v for k, v in state.items() if not k.startswith("classifier.")}
 
 
 def _stored_options(checkpoint: Checkpoint, cls: type[ClassifierHead]) -> dict[str, Any]:
@@ -282,17 +284,21 @@ def _stored_options(checkpoint: Checkpoint, cls: type[ClassifierHead]) -> dict[s
 
 
 def _classifier_state(
-    checkpoint: Checkpoint, kind: str, num_labels: int | None, description: str
+    checkpoint: Checkpoint, kind: str, num_labels: int | None, description: str,
+    label_names: Sequence[str] | None = None,
 ) -> tuple[dict[str, torch.Tensor], int]:
     """The stored state of a classifier head and the label count to build: `num_labels` when given, else the
-    stored one. A stored classifier of another size is left out of the state, so the new one starts fresh."""
+    stored one. A stored classifier of other labels (`label_names`, where the checkpoint names its own) or of another
+    size is left out of the state, so the new one starts fresh."""
     state = checkpoint.head_states.get(kind, {})
+    if label_names is not None and "classifier.weight" in state:
+        state = _in_label_order(state, checkpoint, list(label_names))
     stored_labels = state["classifier.weight"].shape[0] if "classifier.weight" in state else None
     num_labels = num_labels or stored_labels
     if num_labels is None:
         raise ValueError(f"{checkpoint.source} holds no {description}; pass num_labels to build a new one.")
     if stored_labels is not None and stored_labels != num_labels:
-        state = {k: v for k, v in state.items() if not k.startswith("classifier.")}
+        state = _without_classifier(state)
     return state, num_labels
 
 
