@@ -701,10 +701,11 @@ def cli_main(args: Sequence[str] | None = None) -> int:
         return 128 + error.signum
     except SIGTERMException:  # outside the training steps: the sanity check, or the evaluation and export after fit
         _finish_tracking(1)
-        print("litbert: stopped by SIGTERM outside the training steps (in the sanity check, or in the evaluation or "
-              "export after training); the run did not finish and wrote no metrics.json. Stopped after training, it "
-              "has its final state in the run's checkpoints/last.ckpt: resume with --ckpt_path last to evaluate and "
-              "export. Stopped before its first step, it has nothing to resume: start it again.",
+        print("litbert: stopped by SIGTERM outside the training steps (in the sanity check, or in the evaluation, "
+              "export or test predictions after training); the run did not finish (metrics.json is written after "
+              "the evaluation and export, the predictions after it). Stopped after training, it has its final "
+              "state in the run's checkpoints/last.ckpt: resume with --ckpt_path last to evaluate, export and "
+              "predict. Stopped before its first step, it has nothing to resume: start it again.",
               file=sys.stderr, flush=True)
         return 128 + signal.SIGTERM
     except DivergenceError as error:
