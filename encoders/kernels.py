@@ -137,81 +137,19 @@ class Dropout(nn.Module):
         return f"p={self.p}"
 
 
-# `length_split` splits a batch where its two groups' attention work is at most this fraction of one group's
-# (0 never splits: `bench/alternate.py` compares the two)
-_SPLIT_BELOW = 0.9
-
-
-def length_split(lengths: list[int], head_dim: int) -> int:
-    """How many of a batch's sequences, sorted by `lengths` (ascending), attention should pad to the k-th length
-    apart from the rest (padded to the longest): the k minimising the attention work of the two groups,
-    sum of B_g * T_g * (T_g + 3 * head_dim) (the scores, softmax and dropout grow as T^2, padding the queries, keys
-    and values as T), or 0 where the two groups' work exceeds `_SPLIT_BELOW` (0.9) of the work of one. A group
-    holds at least one real token a sequence (rows of padding alone stay with the next group)."""
-    longest, size = lengths[-1], len(lengths)
-
-    def work(count: int, length: int) -> int:
-        return count * length * (length + 3 * head_dim)
-
-    whole = work(size, longest)
-    best, split = whole, 0
-    for k in range(1, size):
-        if 0 < lengths[k - 1] < longest:
-            cost = work(k, lengths[k - 1]) + work(size - k, longest)
-            if cost < best:
-                best, split = cost, k
-    return split if best <= _SPLIT_BELOW * whole else 0
-
-
-@dataclass(frozen=True)
-class LengthGroup:
-    """Sequences of one batch that attention pads to their own longest length rather than the batch's."""
-
-    rows: torch.Tensor  # (B_g,) the batch rows of these sequences
-    tokens: int  # how many real tokens they have; the groups' tokens follow each other among the batch's N
-    layout: Unpadded  # their tokens within a (B_g, T_g) batch, T_g their longest length
-
-
 @dataclass(frozen=True)
 class Unpadded:
     """Where the N real tokens of a padded (B, T) batch sit among its B * T rows. On the unpadded path the
     blocks carry (N, C) tokens: projections, norms and feed-forwards skip padding, and only attention pads
-    its queries, keys and values back to (B, T) for `scaled_dot_product_attention`; or, with `groups`, pads each
-    group of sequences to its own longest length, so that short sequences do not pay for the batch's longest."""
+    its queries, keys and values back to (B, T) for `scaled_dot_product_attention`."""
 
-    index: torch.Tensor  # (N,) rows of the flattened (B * T) batch that hold real tokens, in the blocks' order
+    index: torch.Tensor  # (N,) rows of the flattened (B * T) batch that hold real tokens, ascending
     batch_size: int
     seq_len: int
-    groups: tuple[LengthGroup, ...] = ()  # empty: attention pads the whole batch to (B, T)
 
     @classmethod
-    def of(cls, attention_mask: torch.Tensor, groups: int = 1, head_dim: int = 64) -> Unpadded:
-        """The layout of `attention_mask`'s real tokens (B, T). With `groups=2` and a right-padded batch whose
-        lengths differ enough (`length_split`), the tokens are ordered by their sequence's length (shortest first)
-        and split into two `LengthGroup`s; otherwise they keep the batch's order."""
-        batch_size, seq_len = attention_mask.shape
-        if groups > 1 and batch_size > 1:
-            lengths = attention_mask.sum(1)
-            positions = torch.arange(seq_len, device=attention_mask.device)
-            if torch.equal(attention_mask, positions < lengths[:, None]):  # real tokens first in every row
-                ordered, order = torch.sort(lengths, stable=True)
-                split = length_split(ordered.tolist(), head_dim)
-                if split:
-                    return cls._grouped(order, ordered, split, seq_len)
-        return cls(attention_mask.flatten().nonzero().squeeze(1), batch_size, seq_len)
-
-    @classmethod
-    def _grouped(cls, order: torch.Tensor, lengths: torch.Tensor, split: int, seq_len: int) -> Unpadded:
-        """Rows `order` (sorted by `lengths`, ascending), the first `split` of them one group, the rest another."""
-        sorted_mask = torch.arange(seq_len, device=order.device) < lengths[:, None]  # (B, T), rows in `order`
-        at = sorted_mask.flatten().nonzero().squeeze(1)
-        index = order[at // seq_len] * seq_len + at % seq_len  # the same tokens, in the original batch's rows
-        groups = []
-        for rows, part in ((order[:split], lengths[:split]), (order[split:], lengths[split:])):
-            longest = int(part[-1])
-            layout = cls.of(torch.arange(longest, device=order.device) < part[:, None])
-            groups.append(LengthGroup(rows, layout.index.numel(), layout))
-        return cls(index, len(order), seq_len, tuple(groups))
+    def of(cls, attention_mask: torch.Tensor) -> Unpadded:
+        return cls(attention_mask.flatten().nonzero().squeeze(1), *attention_mask.shape)
 
     def pad(self, tokens: torch.Tensor) -> torch.Tensor:
         """(N, F) -> (B, T, F), zeros at padding."""

@@ -180,21 +180,16 @@ class Encoder(nn.Module):
 
         return biased_and_padded
 
-    def unpadded(self, attention_mask: torch.Tensor | None, groups: int | None = None) -> Unpadded | None:
+    def unpadded(self, attention_mask: torch.Tensor | None) -> Unpadded | None:
         """The real tokens' layout when enough of the batch is padding to make skipping it pay
-        (`EncoderConfig.unpad_below`), its attention in up to `groups` length groups (default:
-        `EncoderConfig.attention_groups`, where None is 2 on CPU and 1 elsewhere).
+        (`EncoderConfig.unpad_below`).
         Not under torch.compile: the token count would change the graph's shapes on every batch."""
         if attention_mask is None or torch.compiler.is_compiling():
             return None
         keep = attention_mask.bool()
         if int(keep.sum()) >= self.config.unpad_below * keep.numel():
             return None
-        if groups is None:
-            groups = self.config.attention_groups
-        if groups is None:  # measured on CPU only
-            groups = 2 if keep.device.type == "cpu" else 1
-        return Unpadded.of(keep, groups, self.config.head_dim)
+        return Unpadded.of(keep)
 
     def forward(
         self,
@@ -233,7 +228,7 @@ class Encoder(nn.Module):
             mask = self.attention_mask(attention_mask, seq_len, compute_dtype(x), document_ids)
         unpadded = None
         if not (return_hidden_states or return_attentions):
-            unpadded = self.unpadded(attention_mask, 1 if callable(mask) else None)  # a score_mod is not sliced
+            unpadded = self.unpadded(attention_mask)
         if unpadded is not None:
             x = unpadded.unpad(x)  # (N, C)
         inputs = AttentionInputs(self.position, positions, mask, unpadded, return_attentions)

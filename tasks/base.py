@@ -281,7 +281,7 @@ def _loss_scaler(trainer: L.Trainer) -> bool:
 # EncoderConfig fields a resumed run may change: regularisation, initialisation (done before the weights were
 # trained) and kernel choices. Every other field, and every head option, changes what the trained weights compute.
 RESUMABLE_ENCODER_FIELDS = ("hidden_dropout", "attention_dropout", "initializer_range", "unpad_below",
-                            "attention_groups", "flex_attention", "name")
+                            "flex_attention", "name")
 # The task settings that choose a head option, for the message when a resume would change one.
 HEAD_SETTINGS = {"pooling": "model.pooling", "pooler_activation": "model.pooler_activation",
                  "num_labels": "the label count (the data's label set)"}

@@ -75,6 +75,13 @@ def test_dict_round_trip():
     assert EncoderConfig.from_dict(config.to_dict()) == config
 
 
+def test_a_stored_config_of_an_earlier_version_still_reads():
+    """litbert.json files of earlier versions hold kernel choices that are no longer fields; they are dropped."""
+    config = EncoderConfig.from_name("bert-mini")
+    assert EncoderConfig.from_dict({**config.to_dict(), "attention_groups": None}) == config
+    assert EncoderConfig.from_dict({**config.to_dict(), "attention_groups": 2}) == config
+
+
 def test_max_sequence_length():
     assert EncoderConfig.from_name("bert-base").max_sequence_length == 512
     assert EncoderConfig.from_name("roberta-base").max_sequence_length == 512
