@@ -5,69 +5,22 @@ reads the same without them; each is measured in BENCHMARKS.md (`bench/fast_path
 from __future__ import annotations
 
 import functools
-import os
 import warnings
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-# A dropout mask of fewer than 2 * _PART_WORDS 64-bit words (2M elements) draws them from torch's default CPU
-# generator. A larger one draws them from numpy's SFC64 generators, seeded from torch's, in 2, 4 or 8 parts (by its
-# size alone, so the mask does not depend on the number of threads) on threads in parallel: torch's generator
-# (mt19937) is serial, one core drawing while the other waits, and 1.36x slower than SFC64 here; numpy's releases the
-# GIL. Either way `torch.manual_seed` fixes the masks and a checkpoint's saved torch RNG state resumes them.
-_PART_WORDS = 1 << 18
-_draw_pool: tuple[ThreadPoolExecutor, int] | None = None  # the threads that draw parts, and how many
 
-
-def _drop_draw_pool() -> None:
-    global _draw_pool
-    _draw_pool = None  # a forked child has the executor object but not its threads
-
-
-if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
-    os.register_at_fork(after_in_child=_drop_draw_pool)
-
-
-def _torch_words(count: int) -> torch.Tensor:
-    """`count` 64-bit words from torch's default CPU generator. `random_(-2**63, None)` takes the generator's 64-bit
-    draws as they come, where a bounded range (`randint`) reduces each draw modulo its width, a 64-bit division per
-    word (1.36x slower here)."""
-    return torch.empty(count, dtype=torch.int64).random_(-(2**63), None)
-
-
-def _random_bits(count: int) -> list[torch.Tensor]:
-    """`count` random int16 values, uniform over all 65536, as consecutive parts. The values depend on the state of
-    torch's default CPU generator alone (it draws them, or seeds each part), not on how many threads drew them."""
-    global _draw_pool
-    words = (count + 3) // 4
-    if words < 2 * _PART_WORDS:  # one part: SFC64's seeding and numpy's calls would cost more than they save
-        return [_torch_words(words).view(torch.int16)[:count]]
-    parts = 1 << min(3, (words // _PART_WORDS).bit_length() - 1)
-    seeds = _torch_words(parts).tolist()
-    generators = [np.random.SFC64(seed % 2**64) for seed in seeds]
-    sizes = [words // parts + (i < words % parts) for i in range(parts)]
-    threads = min(parts, torch.get_num_threads())
-
-    def draw(first: int) -> list[np.ndarray]:  # parts first, first + threads, ...
-        return [generators[i].random_raw(sizes[i]) for i in range(first, parts, threads)]
-
-    if threads == 1:
-        drawn = draw(0)
-    else:
-        if _draw_pool is None or _draw_pool[1] < threads - 1:
-            _draw_pool = ThreadPoolExecutor(threads - 1, thread_name_prefix="litbert-dropout"), threads - 1
-        pending = [_draw_pool[0].submit(draw, first) for first in range(1, threads)]
-        by_thread = [draw(0)] + [future.result() for future in pending]
-        drawn = [by_thread[i % threads][i // threads] for i in range(parts)]
-    bits = [torch.from_numpy(part.view(np.int16)) for part in drawn]
-    bits[-1] = bits[-1][:count - 4 * (words - sizes[-1])]  # the last word's unused 16-bit values
-    return bits
+def _random_bits(count: int) -> torch.Tensor:
+    """`count` random int16 values, uniform over all 65536, from torch's default CPU generator, so that
+    `torch.manual_seed` fixes the masks and a checkpoint's saved torch RNG state resumes them. `random_(-2**63, None)`
+    takes the generator's 64-bit draws as they come, four values each, where a bounded range (`randint`) reduces each
+    draw modulo its width, a 64-bit division per word (1.36x slower here)."""
+    words = torch.empty((count + 3) // 4, dtype=torch.int64).random_(-(2**63), None)
+    return words.view(torch.int16)[:count]
 
 
 def _random_keep(x: torch.Tensor, p: float) -> tuple[torch.Tensor, float]:
@@ -82,11 +35,7 @@ def _random_keep(x: torch.Tensor, p: float) -> tuple[torch.Tensor, float]:
     if dropped == 0:
         return torch.ones_like(x), 1.0
     below = dropped - 32768 - 1  # the largest dropped value: drop where bits <= below, i.e. `dropped` of 65536
-    keep = torch.empty(x.numel(), dtype=torch.int16, device=x.device)
-    start = 0
-    for bits in _random_bits(x.numel()):
-        torch.clamp(bits, below, below + 1, out=keep[start:start + bits.numel()])  # below or below + 1
-        start += bits.numel()
+    keep = torch.clamp(_random_bits(x.numel()), below, below + 1)  # below or below + 1
     return keep.sub_(below).to(x.dtype).view(x.shape), 65536 / (65536 - dropped)
 
 

@@ -364,30 +364,11 @@ def test_successive_dropout_masks_are_independent():
     assert abs((first & second).double().mean().item() - 0.81) < 2e-3
 
 
-@pytest.mark.parametrize("count", [1, 3, 4, 5, 4 * 2**19 - 1, 4 * 2**19 + 5, 4 * 2**20 + 2, 4 * 2**21 + 7])
-def test_random_bits_give_the_count_asked_uniform_in_every_part(count):
-    from encoders.kernels import _PART_WORDS, _random_bits
-
-    torch.manual_seed(0)
-    parts = _random_bits(count)
-    assert sum(part.numel() for part in parts) == count and all(part.dtype == torch.int16 for part in parts)
-    words = (count + 3) // 4
-    assert len(parts) == next(n for n in (1, 2, 4, 8) if n == 8 or words < 2 * n * _PART_WORDS)
-    for part in parts:
-        if part.numel() >= 2**18:  # 4 bins of 16384 values: each holds a quarter, the standard error is 1e-3
-            quarters = torch.bincount((part.long() + 32768) // 16384, minlength=4).double() / part.numel()
-            assert torch.all((quarters - 0.25).abs() < 6e-3), quarters
-    # The parts are independent streams: no two start alike.
-    starts = {tuple(part[:8].tolist()) for part in parts}
-    assert len(starts) == len(parts)
-
-
 def test_dropout_masks_do_not_depend_on_the_thread_count():
-    """Large masks are drawn in parts on several threads; the parts are fixed by the mask's size, so one thread
-    draws the same mask (a resume on a machine with other cores gets the same dropout)."""
+    """A resume on a machine with other cores gets the same dropout."""
     from encoders.kernels import dropout
 
-    x = torch.ones(16, 12, 128, 128)  # 3.1M elements: 2 parts
+    x = torch.ones(16, 12, 128, 128)  # 3.1M elements
     threads = torch.get_num_threads()
     masks = []
     try:

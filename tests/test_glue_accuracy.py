@@ -183,15 +183,16 @@ def test_the_alternation_benchmark_switches_variants_by_block_and_restores_the_c
 
 def test_the_alternation_benchmark_refuses_a_setting_the_code_does_not_have():
     alternate = bench_module("alternate.py")
-    assert alternate.parse_variant(["big", "encoders.kernels._PART_WORDS=4096"])[1][0][1:] == ("_PART_WORDS", 4096)
-    with pytest.raises(SystemExit, match="encoders.kernels has no attribute _PART_WORD;"):
-        alternate.parse_variant(["big", "encoders.kernels._PART_WORD=4096"])
+    setting = "encoders.kernels._compiled_flex_attention"
+    assert alternate.parse_variant(["fresh", f"{setting}=None"])[1][0][1:] == ("_compiled_flex_attention", None)
+    with pytest.raises(SystemExit, match="encoders.kernels has no attribute _compiled_flex;"):
+        alternate.parse_variant(["fresh", "encoders.kernels._compiled_flex=None"])
     with pytest.raises(SystemExit, match="is not module.attribute=value"):
-        alternate.parse_variant(["big", "_PART_WORDS"])
-    with pytest.raises(SystemExit, match="'4 096' is not a Python literal"):
-        alternate.parse_variant(["big", "encoders.kernels._PART_WORDS=4 096"])
+        alternate.parse_variant(["fresh", "_compiled_flex_attention"])
+    with pytest.raises(SystemExit, match="'No ne' is not a Python literal"):
+        alternate.parse_variant(["fresh", f"{setting}=No ne"])
     with pytest.raises(SystemExit, match="no module encoders.kernel "):
-        alternate.parse_variant(["big", "encoders.kernel._PART_WORDS=1"])
+        alternate.parse_variant(["fresh", "encoders.kernel._compiled_flex_attention=None"])
 
 
 @pytest.mark.slow  # a short MiniLM-L6 fit on WNLI: under a minute on 2 CPU cores
@@ -203,14 +204,14 @@ def test_the_alternation_benchmark_times_both_variants_in_one_run(shared_data, t
 
     env = environment(LITBERT_DATA=str(shared_data), LITBERT_CACHE=str(tmp_path / "cache"))
     done = subprocess.run([sys.executable, str(REPO / "bench" / "alternate.py"), "--task", "wnli", "--skip", "1",
-                           "--block", "1", "--rounds", "2", "--variant", "shipped", "--variant", "serial",
-                           "encoders.kernels._PART_WORDS=1048576"], cwd=REPO, env=env, timeout=900,
+                           "--block", "1", "--rounds", "2", "--variant", "shipped", "--variant", "reset",
+                           "encoders.kernels._compiled_flex_attention=None"], cwd=REPO, env=env, timeout=900,
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = {cells[1]: cells for line in done.stdout.splitlines()
-            if len(cells := [c.strip() for c in line.split("|")]) > 5 and cells[1] in ("shipped", "serial")}
+            if len(cells := [c.strip() for c in line.split("|")]) > 5 and cells[1] in ("shipped", "reset")}
     assert rows["shipped"][2:5:2] == ["as it is", "1.000x"], rows
-    assert rows["serial"][2] == "encoders.kernels._PART_WORDS=1048576" and float(rows["serial"][3]) > 0, rows
+    assert rows["reset"][2] == "encoders.kernels._compiled_flex_attention=None" and float(rows["reset"][3]) > 0, rows
     too_long = subprocess.run([sys.executable, str(REPO / "bench" / "alternate.py"), "--task", "wnli", "--rounds",
                                "500", "--variant", "a", "--variant", "b"], cwd=REPO, env=env, timeout=900,
                               capture_output=True, text=True)
