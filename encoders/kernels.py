@@ -1,6 +1,7 @@
 """The attention kernels and CPU fast paths the model's parts call: which attention kernel runs (`attend`),
 dropout with cheap masks on CPU, skipping padding tokens (`Unpadded`), and the FlexAttention wrapper. The model
-reads the same without them; each is measured in BENCHMARKS.md (`bench/fast_paths.py`)."""
+reads the same without them; each is measured in BENCHMARKS.md (`bench/fast_paths.py`). The choices a run may make
+among them are `Kernels`, given to the `Encoder` beside its architecture (`EncoderConfig`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,27 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+
+@dataclass(frozen=True)
+class Kernels:
+    """How an encoder computes, chosen per run (`Encoder(config, kernels=...)`, `--model.kernels.unpad_below 0`):
+    neither choice changes a weight or, beyond float rounding, an output, so neither is stored with the weights."""
+
+    # The blocks skip padding tokens (`Unpadded`) when real tokens are fewer than this fraction of the batch;
+    # measured on CPU (MiniLM-sized, batch 32): 40% real tokens ran 2.3x (fp32) / 1.5x (bf16) faster unpadded, 97%
+    # real ran 3% / 12% slower, the gathers costing more than the padding they save. 0 never unpads.
+    unpad_below: float = 0.8
+    # FlexAttention for position schemes with a bias (ALiBi, T5): True computes the bias inside the attention kernel
+    # (compiled on GPUs; it has no dropout, so attention_dropout must be 0 while training). Off by default: the bias
+    # goes to SDPA as a dense (B, H, T, T) float mask, which measured faster on an H100 (bert-base ALiBi training,
+    # bf16, 32 x 512: 46 ms a step against 109 ms; T5's compiled kernel did not fit in shared memory).
+    flex_attention: bool = False
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.unpad_below <= 1.0:
+            raise ValueError(f"Kernels.unpad_below={self.unpad_below} is a fraction of real tokens in a batch; set it "
+                             f"within [0, 1] (0 never skips padding, 1 whenever there is any).")
 
 
 def _random_bits(count: int) -> torch.Tensor:

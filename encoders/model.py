@@ -18,7 +18,7 @@ from torch import nn
 
 from encoders.checkpoints import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
 from encoders.config import EncoderConfig
-from encoders.kernels import Dropout, ScoreMod, Unpadded
+from encoders.kernels import Dropout, Kernels, ScoreMod, Unpadded
 from encoders.layers import AttentionInputs, Block, build_norm
 from encoders.positions import build_position
 
@@ -75,9 +75,11 @@ def same_document(document_ids: torch.Tensor, attention_mask: torch.Tensor | Non
 
 
 class Encoder(nn.Module):
-    def __init__(self, config: EncoderConfig) -> None:
+    def __init__(self, config: EncoderConfig, kernels: Kernels | None = None) -> None:
+        """An encoder of architecture `config`, computed with the run's `kernels` (by default `Kernels()`)."""
         super().__init__()
         self.config = config
+        self.kernels = kernels if kernels is not None else Kernels()
         self.embeddings = Embeddings(config)
         self.position = build_position(config)
         # The local layers' RoPE, where its base differs (ModernBERT); it holds no weights. (A preset's local base is
@@ -150,8 +152,8 @@ class Encoder(nn.Module):
     def score_mod(self, attention_mask: torch.Tensor | None, seq_len: int, return_attentions: bool,
                   document_ids: torch.Tensor | None = None):
         """The FlexAttention score_mod (position bias and key padding) when this forward uses FlexAttention (see
-        `EncoderConfig.flex_attention`), else None."""
-        if not self.config.flex_attention or return_attentions:
+        `Kernels.flex_attention`), else None."""
+        if not self.kernels.flex_attention or return_attentions:
             return None
         # Asked only now: T5 builds its bias table here, work the dense-mask path would then do again.
         position_mod = self.position.score_mod(seq_len, seq_len)
@@ -159,7 +161,7 @@ class Encoder(nn.Module):
             return None
         if self.training and self.config.attention_dropout > 0:
             raise ValueError(
-                f"EncoderConfig.flex_attention=True, but FlexAttention has no dropout and this encoder trains with "
+                f"Kernels.flex_attention=True, but FlexAttention has no dropout and this encoder trains with "
                 f"attention_dropout={self.config.attention_dropout}; set attention_dropout=0, or flex_attention=False "
                 f"(SDPA with a dense bias, the default)."
             )
@@ -182,12 +184,12 @@ class Encoder(nn.Module):
 
     def unpadded(self, attention_mask: torch.Tensor | None) -> Unpadded | None:
         """The real tokens' layout when enough of the batch is padding to make skipping it pay
-        (`EncoderConfig.unpad_below`).
+        (`Kernels.unpad_below`).
         Not under torch.compile: the token count would change the graph's shapes on every batch."""
         if attention_mask is None or torch.compiler.is_compiling():
             return None
         keep = attention_mask.bool()
-        if int(keep.sum()) >= self.config.unpad_below * keep.numel():
+        if int(keep.sum()) >= self.kernels.unpad_below * keep.numel():
             return None
         return Unpadded.of(keep)
 
@@ -292,11 +294,11 @@ class Encoder(nn.Module):
         return sum(p.numel() for p in params.values())
 
     @classmethod
-    def from_pretrained(cls, directory: str | Path | Checkpoint) -> Encoder:
+    def from_pretrained(cls, directory: str | Path | Checkpoint, kernels: Kernels | None = None) -> Encoder:
         """Load a litbert checkpoint or a transformers-format BERT, RoBERTa or DistilBERT checkpoint directory
-        (or a `Checkpoint` already read from one)."""
+        (or a `Checkpoint` already read from one), to compute with `kernels`."""
         checkpoint = load_checkpoint(directory)
-        encoder = cls(checkpoint.config)
+        encoder = cls(checkpoint.config, kernels)
         own = encoder.state_dict()
         misfits = [f"{name} {tuple(tensor.shape)} where its config gives {tuple(own[name].shape)}"
                    for name, tensor in checkpoint.encoder_state.items()

@@ -20,7 +20,7 @@ from lightning.pytorch.strategies import FSDPStrategy
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 
-from encoders import Encoder, EncoderConfig
+from encoders import Encoder, EncoderConfig, Kernels
 from encoders.checkpoints import Checkpoint, load_checkpoint, select_layers
 from encoders.choices import check_choice
 
@@ -115,8 +115,8 @@ class Optimization:
 
 
 # Checkpoints store these with the hyperparameters; Lightning reloads checkpoints with torch.load(weights_only=True),
-# which unpickles only allowlisted classes. Allowlisting these two keeps resuming safe without weights_only=False.
-torch.serialization.add_safe_globals([EncoderSpec, Optimization])
+# which unpickles only allowlisted classes. Allowlisting these keeps resuming safe without weights_only=False.
+torch.serialization.add_safe_globals([EncoderSpec, Kernels, Optimization])
 
 
 def check_scheme_settings(encoder: EncoderSpec, config: EncoderConfig, setting: str = "model.encoder") -> None:
@@ -194,15 +194,16 @@ def over_checkpoint(encoder: EncoderSpec | None, pretrained: Checkpoint, setting
 
 def build_encoder(
     encoder: EncoderSpec | None, pretrained: Checkpoint | None, vocab_size: int | None,
-    pad_token_id: int | None = None,
+    pad_token_id: int | None = None, kernels: Kernels | None = None,
 ) -> Encoder:
     """An encoder from a checkpoint read with `load_checkpoint` (`pretrained`, with the spec's shape-preserving
     overrides applied) or a preset spec; `vocab_size` (from the tokenizer) sizes a new encoder's embeddings and must
     fit in a pretrained one's; `pad_token_id` (the tokenizer's) is a new encoder's padding row, the one embedding
-    that starts at zero and is never trained (a pretrained encoder keeps its own: its weights were trained so)."""
+    that starts at zero and is never trained (a pretrained encoder keeps its own: its weights were trained so).
+    Either computes with `kernels`."""
     if pretrained is not None:
         pretrained = over_checkpoint(encoder, pretrained)
-        model = Encoder.from_pretrained(pretrained)
+        model = Encoder.from_pretrained(pretrained, kernels)
         if vocab_size is not None and vocab_size > model.config.vocab_size:
             raise ValueError(
                 f"The tokenizer has {vocab_size} tokens but the checkpoint {pretrained.source} embeds only "
@@ -228,7 +229,7 @@ def build_encoder(
                 f"override (the padding id is taken from the tokenizer)."
             )
         from_data["pad_token_id"] = pad_token_id
-    return Encoder(dataclasses.replace(config, **from_data))
+    return Encoder(dataclasses.replace(config, **from_data), kernels)
 
 
 def validation_prefixes(split_names: Sequence[str]) -> list[str]:
@@ -278,10 +279,10 @@ def _loss_scaler(trainer: L.Trainer) -> bool:
     return getattr(trainer.precision_plugin, "scaler", None) is not None
 
 
-# EncoderConfig fields a resumed run may change: regularisation, initialisation (done before the weights were
-# trained) and kernel choices. Every other field, and every head option, changes what the trained weights compute.
-RESUMABLE_ENCODER_FIELDS = ("hidden_dropout", "attention_dropout", "initializer_range", "unpad_below",
-                            "flex_attention", "name")
+# EncoderConfig fields a resumed run may change: regularisation and initialisation (done before the weights were
+# trained). Every other field, and every head option, changes what the trained weights compute. (Kernel choices are
+# no fields: a run gives its own `Kernels`.)
+RESUMABLE_ENCODER_FIELDS = ("hidden_dropout", "attention_dropout", "initializer_range", "name")
 # The task settings that choose a head option, for the message when a resume would change one.
 HEAD_SETTINGS = {"pooling": "model.pooling", "pooler_activation": "model.pooler_activation",
                  "num_labels": "the label count (the data's label set)"}

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from tiny import TINY_CONFIG, tiny_config
 
-from encoders import Encoder, MaskedLMHead
+from encoders import Encoder, Kernels, MaskedLMHead
 from encoders.positions import POSITIONS, PositionScheme, RotaryPositions
 from tasks.mlm import masked_lm_loss
 
@@ -188,7 +188,7 @@ def test_unpadded_path_equals_padded_path(position, norm_placement, window):
     params = parameters(encoder, head)
     results = {}
     for path, threshold in (("padded", 0.0), ("unpadded", 1.0)):
-        encoder.config.unpad_below = threshold
+        encoder.kernels = Kernels(unpad_below=threshold)
         assert (encoder.unpadded(attention_mask) is None) == (path == "padded")
         hidden = encoder(ids, attention_mask)
         loss = masked_lm_loss(head, hidden, labels)[0] + hidden[attention_mask.bool()].pow(2).mean()
@@ -215,7 +215,7 @@ def test_first_token_only_equals_the_full_last_layer(position, norm_placement, w
                                   **overrides)).double()
     if position == "t5":
         torch.nn.init.normal_(encoder.position.relative_bias.weight, std=0.5)
-    encoder.config.unpad_below = 1.0 if path == "unpadded" else 0.0
+    encoder.kernels = Kernels(unpad_below=1.0 if path == "unpadded" else 0.0)
     encoder.train(path == "explicit")
     ids, attention_mask = padded_batch()
     documents = None
@@ -243,7 +243,7 @@ def test_first_token_only_under_flex_attention(position, device):
     """FlexAttention's score_mod sees the one query at index 0, the first token's true position; on a GPU through
     the compiled kernel, gradients too (heads of 16 channels, its minimum)."""
     torch.manual_seed(0)
-    encoder = Encoder(tiny_config(position=position, hidden_size=64, flex_attention=True)).to(device).eval()
+    encoder = Encoder(tiny_config(position=position, hidden_size=64), Kernels(flex_attention=True)).to(device).eval()
     torch.nn.init.normal_(encoder.blocks[-1].attention.qkv.weight, std=0.5)
     if position == "t5":
         torch.nn.init.normal_(encoder.position.relative_bias.weight, std=0.5)
@@ -267,7 +267,7 @@ def test_first_token_only_under_flex_attention(position, device):
 def test_first_token_only_gives_zeros_where_the_first_position_is_padding():
     """As the unpadded path gives zeros at every padding position: a left-padded row and an all-padding row."""
     torch.manual_seed(0)
-    encoder = Encoder(tiny_config(unpad_below=1.0)).double().eval()
+    encoder = Encoder(tiny_config(), Kernels(unpad_below=1.0)).double().eval()
     ids, attention_mask = padded_batch()
     attention_mask[1] = 0  # all padding
     attention_mask[2] = torch.arange(20) >= 4  # left-padded
@@ -438,7 +438,7 @@ def flex_and_dense(position: str, device: str, grad: bool, window: str = "global
     real = attention_mask.bool()
     results = {}
     for flex in (True, False):
-        encoder.config.flex_attention = flex
+        encoder.kernels = Kernels(flex_attention=flex)
         with torch.set_grad_enabled(grad):
             hidden = encoder(ids, attention_mask)
             grads = torch.autograd.grad(hidden[real].square().sum(), list(encoder.parameters())) if grad else ()
@@ -469,13 +469,13 @@ def test_flex_attention_is_chosen_only_where_it_applies():
     device; asked for, it needs a bias scheme and no attention dropout in training."""
     encoder = Encoder(tiny_config(position="alibi", attention_dropout=0.1)).eval()
     mask = torch.ones(2, 8, dtype=torch.long)
-    for flex in (None, False):
-        encoder.config.flex_attention = flex
+    for kernels in (Kernels(), Kernels(flex_attention=False)):
+        encoder.kernels = kernels
         assert encoder.score_mod(mask, 8, False) is None
-    encoder.config.flex_attention = True
+    encoder.kernels = Kernels(flex_attention=True)
     assert callable(encoder.score_mod(mask, 8, False))
     assert encoder.score_mod(mask, 8, True) is None  # attention probabilities requested: explicit path
     encoder.train()
     with pytest.raises(ValueError, match="attention_dropout"):
         encoder.score_mod(mask, 8, False)
-    assert Encoder(tiny_config(position="rope", flex_attention=True)).score_mod(mask, 8, False) is None
+    assert Encoder(tiny_config(position="rope"), Kernels(flex_attention=True)).score_mod(mask, 8, False) is None

@@ -436,7 +436,7 @@ def test_the_shipped_stsb_config_drops_out_where_the_trainer_does(shared_data, t
     steps = 8
     masks = SharedMasks(0), SharedMasks(0)
     losses, reference, ours, theirs, head = _stsb_steps_of_both(
-        shared_data, tmp_path, monkeypatch, steps, ["--model.encoder.unpad_below", "0"], dropout=0.1, masks=masks)
+        shared_data, tmp_path, monkeypatch, steps, ["--model.kernels.unpad_below", "0"], dropout=0.1, masks=masks)
     config = ours.encoder.config
     assert config.hidden_dropout == config.attention_dropout == 0.1
     # per step: the embeddings, three per layer (attention probabilities, attention output, feed-forward output), the

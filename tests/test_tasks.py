@@ -13,7 +13,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from tiny import TINY, mlm_batches, trainer
 from torch.utils.data import DataLoader
 
-from encoders import Encoder, EncoderConfig, MaskedLMHead
+from encoders import Encoder, EncoderConfig, Kernels, MaskedLMHead
 from tasks.base import (
     DivergenceError,
     EncoderSpec,
@@ -473,6 +473,31 @@ def test_resuming_into_another_position_scheme_is_refused(tmp_path):
     with pytest.raises(ValueError, match="model.encoder.position: 'rope' in the checkpoint, 'alibi' now"):
         make_trainer(tmp_path, 6).fit(other, DataLoader(mlm_batches(4), batch_size=None),
                                       ckpt_path=tmp_path / "checkpoints" / "last.ckpt")
+
+
+def test_kernel_choices_apply_per_run_and_a_checkpoint_that_stored_them_resumes(tmp_path):
+    """The run's `Kernels` reach the encoder and are no part of the checkpoint's architecture. A checkpoint of an
+    earlier version, whose hyperparameters hold an encoder spec with the kernel choices of then (unpad_below,
+    attention_groups, flex_attention), loads with `load_from_checkpoint` and resumes under other choices."""
+    spec = EncoderSpec(preset="bert-tiny", num_layers=1)
+    model = MaskedLM(encoder=spec, vocab_size=64, kernels=Kernels(unpad_below=0.5))
+    assert model.encoder.kernels == Kernels(unpad_below=0.5)
+    make_trainer(tmp_path, 4).fit(model, DataLoader(mlm_batches(4), batch_size=None))
+    saved = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    assert not {"unpad_below", "flex_attention", "attention_groups"} & set(saved["litbert_architecture"]["encoder"])
+    old = dataclasses.replace(spec)
+    old.__dict__.update(unpad_below=0.5, attention_groups=2, flex_attention=False)  # as the earlier spec pickled
+    saved["hyper_parameters"]["encoder"] = old
+    del saved["hyper_parameters"]["kernels"]
+    torch.save(saved, tmp_path / "old.ckpt")
+    loaded = MaskedLM.load_from_checkpoint(tmp_path / "old.ckpt", weights_only=True)
+    assert loaded.encoder.kernels == Kernels() and loaded.encoder.config == model.encoder.config
+    for name, value in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], value), name
+    resumed = MaskedLM(encoder=spec, vocab_size=64, kernels=Kernels(unpad_below=0.0))
+    trainer = make_trainer(tmp_path / "resumed", 6)
+    trainer.fit(resumed, DataLoader(mlm_batches(4), batch_size=None), ckpt_path=tmp_path / "old.ckpt")
+    assert trainer.global_step == 6
 
 
 def test_a_checkpoint_from_before_the_architecture_was_stored_resumes_when_its_head_fits(tmp_path):
