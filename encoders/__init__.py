@@ -2,6 +2,7 @@
 
 from encoders.config import PRESETS, EncoderConfig
 from encoders.heads import MaskedLMHead, SequenceClassificationHead, TokenClassificationHead
+from encoders.kernels import Kernels
 from encoders.model import Encoder, EncoderOutput
 from encoders.positions import POSITIONS
 
@@ -11,6 +12,7 @@ __all__ = [
     "Encoder",
     "EncoderConfig",
     "EncoderOutput",
+    "Kernels",
     "MaskedLMHead",
     "SequenceClassificationHead",
     "TokenClassificationHead",

@@ -9,6 +9,7 @@ the fixed choices are `Literal`s, checked with `check_choice`.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -16,6 +17,8 @@ from typing import Any, Literal
 from encoders.choices import check_choice
 from encoders.layers import ACTIVATIONS, NORMS
 from encoders.positions import POSITIONS
+
+log = logging.getLogger(__name__)
 
 NormPlacement = Literal["post", "pre"]
 
@@ -27,6 +30,14 @@ def global_every(is_global: Sequence[bool]) -> int | None:
         return None
     every = is_global.index(True, 1) if is_global.count(True) > 1 else len(is_global)
     return every if list(is_global) == [i % every == 0 for i in range(len(is_global))] else None
+
+
+# Kernel choices that earlier versions stored with the architecture, which a stored config (litbert.json) may still
+# hold: each with the values it could take that this version still computes. They are dropped on reading, with a
+# warning for any other value. unpad_below and flex_attention are now chosen per run (`encoders.kernels.Kernels`);
+# attention_groups (attention in length groups) is gone, with the outputs it gave.
+RETIRED_FIELDS: dict[str, tuple[Any, ...]] = {"unpad_below": (0.8,), "flex_attention": (None, False),
+                                              "attention_groups": (None, 1, 2)}
 
 
 @dataclass
@@ -68,24 +79,6 @@ class EncoderConfig:
     hidden_dropout: float = 0.1
     attention_dropout: float = 0.1
     initializer_range: float = 0.02
-    # Kernel choices (no effect on the weights or, beyond float rounding, on the outputs):
-    # the blocks skip padding tokens (`kernels.Unpadded`) when real tokens are fewer than this fraction of the batch;
-    # measured on CPU (MiniLM-sized, batch 32): 40% real tokens ran 2.3x (fp32) / 1.5x (bf16) faster unpadded, 97%
-    # real ran 3% / 12% slower, the gathers costing more than the padding they save. 0 never unpads.
-    unpad_below: float = 0.8
-    # On the unpadded path, attention pads a batch's sequences in up to this many groups of similar length, each to
-    # its own longest (2), instead of all to the batch's longest (1); a batch is split where that saves at least a
-    # tenth of the attention work (`kernels.length_split`). None: 2 on CPU, 1 on other devices (not measured there;
-    # each group adds host synchronisations and kernel launches). Not with a FlexAttention score_mod. Measured on an
-    # AVX2-only EPYC (float32, the shipped GLUE configs' random batches, `bench/alternate.py`): 1.05-1.19x a step on
-    # MRPC, RTE, WNLI, SST-2 and STS-B, CoLA's short sentences unchanged (0.96x and 1.01x in two runs); a process
-    # each (`bench/revisions.py`): STS-B 1.09x, CoLA 1.17x; in bf16 on an AVX-512 EPYC MRPC 1.003x and CoLA 0.986x.
-    attention_groups: int | None = None
-    # FlexAttention for position schemes with a bias (ALiBi, T5): True computes the bias inside the attention kernel
-    # (compiled on GPUs; it has no dropout, so attention_dropout must be 0 while training). Off by default (None or
-    # False): the bias goes to SDPA as a dense (B, H, T, T) float mask, which measured faster on an H100 (bert-base
-    # ALiBi training, bf16, 32 x 512: 46 ms a step against 109 ms; T5's compiled kernel did not fit in shared memory).
-    flex_attention: bool | None = None
     name: str = field(default="custom", compare=False)  # the preset it came from; informational only
 
     def __post_init__(self) -> None:
@@ -129,17 +122,6 @@ class EncoderConfig:
                 f"EncoderConfig.position_offset={self.position_offset} leaves no rows of the "
                 f"max_position_embeddings={self.max_position_embeddings} table; lower the offset."
             )
-        if not 0.0 <= self.unpad_below <= 1.0:
-            raise ValueError(f"EncoderConfig.unpad_below={self.unpad_below} is a fraction of real tokens in a batch; "
-                             f"it must lie in [0, 1] (0 never skips padding, 1 whenever there is any).")
-        if self.attention_groups not in (None, 1, 2):
-            raise ValueError(f"EncoderConfig.attention_groups={self.attention_groups} must be 1 (attention pads the "
-                             f"whole batch to its longest sequence), 2 (two groups of similar length) or None (2 on "
-                             f"CPU, 1 elsewhere).")
-        if self.attention_groups == 2 and self.flex_attention and self.position in ("alibi", "t5"):
-            raise ValueError("EncoderConfig.attention_groups=2 cannot be kept with flex_attention=True: its score_mod "
-                             "reads the whole batch's padding, so attention runs in one group. Set attention_groups "
-                             "to 1 or None, or flex_attention to false.")
         for field_name in ("hidden_dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, field_name) < 1.0:
                 raise ValueError(f"EncoderConfig.{field_name}={getattr(self, field_name)} must lie in [0, 1).")
@@ -180,6 +162,11 @@ class EncoderConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> EncoderConfig:
+        ignored = [f"{k}={v!r}" for k, v in values.items() if k in RETIRED_FIELDS and v not in RETIRED_FIELDS[k]]
+        if ignored:
+            log.warning("The stored encoder config sets %s, which this version chooses per run and ignores here; "
+                        "give it as Encoder(config, kernels=Kernels(...)) or --model.kernels.*", ", ".join(ignored))
+        values = {k: v for k, v in values.items() if k not in RETIRED_FIELDS}
         unknown = set(values) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
             raise ValueError(f"Unknown EncoderConfig field(s) {sorted(unknown)}; was this saved by a newer litbert?")

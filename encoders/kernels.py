@@ -1,217 +1,53 @@
-"""The attention kernels and CPU fast paths the model's parts call: which attention kernel runs (`attend`),
-dropout with cheap masks on CPU, skipping padding tokens (`Unpadded`), and the FlexAttention wrapper. The model
-reads the same without them; each is measured in BENCHMARKS.md (`bench/fast_paths.py`)."""
+"""The attention kernels and fast paths the model's parts call: which attention kernel runs (`attend`), skipping
+padding tokens (`Unpadded`), and the FlexAttention wrapper. The model reads the same without them; each is measured
+in BENCHMARKS.md. The choices a run may make among them are `Kernels`, given to the `Encoder` beside its
+architecture (`EncoderConfig`)."""
 
 from __future__ import annotations
 
 import functools
-import os
 import warnings
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import nn
-
-# A dropout mask of fewer than 2 * _PART_WORDS 64-bit words (2M elements) draws them from torch's default CPU
-# generator. A larger one draws them from numpy's SFC64 generators, seeded from torch's, in 2, 4 or 8 parts (by its
-# size alone, so the mask does not depend on the number of threads) on threads in parallel: torch's generator
-# (mt19937) is serial, one core drawing while the other waits, and 1.36x slower than SFC64 here; numpy's releases the
-# GIL. Either way `torch.manual_seed` fixes the masks and a checkpoint's saved torch RNG state resumes them.
-_PART_WORDS = 1 << 18
-_draw_pool: tuple[ThreadPoolExecutor, int] | None = None  # the threads that draw parts, and how many
-
-
-def _drop_draw_pool() -> None:
-    global _draw_pool
-    _draw_pool = None  # a forked child has the executor object but not its threads
-
-
-if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
-    os.register_at_fork(after_in_child=_drop_draw_pool)
-
-
-def _torch_words(count: int) -> torch.Tensor:
-    """`count` 64-bit words from torch's default CPU generator. `random_(-2**63, None)` takes the generator's 64-bit
-    draws as they come, where a bounded range (`randint`) reduces each draw modulo its width, a 64-bit division per
-    word (1.36x slower here)."""
-    return torch.empty(count, dtype=torch.int64).random_(-(2**63), None)
-
-
-def _random_bits(count: int) -> list[torch.Tensor]:
-    """`count` random int16 values, uniform over all 65536, as consecutive parts. The values depend on the state of
-    torch's default CPU generator alone (it draws them, or seeds each part), not on how many threads drew them."""
-    global _draw_pool
-    words = (count + 3) // 4
-    if words < 2 * _PART_WORDS:  # one part: SFC64's seeding and numpy's calls would cost more than they save
-        return [_torch_words(words).view(torch.int16)[:count]]
-    parts = 1 << min(3, (words // _PART_WORDS).bit_length() - 1)
-    seeds = _torch_words(parts).tolist()
-    generators = [np.random.SFC64(seed % 2**64) for seed in seeds]
-    sizes = [words // parts + (i < words % parts) for i in range(parts)]
-    threads = min(parts, torch.get_num_threads())
-
-    def draw(first: int) -> list[np.ndarray]:  # parts first, first + threads, ...
-        return [generators[i].random_raw(sizes[i]) for i in range(first, parts, threads)]
-
-    if threads == 1:
-        drawn = draw(0)
-    else:
-        if _draw_pool is None or _draw_pool[1] < threads - 1:
-            _draw_pool = ThreadPoolExecutor(threads - 1, thread_name_prefix="litbert-dropout"), threads - 1
-        pending = [_draw_pool[0].submit(draw, first) for first in range(1, threads)]
-        by_thread = [draw(0)] + [future.result() for future in pending]
-        drawn = [by_thread[i % threads][i // threads] for i in range(parts)]
-    bits = [torch.from_numpy(part.view(np.int16)) for part in drawn]
-    bits[-1] = bits[-1][:count - 4 * (words - sizes[-1])]  # the last word's unused 16-bit values
-    return bits
-
-
-def _random_keep(x: torch.Tensor, p: float) -> tuple[torch.Tensor, float]:
-    """A keep-mask shaped like `x`, 1 or 0 in `x`'s dtype, each element dropped with probability `p` rounded to a
-    multiple of 1/65536, and the matching scale 1 / (1 - that probability), so the expectation is exact.
-
-    Each element takes 16 random bits (`_random_bits`) and is kept when they are at least a threshold, computed
-    with integer arithmetic. On one core of this CPU `F.dropout`'s `bernoulli_` took 56 ms for 4M elements (one
-    generator call each) against 10 ms for 16-bit draws from torch's generator; producing the mask through `bool`
-    tensors (a comparison, then a cast or `torch.where`) ran 2-7x slower than the clamp below."""
-    dropped = round(p * 65536)
-    if dropped == 0:
-        return torch.ones_like(x), 1.0
-    below = dropped - 32768 - 1  # the largest dropped value: drop where bits <= below, i.e. `dropped` of 65536
-    keep = torch.empty(x.numel(), dtype=torch.int16, device=x.device)
-    start = 0
-    for bits in _random_bits(x.numel()):
-        torch.clamp(bits, below, below + 1, out=keep[start:start + bits.numel()])  # below or below + 1
-        start += bits.numel()
-    return keep.sub_(below).to(x.dtype).view(x.shape), 65536 / (65536 - dropped)
-
-
-class _MaskAndScale(torch.autograd.Function):
-    """x * keep * scale in one kernel (addcmul computes in float32 and rounds once, so a bfloat16 `x` is scaled
-    by the exact factor), saving only the mask for the backward pass."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, keep: torch.Tensor, scale: float) -> torch.Tensor:
-        ctx.save_for_backward(keep)
-        ctx.scale = scale
-        return torch.addcmul(x.new_zeros(()), x, keep, value=scale)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
-        (keep,) = ctx.saved_tensors
-        return torch.addcmul(grad.new_zeros(()), grad, keep, value=ctx.scale), None, None
-
-
-def dropout(x: torch.Tensor, p: float, training: bool = True) -> torch.Tensor:
-    """Inverted dropout, as `F.dropout`, with masks drawn 16 bits at a time on CPU (see `_random_keep`): the
-    dropped fraction is `p` rounded to a multiple of 1/65536 (at most 7.6e-6 away) and the kept values are scaled
-    by exactly the inverse of the kept fraction. GPUs and `torch.compile` keep `F.dropout`, whose Philox kernels
-    are already fused and cheap."""
-    if not training or p == 0.0:
-        return x
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"dropout probability must be in [0, 1], got {p}.")
-    if x.device.type != "cpu" or torch.compiler.is_compiling() or round(p * 65536) == 65536:
-        return F.dropout(x, p, training=True)
-    keep, scale = _random_keep(x, p)
-    return _MaskAndScale.apply(x, keep, scale)
-
-
-class Dropout(nn.Module):
-    """`nn.Dropout` drawing its masks with `dropout` above (no parameters; checkpoints are unaffected)."""
-
-    def __init__(self, p: float = 0.1) -> None:
-        super().__init__()
-        if not 0.0 <= p <= 1.0:
-            raise ValueError(f"dropout probability must be in [0, 1], got {p}.")
-        self.p = p
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return dropout(x, self.p, self.training)
-
-    def extra_repr(self) -> str:
-        return f"p={self.p}"
-
-
-# `length_split` splits a batch where its two groups' attention work is at most this fraction of one group's
-# (0 never splits: `bench/alternate.py` compares the two)
-_SPLIT_BELOW = 0.9
-
-
-def length_split(lengths: list[int], head_dim: int) -> int:
-    """How many of a batch's sequences, sorted by `lengths` (ascending), attention should pad to the k-th length
-    apart from the rest (padded to the longest): the k minimising the attention work of the two groups,
-    sum of B_g * T_g * (T_g + 3 * head_dim) (the scores, softmax and dropout grow as T^2, padding the queries, keys
-    and values as T), or 0 where the two groups' work exceeds `_SPLIT_BELOW` (0.9) of the work of one. A group
-    holds at least one real token a sequence (rows of padding alone stay with the next group)."""
-    longest, size = lengths[-1], len(lengths)
-
-    def work(count: int, length: int) -> int:
-        return count * length * (length + 3 * head_dim)
-
-    whole = work(size, longest)
-    best, split = whole, 0
-    for k in range(1, size):
-        if 0 < lengths[k - 1] < longest:
-            cost = work(k, lengths[k - 1]) + work(size - k, longest)
-            if cost < best:
-                best, split = cost, k
-    return split if best <= _SPLIT_BELOW * whole else 0
 
 
 @dataclass(frozen=True)
-class LengthGroup:
-    """Sequences of one batch that attention pads to their own longest length rather than the batch's."""
+class Kernels:
+    """How an encoder computes, chosen per run (`Encoder(config, kernels=...)`, `--model.kernels.unpad_below 0`):
+    neither choice changes a weight or, beyond float rounding, an output, so neither is stored with the weights."""
 
-    rows: torch.Tensor  # (B_g,) the batch rows of these sequences
-    tokens: int  # how many real tokens they have; the groups' tokens follow each other among the batch's N
-    layout: Unpadded  # their tokens within a (B_g, T_g) batch, T_g their longest length
+    # The blocks skip padding tokens (`Unpadded`) when real tokens are fewer than this fraction of the batch;
+    # measured on CPU (MiniLM-sized, batch 32): 40% real tokens ran 2.3x (fp32) / 1.5x (bf16) faster unpadded, 97%
+    # real ran 3% / 12% slower, the gathers costing more than the padding they save. 0 never unpads.
+    unpad_below: float = 0.8
+    # FlexAttention for position schemes with a bias (ALiBi, T5): True computes the bias inside the attention kernel
+    # (compiled on GPUs; it has no dropout, so attention_dropout must be 0 while training). Off by default: the bias
+    # goes to SDPA as a dense (B, H, T, T) float mask, which measured faster on an H100 (bert-base ALiBi training,
+    # bf16, 32 x 512: 46 ms a step against 109 ms; T5's compiled kernel did not fit in shared memory).
+    flex_attention: bool = False
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.unpad_below <= 1.0:
+            raise ValueError(f"Kernels.unpad_below={self.unpad_below} is a fraction of real tokens in a batch; set it "
+                             f"within [0, 1] (0 never skips padding, 1 whenever there is any).")
 
 
 @dataclass(frozen=True)
 class Unpadded:
     """Where the N real tokens of a padded (B, T) batch sit among its B * T rows. On the unpadded path the
     blocks carry (N, C) tokens: projections, norms and feed-forwards skip padding, and only attention pads
-    its queries, keys and values back to (B, T) for `scaled_dot_product_attention`; or, with `groups`, pads each
-    group of sequences to its own longest length, so that short sequences do not pay for the batch's longest."""
+    its queries, keys and values back to (B, T) for `scaled_dot_product_attention`."""
 
-    index: torch.Tensor  # (N,) rows of the flattened (B * T) batch that hold real tokens, in the blocks' order
+    index: torch.Tensor  # (N,) rows of the flattened (B * T) batch that hold real tokens, ascending
     batch_size: int
     seq_len: int
-    groups: tuple[LengthGroup, ...] = ()  # empty: attention pads the whole batch to (B, T)
 
     @classmethod
-    def of(cls, attention_mask: torch.Tensor, groups: int = 1, head_dim: int = 64) -> Unpadded:
-        """The layout of `attention_mask`'s real tokens (B, T). With `groups=2` and a right-padded batch whose
-        lengths differ enough (`length_split`), the tokens are ordered by their sequence's length (shortest first)
-        and split into two `LengthGroup`s; otherwise they keep the batch's order."""
-        batch_size, seq_len = attention_mask.shape
-        if groups > 1 and batch_size > 1:
-            lengths = attention_mask.sum(1)
-            positions = torch.arange(seq_len, device=attention_mask.device)
-            if torch.equal(attention_mask, positions < lengths[:, None]):  # real tokens first in every row
-                ordered, order = torch.sort(lengths, stable=True)
-                split = length_split(ordered.tolist(), head_dim)
-                if split:
-                    return cls._grouped(order, ordered, split, seq_len)
-        return cls(attention_mask.flatten().nonzero().squeeze(1), batch_size, seq_len)
-
-    @classmethod
-    def _grouped(cls, order: torch.Tensor, lengths: torch.Tensor, split: int, seq_len: int) -> Unpadded:
-        """Rows `order` (sorted by `lengths`, ascending), the first `split` of them one group, the rest another."""
-        sorted_mask = torch.arange(seq_len, device=order.device) < lengths[:, None]  # (B, T), rows in `order`
-        at = sorted_mask.flatten().nonzero().squeeze(1)
-        index = order[at // seq_len] * seq_len + at % seq_len  # the same tokens, in the original batch's rows
-        groups = []
-        for rows, part in ((order[:split], lengths[:split]), (order[split:], lengths[split:])):
-            longest = int(part[-1])
-            layout = cls.of(torch.arange(longest, device=order.device) < part[:, None])
-            groups.append(LengthGroup(rows, layout.index.numel(), layout))
-        return cls(index, len(order), seq_len, tuple(groups))
+    def of(cls, attention_mask: torch.Tensor) -> Unpadded:
+        return cls(attention_mask.flatten().nonzero().squeeze(1), *attention_mask.shape)
 
     def pad(self, tokens: torch.Tensor) -> torch.Tensor:
         """(N, F) -> (B, T, F), zeros at padding."""
@@ -280,8 +116,8 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
     in the dtype of the queries, or a FlexAttention score_mod holding the position bias and the key padding or
     documents (the caller checked that dropout is off: FlexAttention has none). The kernel: FlexAttention for a
     score_mod; the explicit math when the probabilities are wanted, or with dropout on CPU, where SDPA has no fused
-    kernel and draws its (B, H, T, T) mask with `bernoulli_` (the same math with `dropout` here, bert-mini shapes,
-    forward + backward, bf16: 52 ms against 87 ms at T=128, 180 ms against 467 ms at T=512); SDPA otherwise."""
+    kernel either and runs the same math (written out, the padding mask is a bias added in place, and the
+    probabilities' dropout is `F.dropout`, as in transformers' eager attention); SDPA otherwise."""
     scale = q.shape[-1] ** -0.5
     if callable(mask):
         return flex_attention(q, k, v, mask, scale), None
@@ -295,4 +131,4 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
                 ~mask, torch.finfo(scores.dtype).min)
         scores = scores.add_(mask)  # the product's own (B, H, T, T) output: its backward needs q and k, not it
     probs = scores.softmax(dim=-1)
-    return dropout(probs, dropout_p) @ v, probs if return_probs else None
+    return F.dropout(probs, dropout_p) @ v, probs if return_probs else None

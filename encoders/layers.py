@@ -6,7 +6,6 @@ the valid ones. GLU feed-forwards follow Shazeer (2020): `down(act(gate) * value
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -16,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from encoders.choices import check_choice
-from encoders.kernels import Dropout, ScoreMod, Unpadded, attend
+from encoders.kernels import ScoreMod, Unpadded, attend
 
 if TYPE_CHECKING:  # annotations only: config.py imports the registries of this module and of positions.py
     from encoders.config import EncoderConfig
@@ -91,20 +90,6 @@ class AttentionInputs:
         """Each sequence's first token of a block's input, (B, 1, C)."""
         return self.unpadded.first(x) if self.unpadded is not None else x[:, :1]
 
-    @functools.cached_property
-    def group_masks(self) -> tuple[torch.Tensor | None, ...]:
-        """`mask` for each of `unpadded.groups`: its rows of the batch, its first T_g queries and keys (computed once
-        a forward pass, for every layer)."""
-        masks = []
-        for group in self.unpadded.groups:
-            mask, length = self.mask, group.layout.seq_len
-            if mask is not None:
-                mask = mask[..., :length, :length]  # a (.., 1, T) padding mask keeps its one query row
-                if mask.shape[0] > 1:  # sliced first, so that only the group's (B_g, .., T_g, T_g) is copied
-                    mask = mask.index_select(0, group.rows)
-            masks.append(mask)
-        return tuple(masks)
-
 
 class Attention(nn.Module):
     """Multi-head self-attention with one fused QKV projection."""
@@ -125,28 +110,16 @@ class Attention(nn.Module):
         if first_only:
             return self.first_query(x, inputs)
         qkv = self.qkv(x)
-        layout = inputs.unpadded
-        if layout is None:
-            y, probs = self.attend_padded(qkv, inputs.mask, inputs)
-        elif not layout.groups:
-            y, probs = self.attend_padded(layout.pad(qkv), inputs.mask, inputs)  # attention works on whole sequences
-            y = layout.unpad(y)  # (N, C)
-        else:  # each group padded to its own longest sequence; its tokens follow the previous group's
-            parts = qkv.split([group.tokens for group in layout.groups])
-            y = torch.cat([group.layout.unpad(self.attend_padded(group.layout.pad(part), mask, inputs)[0])
-                           for group, part, mask in zip(layout.groups, parts, inputs.group_masks, strict=True)])
-            probs = None  # asking for the probabilities turns the unpadded path off
-        return self.out(y), probs
-
-    def attend_padded(self, qkv: torch.Tensor, mask: torch.Tensor | ScoreMod | None,
-                      inputs: AttentionInputs) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Attention of padded (B, T, 3C) queries, keys and values under `mask`: (B, T, C), and the probabilities
-        when `inputs` asks for them."""
+        if inputs.unpadded is not None:
+            qkv = inputs.unpadded.pad(qkv)  # (B, T, 3C): attention works on whole sequences
         B, T, C = qkv.shape[0], qkv.shape[1], qkv.shape[2] // 3
         q, k, v = qkv.view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # each (B, H, T, D)
         q, k = inputs.scheme.rotate(q, k, inputs.positions)
-        y, probs = attend(q, k, v, mask, self.dropout if self.training else 0.0, inputs.return_attention)
-        return y.transpose(1, 2).reshape(B, T, C), probs  # (B, T, H * D)
+        y, probs = attend(q, k, v, inputs.mask, self.dropout if self.training else 0.0, inputs.return_attention)
+        y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, H * D)
+        if inputs.unpadded is not None:
+            y = inputs.unpadded.unpad(y)  # (N, C)
+        return self.out(y), probs
 
     def first_query(self, x: torch.Tensor, inputs: AttentionInputs) -> tuple[torch.Tensor, torch.Tensor | None]:
         """`forward` for each sequence's first token only: keys and values of every token, one query per sequence."""
@@ -178,7 +151,7 @@ class Block(nn.Module):
         self.attention_norm = nn.Identity() if skip else build_norm(config)
         self.feed_forward = FeedForward(config)
         self.feed_forward_norm = build_norm(config)
-        self.dropout = Dropout(config.hidden_dropout)
+        self.dropout = nn.Dropout(config.hidden_dropout)
 
     def forward(self, x: torch.Tensor, inputs: AttentionInputs,
                 first_only: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:

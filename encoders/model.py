@@ -18,7 +18,7 @@ from torch import nn
 
 from encoders.checkpoints import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
 from encoders.config import EncoderConfig
-from encoders.kernels import Dropout, ScoreMod, Unpadded
+from encoders.kernels import Kernels, ScoreMod, Unpadded
 from encoders.layers import AttentionInputs, Block, build_norm
 from encoders.positions import build_position
 
@@ -41,7 +41,7 @@ class Embeddings(nn.Module):
         self.word = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
         self.token_type = nn.Embedding(config.type_vocab_size, config.hidden_size) if config.type_vocab_size else None
         self.norm = build_norm(config)
-        self.dropout = Dropout(config.hidden_dropout)
+        self.dropout = nn.Dropout(config.hidden_dropout)
         self.scale = config.embedding_scale
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None) -> torch.Tensor:
@@ -75,9 +75,11 @@ def same_document(document_ids: torch.Tensor, attention_mask: torch.Tensor | Non
 
 
 class Encoder(nn.Module):
-    def __init__(self, config: EncoderConfig) -> None:
+    def __init__(self, config: EncoderConfig, kernels: Kernels | None = None) -> None:
+        """An encoder of architecture `config`, computed with the run's `kernels` (by default `Kernels()`)."""
         super().__init__()
         self.config = config
+        self.kernels = kernels if kernels is not None else Kernels()
         self.embeddings = Embeddings(config)
         self.position = build_position(config)
         # The local layers' RoPE, where its base differs (ModernBERT); it holds no weights. (A preset's local base is
@@ -150,8 +152,8 @@ class Encoder(nn.Module):
     def score_mod(self, attention_mask: torch.Tensor | None, seq_len: int, return_attentions: bool,
                   document_ids: torch.Tensor | None = None):
         """The FlexAttention score_mod (position bias and key padding) when this forward uses FlexAttention (see
-        `EncoderConfig.flex_attention`), else None."""
-        if not self.config.flex_attention or return_attentions:
+        `Kernels.flex_attention`), else None."""
+        if not self.kernels.flex_attention or return_attentions:
             return None
         # Asked only now: T5 builds its bias table here, work the dense-mask path would then do again.
         position_mod = self.position.score_mod(seq_len, seq_len)
@@ -159,7 +161,7 @@ class Encoder(nn.Module):
             return None
         if self.training and self.config.attention_dropout > 0:
             raise ValueError(
-                f"EncoderConfig.flex_attention=True, but FlexAttention has no dropout and this encoder trains with "
+                f"Kernels.flex_attention=True, but FlexAttention has no dropout and this encoder trains with "
                 f"attention_dropout={self.config.attention_dropout}; set attention_dropout=0, or flex_attention=False "
                 f"(SDPA with a dense bias, the default)."
             )
@@ -180,21 +182,16 @@ class Encoder(nn.Module):
 
         return biased_and_padded
 
-    def unpadded(self, attention_mask: torch.Tensor | None, groups: int | None = None) -> Unpadded | None:
+    def unpadded(self, attention_mask: torch.Tensor | None) -> Unpadded | None:
         """The real tokens' layout when enough of the batch is padding to make skipping it pay
-        (`EncoderConfig.unpad_below`), its attention in up to `groups` length groups (default:
-        `EncoderConfig.attention_groups`, where None is 2 on CPU and 1 elsewhere).
+        (`Kernels.unpad_below`).
         Not under torch.compile: the token count would change the graph's shapes on every batch."""
         if attention_mask is None or torch.compiler.is_compiling():
             return None
         keep = attention_mask.bool()
-        if int(keep.sum()) >= self.config.unpad_below * keep.numel():
+        if int(keep.sum()) >= self.kernels.unpad_below * keep.numel():
             return None
-        if groups is None:
-            groups = self.config.attention_groups
-        if groups is None:  # measured on CPU only
-            groups = 2 if keep.device.type == "cpu" else 1
-        return Unpadded.of(keep, groups, self.config.head_dim)
+        return Unpadded.of(keep)
 
     def forward(
         self,
@@ -233,7 +230,7 @@ class Encoder(nn.Module):
             mask = self.attention_mask(attention_mask, seq_len, compute_dtype(x), document_ids)
         unpadded = None
         if not (return_hidden_states or return_attentions):
-            unpadded = self.unpadded(attention_mask, 1 if callable(mask) else None)  # a score_mod is not sliced
+            unpadded = self.unpadded(attention_mask)
         if unpadded is not None:
             x = unpadded.unpad(x)  # (N, C)
         inputs = AttentionInputs(self.position, positions, mask, unpadded, return_attentions)
@@ -297,11 +294,11 @@ class Encoder(nn.Module):
         return sum(p.numel() for p in params.values())
 
     @classmethod
-    def from_pretrained(cls, directory: str | Path | Checkpoint) -> Encoder:
+    def from_pretrained(cls, directory: str | Path | Checkpoint, kernels: Kernels | None = None) -> Encoder:
         """Load a litbert checkpoint or a transformers-format BERT, RoBERTa or DistilBERT checkpoint directory
-        (or a `Checkpoint` already read from one)."""
+        (or a `Checkpoint` already read from one), to compute with `kernels`."""
         checkpoint = load_checkpoint(directory)
-        encoder = cls(checkpoint.config)
+        encoder = cls(checkpoint.config, kernels)
         own = encoder.state_dict()
         misfits = [f"{name} {tuple(tensor.shape)} where its config gives {tuple(own[name].shape)}"
                    for name, tensor in checkpoint.encoder_state.items()

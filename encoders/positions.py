@@ -52,9 +52,8 @@ class PositionScheme(nn.Module):
         return x
 
     def rotate(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Queries (B, H, n, D) at the first n of `positions` (all, or the first token only) and keys (B, H, t, D)
-        at the first t (all, or those of a group of shorter sequences), as the scheme moves them before attention
-        (RoPE rotates them; the others leave them)."""
+        """Queries (B, H, n, D) at the first n of `positions` (all, or the first token only) and keys (B, H, T, D)
+        at all T, as the scheme moves them before attention (RoPE rotates them; the others leave them)."""
         return q, k
 
     def bias(self, q_len: int, k_len: int) -> torch.Tensor | None:
@@ -174,8 +173,7 @@ class RotaryPositions(PositionScheme):
     def rotate(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         cos, sin = self.cos_sin(positions, q.dtype)
         n = q.shape[-2]  # the queries may be the first n positions only (`Encoder.forward`'s first_token_only)
-        t = k.shape[-2]  # and the keys the first t (a length group of shorter sequences, `kernels.LengthGroup`)
-        return q * cos[:n] + rotate_half(q) * sin[:n], k * cos[:t] + rotate_half(k) * sin[:t]
+        return q * cos[:n] + rotate_half(q) * sin[:n], k * cos + rotate_half(k) * sin
 
 
 def alibi_slopes(num_heads: int) -> torch.Tensor:

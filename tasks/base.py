@@ -16,11 +16,11 @@ from typing import Literal, Optional
 import lightning as L
 import torch
 import torch.distributed as dist
-from lightning.pytorch.strategies import FSDPStrategy, SingleDeviceStrategy
+from lightning.pytorch.strategies import FSDPStrategy
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 
-from encoders import Encoder, EncoderConfig
+from encoders import Encoder, EncoderConfig, Kernels
 from encoders.checkpoints import Checkpoint, load_checkpoint, select_layers
 from encoders.choices import check_choice
 
@@ -115,8 +115,8 @@ class Optimization:
 
 
 # Checkpoints store these with the hyperparameters; Lightning reloads checkpoints with torch.load(weights_only=True),
-# which unpickles only allowlisted classes. Allowlisting these two keeps resuming safe without weights_only=False.
-torch.serialization.add_safe_globals([EncoderSpec, Optimization])
+# which unpickles only allowlisted classes. Allowlisting these keeps resuming safe without weights_only=False.
+torch.serialization.add_safe_globals([EncoderSpec, Kernels, Optimization])
 
 
 def check_scheme_settings(encoder: EncoderSpec, config: EncoderConfig, setting: str = "model.encoder") -> None:
@@ -194,15 +194,16 @@ def over_checkpoint(encoder: EncoderSpec | None, pretrained: Checkpoint, setting
 
 def build_encoder(
     encoder: EncoderSpec | None, pretrained: Checkpoint | None, vocab_size: int | None,
-    pad_token_id: int | None = None,
+    pad_token_id: int | None = None, kernels: Kernels | None = None,
 ) -> Encoder:
     """An encoder from a checkpoint read with `load_checkpoint` (`pretrained`, with the spec's shape-preserving
     overrides applied) or a preset spec; `vocab_size` (from the tokenizer) sizes a new encoder's embeddings and must
     fit in a pretrained one's; `pad_token_id` (the tokenizer's) is a new encoder's padding row, the one embedding
-    that starts at zero and is never trained (a pretrained encoder keeps its own: its weights were trained so)."""
+    that starts at zero and is never trained (a pretrained encoder keeps its own: its weights were trained so).
+    Either computes with `kernels`."""
     if pretrained is not None:
         pretrained = over_checkpoint(encoder, pretrained)
-        model = Encoder.from_pretrained(pretrained)
+        model = Encoder.from_pretrained(pretrained, kernels)
         if vocab_size is not None and vocab_size > model.config.vocab_size:
             raise ValueError(
                 f"The tokenizer has {vocab_size} tokens but the checkpoint {pretrained.source} embeds only "
@@ -228,7 +229,7 @@ def build_encoder(
                 f"override (the padding id is taken from the tokenizer)."
             )
         from_data["pad_token_id"] = pad_token_id
-    return Encoder(dataclasses.replace(config, **from_data))
+    return Encoder(dataclasses.replace(config, **from_data), kernels)
 
 
 def validation_prefixes(split_names: Sequence[str]) -> list[str]:
@@ -278,10 +279,10 @@ def _loss_scaler(trainer: L.Trainer) -> bool:
     return getattr(trainer.precision_plugin, "scaler", None) is not None
 
 
-# EncoderConfig fields a resumed run may change: regularisation, initialisation (done before the weights were
-# trained) and kernel choices. Every other field, and every head option, changes what the trained weights compute.
-RESUMABLE_ENCODER_FIELDS = ("hidden_dropout", "attention_dropout", "initializer_range", "unpad_below",
-                            "attention_groups", "flex_attention", "name")
+# EncoderConfig fields a resumed run may change: regularisation and initialisation (done before the weights were
+# trained). Every other field, and every head option, changes what the trained weights compute. (Kernel choices are
+# no fields: a run gives its own `Kernels`.)
+RESUMABLE_ENCODER_FIELDS = ("hidden_dropout", "attention_dropout", "initializer_range", "name")
 # The task settings that choose a head option, for the message when a resume would change one.
 HEAD_SETTINGS = {"pooling": "model.pooling", "pooler_activation": "model.pooler_activation",
                  "num_labels": "the label count (the data's label set)"}
@@ -396,84 +397,11 @@ class EncoderTask(L.LightningModule):
     def on_before_backward(self, loss: torch.Tensor) -> None:
         self._step_loss = loss.detach()
 
-    # The word embedding's gradient, kept from step to step on CPU. Its dense backward allocates a new
-    # vocabulary x hidden gradient every step (47 MB for BERT's 30,522 x 384), which the zeroing of gradients frees
-    # again; glibc maps a block that large afresh each time, and writing its new pages took 10 ms of a 170 ms CoLA
-    # step of MiniLM (BENCHMARKS.md). Instead the embedding's backward is sparse (the rows of the batch's tokens)
-    # and autograd adds it into this buffer, zeroed in place before each step. The sums are the same, bit for bit
-    # (tests/test_tasks.py), with one micro-batch a step. Only for one process on CPU (DDP and FSDP own their
-    # gradients' memory, and CUDA's allocator reuses the block anyway), not for a compiled encoder, and not for a
-    # weight shared with an MLM decoder, whose dense gradient would then add in another order. `keep_embedding_grad`
-    # False turns it off (the tests and bench/embedding_grad.py compare the two paths with it).
-    keep_embedding_grad: bool = True
-    _kept_embedding_grad: torch.Tensor | None = None
-
-    def on_train_start(self) -> None:
-        word = self.encoder.embeddings.word
-        shared = sum(p is word.weight for _, p in self.named_parameters(remove_duplicate=False)) > 1
-        if (self.keep_embedding_grad and self.device.type == "cpu" and not shared
-                and isinstance(self.trainer.strategy, SingleDeviceStrategy)
-                and word.weight.requires_grad and self.encoder._compiled_call_impl is None):
-            word.sparse = True
-            self._kept_embedding_grad = torch.zeros_like(word.weight)
-            self._embedding_rows = []
-            self._embedding_rows_hook = word.weight.register_hook(self._record_embedding_rows)
-            self._attach_embedding_grad()
-
-    def on_train_end(self) -> None:  # the last step's gradient stays, as a dense one would
-        self.encoder.embeddings.word.sparse = False
-        self._kept_embedding_grad = None
-        if self._embedding_rows_hook is not None:
-            self._embedding_rows_hook.remove()
-            self._embedding_rows_hook = None
-
-    # The rows of the kept buffer written since it was last zeroed (the sparse gradients' indices, duplicates and
-    # all), or None when unknown. Only they can be nonzero: zeroing them alone, and taking the buffer's norm over
-    # them alone, spares two passes over all 30,522 rows a step (3 ms of a 146 ms CoLA step) for a batch's few
-    # hundred. Clipping and the optimizer only scale the buffer, which keeps its zeros.
-    _embedding_rows: list[torch.Tensor] | None = None
-    _embedding_rows_hook: torch.utils.hooks.RemovableHandle | None = None
-
-    def _record_embedding_rows(self, grad: torch.Tensor) -> None:
-        if grad.is_sparse and self._embedding_rows is not None:
-            self._embedding_rows.append(grad._indices()[0])
-        else:
-            self._embedding_rows = None  # a dense gradient may write any row
-
-    def _attach_embedding_grad(self) -> None:
-        buffer = self._kept_embedding_grad
-        if buffer is None:
-            return
-        if self._embedding_rows is None:
-            buffer.zero_()
-        elif self._embedding_rows:
-            buffer.index_fill_(0, torch.cat(self._embedding_rows), 0)
-        self._embedding_rows = []
-        self.encoder.embeddings.word.weight.grad = buffer
-
-    def _gradients(self) -> list[torch.Tensor]:
-        """Every parameter's gradient, for the total norm: the kept embedding buffer as its written rows only, which
-        hold all of its nonzero values."""
-        buffer, rows = self._kept_embedding_grad, self._embedding_rows
-        grads = [p.grad for p in self.parameters() if p.grad is not None]
-        if buffer is None or rows is None:
-            return grads
-        written = buffer.index_select(0, torch.unique(torch.cat(rows))) if rows else buffer[:0]
-        return [written if grad is buffer else grad for grad in grads]
-
-    def optimizer_zero_grad(self, epoch: int, batch_idx: int, optimizer: torch.optim.Optimizer) -> None:
-        optimizer.zero_grad()
-        self._attach_embedding_grad()
-
-    def on_validation_model_zero_grad(self) -> None:
-        super().on_validation_model_zero_grad()
-        self._attach_embedding_grad()  # a sparse gradient must never land on a None grad: the fused AdamW refuses it
-
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         """Log the gradient norm, and stop with `DivergenceError` before the step when the loss or the norm is not
         finite, so that no NaN reaches the weights. Under fp16 with a loss scaler, infinite gradients are the
         scaler's business (it skips the step and lowers the scale); only the loss is checked then."""
-        grads = self._gradients()
+        grads = [p.grad for p in self.parameters() if p.grad is not None]
         if not grads:
             return
         norm = torch.nn.utils.get_total_norm(grads)
@@ -524,7 +452,7 @@ class EncoderTask(L.LightningModule):
         norm, self._grad_norm = getattr(self, "_grad_norm", None), None
         if not params:
             return
-        norm = norm if norm is not None else torch.nn.utils.get_total_norm(self._gradients())
+        norm = norm if norm is not None else torch.nn.utils.get_total_norm([p.grad for p in params])
         optimizer.__dict__.pop("grad_scale", None)
         if optimizer.defaults.get("fused") and isinstance(optimizer, torch.optim.Adam | torch.optim.AdamW):
             # The fused kernel divides each gradient by the optimizer's `grad_scale` as it steps, and stores the

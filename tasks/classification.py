@@ -11,7 +11,7 @@ from torch import nn
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
-from encoders import SequenceClassificationHead, TokenClassificationHead
+from encoders import Kernels, SequenceClassificationHead, TokenClassificationHead
 from encoders.heads import fine_tuning_head
 from tasks.base import EncoderSpec, EncoderTask, Optimization, build_encoder, read_pretrained, sequence_lengths
 from tasks.distillation import Teacher, soft_target_loss
@@ -41,6 +41,7 @@ class SequenceClassification(EncoderTask):
         teacher: str | None = None,
         temperature: float | None = None,
         alpha_kd: float | None = None,
+        kernels: Kernels | None = None,
         optimization: Optimization | None = None,
     ) -> None:
         """
@@ -66,6 +67,8 @@ class SequenceClassification(EncoderTask):
             temperature: temperature T of the teacher's soft targets (2.0 when a teacher is given and this is unset);
                 the same knob as `Distillation.temperature`.
             alpha_kd: weight alpha of the teacher's term (0.5 when unset), as `Distillation.alpha_kd`.
+            kernels: how the encoder computes, not what (`encoders.Kernels`): when it skips padding tokens
+                (`unpad_below`), FlexAttention for ALiBi and T5 (`flex_attention`); chosen per run, never stored.
             optimization: AdamW and learning-rate schedule.
         """
         super().__init__(optimization)
@@ -83,7 +86,7 @@ class SequenceClassification(EncoderTask):
         self.label_names = list(label_names) if label_names is not None else None
         self.regression = num_labels == 1
         checkpoint = read_pretrained(pretrained, pretrained_layers)
-        self.encoder = build_encoder(encoder, checkpoint, vocab_size, pad_token_id)
+        self.encoder = build_encoder(encoder, checkpoint, vocab_size, pad_token_id, kernels)
         self.head = fine_tuning_head(SequenceClassificationHead, checkpoint, self.encoder.config.hidden_size,
                                      num_labels, label_names=self.label_names, dropout=classifier_dropout,
                                      **_given(pooling=pooling, pooler_activation=pooler_activation))
@@ -96,7 +99,7 @@ class SequenceClassification(EncoderTask):
         self.val_losses = nn.ModuleList(MeanMetric() for _ in self.validation_names)
         self.test_loss = MeanMetric()
         self.monitor = (f"{self.validation_names[0]}/{metrics[0]}", "max")
-        self.teacher = Teacher.classifier(teacher) if teacher is not None else None
+        self.teacher = Teacher.classifier(teacher, kernels) if teacher is not None else None
         taught = self.teacher.label_names if self.teacher is not None else None
         if taught is not None and self.label_names is not None and taught != self.label_names:
             raise ValueError(f"The teacher {teacher} predicts the labels {taught} (in this order), the data has "
@@ -189,6 +192,7 @@ class TokenClassification(EncoderTask):
         vocab_size: int | None = None,
         pad_token_id: int | None = None,
         classifier_dropout: float = 0.1,
+        kernels: Kernels | None = None,
         optimization: Optimization | None = None,
     ) -> None:
         """
@@ -201,13 +205,15 @@ class TokenClassification(EncoderTask):
             vocab_size: the tokenizer's vocabulary size; linked from the datamodule.
             pad_token_id: the tokenizer's padding id; linked from the datamodule: a new encoder's padding row.
             classifier_dropout: dropout before the classifier.
+            kernels: how the encoder computes, not what (`encoders.Kernels`): when it skips padding tokens
+                (`unpad_below`), FlexAttention for ALiBi and T5 (`flex_attention`); chosen per run, never stored.
             optimization: AdamW and learning-rate schedule.
         """
         super().__init__(optimization)
         self.save_hyperparameters()
         self.label_names = list(label_names)
         checkpoint = read_pretrained(pretrained, pretrained_layers)
-        self.encoder = build_encoder(encoder, checkpoint, vocab_size, pad_token_id)
+        self.encoder = build_encoder(encoder, checkpoint, vocab_size, pad_token_id, kernels)
         self.head = fine_tuning_head(TokenClassificationHead, checkpoint, self.encoder.config.hidden_size,
                                      len(self.label_names), label_names=self.label_names, dropout=classifier_dropout)
         # Chunks (NER) score entity F1 over whole sentences; tags of single tokens (POS) score accuracy. Either

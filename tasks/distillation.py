@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 from torchmetrics import MeanMetric
 
-from encoders import Encoder, MaskedLMHead, SequenceClassificationHead
+from encoders import Encoder, Kernels, MaskedLMHead, SequenceClassificationHead
 from encoders.checkpoints import Checkpoint, load_checkpoint, select_layers
 from tasks.base import EncoderSpec, EncoderTask, Optimization, check_scheme_settings, sequence_lengths
 from tasks.mlm import masked_lm_loss, vocab_cross_entropy
@@ -31,7 +31,8 @@ def student_from_teacher(teacher: Encoder, teacher_head: MaskedLMHead) -> tuple[
     """A student with half the teacher's layers: embeddings, positions, the final norm and the MLM head copied,
     block i copied from teacher block 2 * i."""
     config = dataclasses.replace(teacher.config, name=f"{teacher.config.name}-student")
-    student = Encoder.from_pretrained(select_layers(Checkpoint(config, teacher.state_dict()), "every_other"))
+    student = Encoder.from_pretrained(select_layers(Checkpoint(config, teacher.state_dict()), "every_other"),
+                                      teacher.kernels)
     head = MaskedLMHead(student.config, student.embeddings.word, activation=teacher_head.mlm_activation)
     head.load_state_dict(teacher_head.state_dict())
     head.decoder.weight = student.embeddings.word.weight  # load_state_dict copied values; keep the tie
@@ -64,22 +65,23 @@ class Teacher(nn.Module):
         self.label_names: list[str] | None = None  # a classifier's, where its checkpoint names them
 
     @classmethod
-    def classifier(cls, directory: str) -> Teacher:
-        """A fine-tuned sequence classifier (logit distillation)."""
+    def classifier(cls, directory: str, kernels: Kernels | None = None) -> Teacher:
+        """A fine-tuned sequence classifier (logit distillation), computing with `kernels`."""
         checkpoint = load_checkpoint(directory)
         if "classifier.weight" not in checkpoint.head_states.get("sequence_classification", {}):
             # (a pretrained BERT's or ModernBERT's pooler alone is no classifier)
             raise ValueError(f"The teacher {directory} holds no sequence-classification head; logit distillation "
                              f"needs a fine-tuned classifier (e.g. the `model` folder a GLUE run exports).")
-        teacher = cls(Encoder.from_pretrained(checkpoint), SequenceClassificationHead.from_pretrained(checkpoint))
+        teacher = cls(Encoder.from_pretrained(checkpoint, kernels),
+                      SequenceClassificationHead.from_pretrained(checkpoint))
         teacher.label_names = checkpoint.label_names
         return teacher
 
     @classmethod
-    def masked_lm(cls, directory: str) -> Teacher:
-        """An encoder with its MLM head (DistilBERT's general distillation)."""
+    def masked_lm(cls, directory: str, kernels: Kernels | None = None) -> Teacher:
+        """An encoder with its MLM head (DistilBERT's general distillation), computing with `kernels`."""
         checkpoint = load_checkpoint(directory)  # read once for the encoder and its head
-        encoder = Encoder.from_pretrained(checkpoint)
+        encoder = Encoder.from_pretrained(checkpoint, kernels)
         return cls(encoder, MaskedLMHead.from_pretrained(checkpoint, encoder))
 
     def train(self, mode: bool = True) -> Teacher:
@@ -135,6 +137,7 @@ class Distillation(EncoderTask):
         alpha_kd: float = 5.0,
         alpha_mlm: float = 2.0,
         alpha_cos: float = 1.0,
+        kernels: Kernels | None = None,
         optimization: Optimization | None = None,
     ) -> None:
         """
@@ -146,6 +149,9 @@ class Distillation(EncoderTask):
             alpha_kd: weight of the soft-target KL term (multiplied by T^2); DistilBERT's `alpha_ce`.
             alpha_mlm: weight of the student's own MLM loss.
             alpha_cos: weight of the hidden-state cosine loss.
+            kernels: how the student and the teacher compute, not what (`encoders.Kernels`): when they skip padding
+                tokens (`unpad_below`), FlexAttention for ALiBi and T5 (`flex_attention`); chosen per run, never
+                stored.
             optimization: AdamW and learning-rate schedule.
         """
         super().__init__(optimization)
@@ -153,7 +159,7 @@ class Distillation(EncoderTask):
         if temperature <= 0:
             raise ValueError(f"temperature={temperature} must be positive.")
         self.temperature, self.alphas = temperature, {"kl": alpha_kd, "mlm": alpha_mlm, "cosine": alpha_cos}
-        self.teacher = Teacher.masked_lm(teacher)
+        self.teacher = Teacher.masked_lm(teacher, kernels)
         if student is None:
             self.encoder, self.head = student_from_teacher(self.teacher.encoder, self.teacher.head)
         else:
@@ -172,7 +178,7 @@ class Distillation(EncoderTask):
                     f"The cosine loss compares hidden states, but the student's hidden_size={config.hidden_size} "
                     f"differs from the teacher's {teacher_config.hidden_size}; set alpha_cos: 0."
                 )
-            self.encoder = Encoder(config)
+            self.encoder = Encoder(config, kernels)
             # A student of the teacher's own family keeps an activation that family fixes for its head (RoBERTa's
             # GELU); else, as a preset, its head takes the student's own.
             head_activation = self.teacher.head.mlm_activation

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torchmetrics import MeanMetric
 
-from encoders import MaskedLMHead
+from encoders import Kernels, MaskedLMHead
 from tasks.base import EncoderSpec, EncoderTask, Optimization, build_encoder, read_pretrained
 
 
@@ -78,6 +78,7 @@ class MaskedLM(EncoderTask):
         pretrained: str | None = None,
         vocab_size: int | None = None,
         pad_token_id: int | None = None,
+        kernels: Kernels | None = None,
         optimization: Optimization | None = None,
     ) -> None:
         """
@@ -86,12 +87,14 @@ class MaskedLM(EncoderTask):
             pretrained: a litbert or transformers-format checkpoint directory to continue from.
             vocab_size: the tokenizer's vocabulary size; linked from the datamodule.
             pad_token_id: the tokenizer's padding id; linked from the datamodule: a new encoder's padding row.
+            kernels: how the encoder computes, not what (`encoders.Kernels`): when it skips padding tokens
+                (`unpad_below`), FlexAttention for ALiBi and T5 (`flex_attention`); chosen per run, never stored.
             optimization: AdamW and learning-rate schedule.
         """
         super().__init__(optimization)
         self.save_hyperparameters()
         checkpoint = read_pretrained(pretrained)
-        self.encoder = build_encoder(encoder, checkpoint, vocab_size, pad_token_id)
+        self.encoder = build_encoder(encoder, checkpoint, vocab_size, pad_token_id, kernels)
         if checkpoint is not None and "mlm" in checkpoint.head_states:
             self.head = MaskedLMHead.from_pretrained(checkpoint, self.encoder)
         else:  # a new model, or a checkpoint without an MLM head (e.g. BertModel): the head starts fresh, with the

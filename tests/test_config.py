@@ -1,8 +1,11 @@
+import json
+import logging
 import re
+from dataclasses import fields
 
 import pytest
 
-from encoders import PRESETS, Encoder, EncoderConfig
+from encoders import PRESETS, Encoder, EncoderConfig, Kernels
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
@@ -73,6 +76,35 @@ def test_unknown_preset_and_field():
 def test_dict_round_trip():
     config = EncoderConfig.from_name("modern", num_layers=2)
     assert EncoderConfig.from_dict(config.to_dict()) == config
+
+
+def test_a_stored_config_of_an_earlier_version_still_reads(tmp_path, caplog):
+    """litbert.json files of earlier versions hold kernel choices among the architecture's fields: they are dropped,
+    with one warning line for a value that is not honoured (the run's `Kernels` choose now)."""
+    config = EncoderConfig.from_name("bert-mini", vocab_size=100)
+    defaults = {"unpad_below": 0.8, "attention_groups": None, "flex_attention": None}
+    with caplog.at_level(logging.WARNING, logger="encoders.config"):
+        assert EncoderConfig.from_dict({**config.to_dict(), **defaults}) == config
+        assert EncoderConfig.from_dict({**config.to_dict(), "attention_groups": 2, "flex_attention": False}) == config
+    assert caplog.records == []
+    Encoder(config).save_pretrained(tmp_path, format="litbert")
+    stored = json.loads((tmp_path / "litbert.json").read_text())
+    stored["encoder"].update(unpad_below=0.3, attention_groups=1, flex_attention=True)
+    (tmp_path / "litbert.json").write_text(json.dumps(stored))
+    with caplog.at_level(logging.WARNING, logger="encoders.config"):
+        encoder = Encoder.from_pretrained(tmp_path)
+    assert encoder.config == config and encoder.kernels == Kernels()
+    [warning] = caplog.records
+    assert "unpad_below=0.3, flex_attention=True" in warning.getMessage() and "\n" not in warning.getMessage()
+
+
+def test_kernel_choices_are_checked_and_named():
+    assert Kernels() == Kernels(unpad_below=0.8, flex_attention=False)
+    with pytest.raises(ValueError, match=re.escape("Kernels.unpad_below=1.5 is a fraction of real tokens")):
+        Kernels(unpad_below=1.5)
+    with pytest.raises(ValueError, match=re.escape("Kernels.unpad_below=-0.1")):
+        Encoder(EncoderConfig.from_name("bert-tiny"), Kernels(unpad_below=-0.1))
+    assert not {"unpad_below", "flex_attention", "attention_groups"} & {f.name for f in fields(EncoderConfig)}
 
 
 def test_max_sequence_length():

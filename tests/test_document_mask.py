@@ -10,7 +10,7 @@ from tiny import tiny_config
 
 import train
 from data import DataError, MLMDataModule, block_documents, pack_blocks
-from encoders import POSITIONS, Encoder
+from encoders import POSITIONS, Encoder, Kernels
 from encoders.positions import PositionScheme
 
 
@@ -37,7 +37,7 @@ WITH_SCORE_MOD = [name for name in RELATIVE if POSITIONS[name].score_mod is not 
                          [(name, True) for name in WITH_SCORE_MOD])
 def test_each_packed_document_is_encoded_as_if_alone(position, flex):
     torch.manual_seed(0)
-    encoder = Encoder(tiny_config(position=position, flex_attention=flex)).eval()
+    encoder = Encoder(tiny_config(position=position), Kernels(flex_attention=flex)).eval()
     first, second = torch.randint(5, 97, (1, 9)), torch.randint(5, 97, (1, 6))
     packed = torch.cat([first, second, torch.zeros(1, 3, dtype=torch.long)], dim=1)  # 3 padding tokens
     mask = torch.tensor([[1] * 15 + [0] * 3])

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from tiny import TINY_CONFIG, tiny_config
 
-from encoders import Encoder, MaskedLMHead
+from encoders import Encoder, Kernels, MaskedLMHead
 from encoders.positions import POSITIONS, PositionScheme, RotaryPositions
 from tasks.mlm import masked_lm_loss
 
@@ -188,7 +188,7 @@ def test_unpadded_path_equals_padded_path(position, norm_placement, window):
     params = parameters(encoder, head)
     results = {}
     for path, threshold in (("padded", 0.0), ("unpadded", 1.0)):
-        encoder.config.unpad_below = threshold
+        encoder.kernels = Kernels(unpad_below=threshold)
         assert (encoder.unpadded(attention_mask) is None) == (path == "padded")
         hidden = encoder(ids, attention_mask)
         loss = masked_lm_loss(head, hidden, labels)[0] + hidden[attention_mask.bool()].pow(2).mean()
@@ -201,21 +201,36 @@ def test_unpadded_path_equals_padded_path(position, norm_placement, window):
         torch.testing.assert_close(unpadded_grad, padded_grad, atol=1e-6, rtol=1e-4)
 
 
+def dropping_nothing(monkeypatch) -> list[float]:
+    """`F.dropout` replaced by one that drops nothing (and scales nothing); returns the rates it was called with."""
+    rates = []
+
+    def dropout(x, p=0.5, training=True, inplace=False):
+        rates.append(p)
+        return x
+
+    monkeypatch.setattr(F, "dropout", dropout)
+    return rates
+
+
 @pytest.mark.parametrize("position", SCHEMES)
 @pytest.mark.parametrize("norm_placement", ["post", "pre"])
 @pytest.mark.parametrize("window", WINDOWS)
 @pytest.mark.parametrize("path", ["padded", "unpadded", "documents", "explicit"])
-def test_first_token_only_equals_the_full_last_layer(position, norm_placement, window, path):
+def test_first_token_only_equals_the_full_last_layer(position, norm_placement, window, path, monkeypatch):
     """`first_token_only` (what BERT's pooler reads) gives the full encoder's first token and its gradients, padded,
     unpadded, with packed documents' (B, 1, T, T) mask, and on the explicit attention path (training on CPU with
-    attention dropout that rounds to nothing)."""
+    attention dropout, here one that drops nothing)."""
     torch.manual_seed(0)
-    overrides = {"attention_dropout": 1e-9} if path == "explicit" else {}
+    overrides = {}
+    if path == "explicit":
+        dropping_nothing(monkeypatch)
+        overrides = {"attention_dropout": 0.1}
     encoder = Encoder(tiny_config(position=position, norm_placement=norm_placement, **WINDOWS[window],
                                   **overrides)).double()
     if position == "t5":
         torch.nn.init.normal_(encoder.position.relative_bias.weight, std=0.5)
-    encoder.config.unpad_below = 1.0 if path == "unpadded" else 0.0
+    encoder.kernels = Kernels(unpad_below=1.0 if path == "unpadded" else 0.0)
     encoder.train(path == "explicit")
     ids, attention_mask = padded_batch()
     documents = None
@@ -243,7 +258,7 @@ def test_first_token_only_under_flex_attention(position, device):
     """FlexAttention's score_mod sees the one query at index 0, the first token's true position; on a GPU through
     the compiled kernel, gradients too (heads of 16 channels, its minimum)."""
     torch.manual_seed(0)
-    encoder = Encoder(tiny_config(position=position, hidden_size=64, flex_attention=True)).to(device).eval()
+    encoder = Encoder(tiny_config(position=position, hidden_size=64), Kernels(flex_attention=True)).to(device).eval()
     torch.nn.init.normal_(encoder.blocks[-1].attention.qkv.weight, std=0.5)
     if position == "t5":
         torch.nn.init.normal_(encoder.position.relative_bias.weight, std=0.5)
@@ -267,7 +282,7 @@ def test_first_token_only_under_flex_attention(position, device):
 def test_first_token_only_gives_zeros_where_the_first_position_is_padding():
     """As the unpadded path gives zeros at every padding position: a left-padded row and an all-padding row."""
     torch.manual_seed(0)
-    encoder = Encoder(tiny_config(unpad_below=1.0)).double().eval()
+    encoder = Encoder(tiny_config(), Kernels(unpad_below=1.0)).double().eval()
     ids, attention_mask = padded_batch()
     attention_mask[1] = 0  # all padding
     attention_mask[2] = torch.arange(20) >= 4  # left-padded
@@ -294,92 +309,6 @@ def test_first_token_only_counts_the_work_it_skips_and_refuses_every_token_outpu
             encoder(ids, first_token_only=True, **outputs)
 
 
-def test_length_split_pads_short_sequences_apart_only_where_it_saves_work():
-    from encoders.kernels import length_split
-
-    assert length_split([40] * 32, 32) == 0  # one length: nothing to split
-    assert length_split([10] * 16 + [100] * 16, 32) == 16  # two lengths: at the change
-    # The work modelled, B_g * T_g * (T_g + 3 * head_dim): [20] * 31 + [24] saves 19%, which pays;
-    # [60] * 31 + [64] saves 8%, which does not.
-    assert length_split([20] * 31 + [24], 32) == 31
-    assert length_split([60] * 31 + [64], 32) == 0
-    lengths = sorted(torch.randint(5, 120, (32,), generator=torch.Generator().manual_seed(0)).tolist())
-    split = length_split(lengths, 32)
-
-    def work(k):
-        return k * lengths[k - 1] * (lengths[k - 1] + 96) + (32 - k) * lengths[-1] * (lengths[-1] + 96)
-
-    assert 0 < split < 32 and work(split) == min(work(k) for k in range(1, 32))
-
-
-@pytest.mark.parametrize("position", SCHEMES)
-@pytest.mark.parametrize("window", WINDOWS)
-def test_length_groups_equal_one_padded_batch(position, window):
-    """Attention in two length groups (the default) against the whole batch padded to its longest sequence: equal
-    hidden states and gradients, and equal first tokens with `first_token_only`; the groups hold each sequence
-    once, the shortest first."""
-    torch.manual_seed(0)
-    encoder = Encoder(tiny_config(position=position, unpad_below=1.0, **WINDOWS[window])).double()
-    if position == "t5":
-        torch.nn.init.normal_(encoder.position.relative_bias.weight, std=0.5)
-    ids, attention_mask = padded_batch()
-    layout = encoder.unpadded(attention_mask)
-    assert [group.rows.tolist() for group in layout.groups] == [[1, 3, 2], [0]]
-    assert [group.layout.seq_len for group in layout.groups] == [11, 20]
-    assert sum(group.tokens for group in layout.groups) == layout.index.numel() == 41
-    assert len(encoder.unpadded(attention_mask, groups=1).groups) == 0
-    params = list(encoder.parameters())
-    results = {}
-    for groups in (1, 2):
-        encoder.config.attention_groups = groups
-        hidden = encoder(ids, attention_mask)
-        first = encoder(ids, attention_mask, first_token_only=True)
-        loss = hidden.square().sum() + (first * torch.linspace(-1, 1, 32, dtype=torch.float64)).sum()
-        results[groups] = (hidden.detach(), first.detach(), torch.autograd.grad(loss, params, allow_unused=True))
-    torch.testing.assert_close(results[2][0], results[1][0], atol=1e-12, rtol=1e-10)
-    torch.testing.assert_close(results[2][1], results[1][1], atol=1e-12, rtol=1e-10)
-    for grouped, whole in zip(results[2][2], results[1][2], strict=True):
-        assert (grouped is None) == (whole is None)
-        if whole is not None:
-            torch.testing.assert_close(grouped, whole, atol=1e-12, rtol=1e-9)
-
-
-def test_length_groups_need_right_padding_and_a_valid_count():
-    encoder = Encoder(tiny_config(unpad_below=1.0))
-    assert encoder.config.attention_groups is None  # the default: two groups on CPU
-    ids, attention_mask = padded_batch()
-    assert len(encoder.unpadded(attention_mask).groups) == 2
-    attention_mask[2] = torch.arange(20) >= 9  # left-padded: positions would move, so no groups
-    assert encoder.unpadded(attention_mask).groups == ()
-    with pytest.raises(ValueError, match="attention_groups=3 must be 1"):
-        tiny_config(attention_groups=3)
-    with pytest.raises(ValueError, match="attention_groups=2 cannot be kept with flex_attention=True"):
-        tiny_config(position="alibi", flex_attention=True, attention_groups=2)
-    tiny_config(position="alibi", flex_attention=True)  # None: one group where the score_mod runs
-
-
-def test_length_groups_leave_rows_of_padding_with_the_next_group():
-    """A right-padded batch with rows of padding alone: no group of zero length (it could not be padded to a
-    (B_g, 0) batch); the outputs equal the whole batch's, zeros at the empty rows."""
-    from encoders.kernels import length_split
-
-    assert length_split([0, 50, 50, 50], 32) == 0  # splitting off the empty row alone would save a quarter
-    assert length_split([0, 0, 10, 10, 100], 32) == 4
-    torch.manual_seed(0)
-    encoder = Encoder(tiny_config(unpad_below=1.0)).double()
-    ids = torch.randint(5, VOCAB, (5, 20))
-    attention_mask = (torch.arange(20) < torch.tensor([0, 20, 0, 4, 3])[:, None]).long()
-    layout = encoder.unpadded(attention_mask)
-    assert [group.rows.tolist() for group in layout.groups] == [[0, 2, 4, 3], [1]]
-    results = {}
-    for groups in (1, 2):
-        encoder.config.attention_groups = groups
-        results[groups] = (encoder(ids, attention_mask), encoder(ids, attention_mask, first_token_only=True))
-    for grouped, whole in zip(results[2], results[1], strict=True):
-        torch.testing.assert_close(grouped, whole, atol=1e-12, rtol=1e-10)
-    assert results[2][0][[0, 2]].abs().max() == 0
-
-
 def test_unpadded_path_is_taken_only_when_padding_is_large():
     encoder = Encoder(tiny_config())
     ids, attention_mask = padded_batch()  # 51% real tokens
@@ -397,109 +326,24 @@ def test_unpadded_path_is_taken_only_when_padding_is_large():
         assert encoder(ids, attention_mask).shape == (4, 20, 32)
 
 
-# --- dropout drawn 16 bits at a time, the explicit attention path, the blocked vocabulary cross-entropy ---
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("p", [0.1, 0.5])
-def test_dropout_drops_the_requested_fraction_and_keeps_the_expectation(dtype, p):
-    from encoders.kernels import dropout
-
-    torch.manual_seed(0)
-    x = torch.full((1000, 1000), 3.0, dtype=dtype, requires_grad=True)
-    y = dropout(x, p)
-    dropped = (y == 0).double().mean().item()
-    # 1M Bernoulli draws: the standard error of the fraction is at most 5e-4.
-    assert abs(dropped - p) < 3e-3
-    scale = 65536 / (65536 - round(p * 65536))
-    kept = y[y != 0].float()
-    assert torch.all(kept == torch.tensor(3.0 * scale, dtype=dtype).float())  # one exact factor, rounded once
-    y.backward(torch.ones_like(y))
-    # The gradient uses the forward's mask and scale: zero where dropped, the same factor where kept.
-    assert torch.equal(x.grad == 0, y == 0)
-    assert torch.all(x.grad[y != 0].float() == torch.tensor(scale, dtype=dtype).float())
-
-
-def test_dropout_is_reproducible_and_identity_when_off():
-    from encoders.kernels import Dropout, dropout
-
-    x = torch.randn(37, 11)  # an element count that is not a multiple of four
-    torch.manual_seed(1)
-    first = dropout(x, 0.3)
-    torch.manual_seed(1)
-    assert torch.equal(first, dropout(x, 0.3))
-    assert dropout(x, 0.3, training=False) is x and dropout(x, 0.0) is x
-    assert torch.equal(dropout(x, 1.0), torch.zeros_like(x))
-    module = Dropout(0.3).eval()
-    assert module(x) is x
-    with pytest.raises(ValueError, match="must be in"):
-        Dropout(1.5)
-    # A probability that rounds to no drop at all keeps every element, unscaled.
-    assert torch.equal(dropout(x, 1e-9), x)
-
-
-def test_successive_dropout_masks_are_independent():
-    """Each call draws a new mask: two draws at p = 0.1 agree on 0.9² + 0.1² = 0.82 of the elements, as independent
-    masks do (a mask drawn again, or reused, agrees on all of them)."""
-    from encoders.kernels import dropout
-
-    torch.manual_seed(0)
-    x = torch.ones(1000, 1000)
-    first, second = dropout(x, 0.1) != 0, dropout(x, 0.1) != 0
-    # 1M elements: the standard error of the agreement is 4e-4
-    assert abs((first == second).double().mean().item() - 0.82) < 2e-3
-    assert abs((first & second).double().mean().item() - 0.81) < 2e-3
-
-
-@pytest.mark.parametrize("count", [1, 3, 4, 5, 4 * 2**19 - 1, 4 * 2**19 + 5, 4 * 2**20 + 2, 4 * 2**21 + 7])
-def test_random_bits_give_the_count_asked_uniform_in_every_part(count):
-    from encoders.kernels import _PART_WORDS, _random_bits
-
-    torch.manual_seed(0)
-    parts = _random_bits(count)
-    assert sum(part.numel() for part in parts) == count and all(part.dtype == torch.int16 for part in parts)
-    words = (count + 3) // 4
-    assert len(parts) == next(n for n in (1, 2, 4, 8) if n == 8 or words < 2 * n * _PART_WORDS)
-    for part in parts:
-        if part.numel() >= 2**18:  # 4 bins of 16384 values: each holds a quarter, the standard error is 1e-3
-            quarters = torch.bincount((part.long() + 32768) // 16384, minlength=4).double() / part.numel()
-            assert torch.all((quarters - 0.25).abs() < 6e-3), quarters
-    # The parts are independent streams: no two start alike.
-    starts = {tuple(part[:8].tolist()) for part in parts}
-    assert len(starts) == len(parts)
-
-
-def test_dropout_masks_do_not_depend_on_the_thread_count():
-    """Large masks are drawn in parts on several threads; the parts are fixed by the mask's size, so one thread
-    draws the same mask (a resume on a machine with other cores gets the same dropout)."""
-    from encoders.kernels import dropout
-
-    x = torch.ones(16, 12, 128, 128)  # 3.1M elements: 2 parts
-    threads = torch.get_num_threads()
-    masks = []
-    try:
-        for count in (1, 2, 3):
-            torch.set_num_threads(count)
-            torch.manual_seed(5)
-            masks.append(dropout(x, 0.1))
-    finally:
-        torch.set_num_threads(threads)
-    assert torch.equal(masks[0], masks[1]) and torch.equal(masks[0], masks[2])
-    assert abs((masks[0] == 0).double().mean().item() - 0.1) < 1e-3
-
+# --- the explicit attention path, the blocked vocabulary cross-entropy ---
 
 @pytest.mark.parametrize("position", SCHEMES)
 @pytest.mark.parametrize("window", WINDOWS)
-def test_explicit_attention_path_equals_sdpa(position, window):
-    """Training on CPU with attention dropout runs attention as explicit matmuls (to use litbert's dropout);
-    with a dropout that rounds to no drop at all, it must give SDPA's output and gradients."""
+def test_explicit_attention_path_equals_sdpa(position, window, monkeypatch):
+    """Training on CPU with attention dropout runs attention as explicit matmuls; with a dropout that drops nothing,
+    it must give SDPA's output and gradients."""
     torch.manual_seed(0)
+    rates = dropping_nothing(monkeypatch)
     # float64: exact comparison
-    encoder = Encoder(tiny_config(position=position, attention_dropout=1e-9, **WINDOWS[window])).double()
+    encoder = Encoder(tiny_config(position=position, attention_dropout=0.1, **WINDOWS[window])).double()
     ids = torch.randint(5, VOCAB, (3, 20))
     attention_mask = torch.ones_like(ids)
     attention_mask[1, 12:] = 0
     encoder.train()
     explicit = encoder(ids, attention_mask)
+    # the probabilities' dropout, on the explicit path (the hidden states' is 0 in the tiny config)
+    assert [rate for rate in rates if rate] == [0.1] * encoder.config.num_layers
     grads_explicit = torch.autograd.grad(explicit[attention_mask.bool()].square().sum(), list(encoder.parameters()))
     for block in encoder.blocks:
         block.attention.dropout = 0.0  # SDPA path
@@ -543,7 +387,7 @@ def flex_and_dense(position: str, device: str, grad: bool, window: str = "global
     real = attention_mask.bool()
     results = {}
     for flex in (True, False):
-        encoder.config.flex_attention = flex
+        encoder.kernels = Kernels(flex_attention=flex)
         with torch.set_grad_enabled(grad):
             hidden = encoder(ids, attention_mask)
             grads = torch.autograd.grad(hidden[real].square().sum(), list(encoder.parameters())) if grad else ()
@@ -574,13 +418,13 @@ def test_flex_attention_is_chosen_only_where_it_applies():
     device; asked for, it needs a bias scheme and no attention dropout in training."""
     encoder = Encoder(tiny_config(position="alibi", attention_dropout=0.1)).eval()
     mask = torch.ones(2, 8, dtype=torch.long)
-    for flex in (None, False):
-        encoder.config.flex_attention = flex
+    for kernels in (Kernels(), Kernels(flex_attention=False)):
+        encoder.kernels = kernels
         assert encoder.score_mod(mask, 8, False) is None
-    encoder.config.flex_attention = True
+    encoder.kernels = Kernels(flex_attention=True)
     assert callable(encoder.score_mod(mask, 8, False))
     assert encoder.score_mod(mask, 8, True) is None  # attention probabilities requested: explicit path
     encoder.train()
     with pytest.raises(ValueError, match="attention_dropout"):
         encoder.score_mod(mask, 8, False)
-    assert Encoder(tiny_config(position="rope", flex_attention=True)).score_mod(mask, 8, False) is None
+    assert Encoder(tiny_config(position="rope"), Kernels(flex_attention=True)).score_mod(mask, 8, False) is None

@@ -183,15 +183,16 @@ def test_the_alternation_benchmark_switches_variants_by_block_and_restores_the_c
 
 def test_the_alternation_benchmark_refuses_a_setting_the_code_does_not_have():
     alternate = bench_module("alternate.py")
-    assert alternate.parse_variant(["big", "encoders.kernels._PART_WORDS=4096"])[1][0][1:] == ("_PART_WORDS", 4096)
-    with pytest.raises(SystemExit, match="encoders.kernels has no attribute _PART_WORD;"):
-        alternate.parse_variant(["big", "encoders.kernels._PART_WORD=4096"])
+    setting = "encoders.kernels._compiled_flex_attention"
+    assert alternate.parse_variant(["fresh", f"{setting}=None"])[1][0][1:] == ("_compiled_flex_attention", None)
+    with pytest.raises(SystemExit, match="encoders.kernels has no attribute _compiled_flex;"):
+        alternate.parse_variant(["fresh", "encoders.kernels._compiled_flex=None"])
     with pytest.raises(SystemExit, match="is not module.attribute=value"):
-        alternate.parse_variant(["big", "_PART_WORDS"])
-    with pytest.raises(SystemExit, match="'4 096' is not a Python literal"):
-        alternate.parse_variant(["big", "encoders.kernels._PART_WORDS=4 096"])
+        alternate.parse_variant(["fresh", "_compiled_flex_attention"])
+    with pytest.raises(SystemExit, match="'No ne' is not a Python literal"):
+        alternate.parse_variant(["fresh", f"{setting}=No ne"])
     with pytest.raises(SystemExit, match="no module encoders.kernel "):
-        alternate.parse_variant(["big", "encoders.kernel._PART_WORDS=1"])
+        alternate.parse_variant(["fresh", "encoders.kernel._compiled_flex_attention=None"])
 
 
 @pytest.mark.slow  # a short MiniLM-L6 fit on WNLI: under a minute on 2 CPU cores
@@ -203,14 +204,14 @@ def test_the_alternation_benchmark_times_both_variants_in_one_run(shared_data, t
 
     env = environment(LITBERT_DATA=str(shared_data), LITBERT_CACHE=str(tmp_path / "cache"))
     done = subprocess.run([sys.executable, str(REPO / "bench" / "alternate.py"), "--task", "wnli", "--skip", "1",
-                           "--block", "1", "--rounds", "2", "--variant", "shipped", "--variant", "serial",
-                           "encoders.kernels._PART_WORDS=1048576"], cwd=REPO, env=env, timeout=900,
+                           "--block", "1", "--rounds", "2", "--variant", "shipped", "--variant", "reset",
+                           "encoders.kernels._compiled_flex_attention=None"], cwd=REPO, env=env, timeout=900,
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = {cells[1]: cells for line in done.stdout.splitlines()
-            if len(cells := [c.strip() for c in line.split("|")]) > 5 and cells[1] in ("shipped", "serial")}
+            if len(cells := [c.strip() for c in line.split("|")]) > 5 and cells[1] in ("shipped", "reset")}
     assert rows["shipped"][2:5:2] == ["as it is", "1.000x"], rows
-    assert rows["serial"][2] == "encoders.kernels._PART_WORDS=1048576" and float(rows["serial"][3]) > 0, rows
+    assert rows["reset"][2] == "encoders.kernels._compiled_flex_attention=None" and float(rows["reset"][3]) > 0, rows
     too_long = subprocess.run([sys.executable, str(REPO / "bench" / "alternate.py"), "--task", "wnli", "--rounds",
                                "500", "--variant", "a", "--variant", "b"], cwd=REPO, env=env, timeout=900,
                               capture_output=True, text=True)
@@ -321,15 +322,14 @@ def _stsb_steps_of_both(shared_data, tmp_path, monkeypatch, steps, arguments, dr
     """`steps` steps of the shipped STS-B config from MiniLM-L6 (float32, seed 0, with `arguments` added) and of
     transformers' `Trainer` at the same hyper-parameters on the same batches in the same order, its classifier
     initialised as litbert's, its dropout rates `dropout`. With `masks` (litbert's, the `Trainer`'s), each side's
-    dropout draws its masks from its own: litbert's `kernels.dropout` and torch's `F.dropout` are replaced while the
-    side trains. Returns litbert's losses, the `Trainer`'s, both models and the classifier's initial weights."""
+    dropout draws its masks from its own: `F.dropout`, which both sides call, is replaced while the side trains.
+    Returns litbert's losses, the `Trainer`'s, both models and the classifier's initial weights."""
     import datasets
     import lightning as L
     import torch
     import transformers
 
     import train
-    from encoders import kernels
 
     monkeypatch.setenv("LITBERT_DATA", str(shared_data))
     monkeypatch.setenv("LITBERT_CACHE", str(tmp_path / "cache"))
@@ -354,7 +354,7 @@ def _stsb_steps_of_both(shared_data, tmp_path, monkeypatch, steps, arguments, dr
     cli.trainer.callbacks.append(Record())
     with monkeypatch.context() as patch:
         if masks:
-            patch.setattr(kernels, "dropout", masks[0])
+            patch.setattr(torch.nn.functional, "dropout", masks[0])
         cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     assert len(losses) == steps
 
@@ -429,13 +429,12 @@ def test_the_shipped_stsb_config_drops_out_where_the_trainer_does(shared_data, t
     STS-B training is the `Trainer`'s step for step: the same tensors are dropped, in the same order, at the same
     rates: embeddings, attention probabilities, attention and feed-forward outputs and the classifier's input. A
     dropout site one side has and the other lacks, or a different rate, changes the losses or the masks' sequence.
-    Both sides' masks and scaling are `SharedMasks`'; litbert's own kernel (its rate rounding, scaling and masks'
-    independence) is tested in tests/test_fast_paths.py. litbert runs its padded path here (`unpad_below 0`), where
+    Both sides' masks and scaling are `SharedMasks`'. litbert runs its padded path here (`unpad_below 0`), where
     the tensors have the `Trainer`'s shapes; the unpadded path runs the same blocks on the real tokens only."""
     steps = 8
     masks = SharedMasks(0), SharedMasks(0)
     losses, reference, ours, theirs, head = _stsb_steps_of_both(
-        shared_data, tmp_path, monkeypatch, steps, ["--model.encoder.unpad_below", "0"], dropout=0.1, masks=masks)
+        shared_data, tmp_path, monkeypatch, steps, ["--model.kernels.unpad_below", "0"], dropout=0.1, masks=masks)
     config = ours.encoder.config
     assert config.hidden_dropout == config.attention_dropout == 0.1
     # per step: the embeddings, three per layer (attention probabilities, attention output, feed-forward output), the

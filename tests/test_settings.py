@@ -27,7 +27,7 @@ from torch import nn
 
 import train
 from data.tokenizers import load_tokenizer, save_tokenizer, train_tokenizer
-from encoders import Encoder, EncoderConfig, MaskedLMHead
+from encoders import Encoder, EncoderConfig, Kernels, MaskedLMHead
 from tasks.base import EncoderSpec
 from tasks.checkpointing import BestCheckpoint, LastCheckpoint
 from tasks.classification import SequenceClassification
@@ -209,7 +209,7 @@ ENCODER_VALUES = {"preset": "bert-mini", "vocab_size": 40000, "hidden_size": 64,
                   "first_attention_norm": False, "norm_eps": 1e-6, "local_window": 8, "global_every": 2,
                   "local_rope_base": 1000.0,
                   "activation": "relu", "bias": False, "hidden_dropout": 0.2, "attention_dropout": 0.2,
-                  "initializer_range": 0.05, "unpad_below": 0.5, "attention_groups": 1, "flex_attention": True}
+                  "initializer_range": 0.05}
 SECOND_ENCODER_VALUES = {"preset": "bert-small", "position": "alibi", "norm_placement": "post", "norm": "layernorm",
                          "activation": "gelu", "hidden_dropout": 0.3, "attention_dropout": 0.3, "bias": True,
                          "num_layers": 3, "hidden_size": 96, "num_heads": 3, "intermediate_size": 384}
@@ -345,6 +345,8 @@ def test_every_setting_is_honoured_or_refused(family, assets, shared_data, tmp_p
             continue
         if value is None and key.rsplit(".", 1)[-1] in ("encoder", "student"):  # an EncoderSpec left unset
             keys.update({f"{key}.{field.name}": None for field in dataclasses.fields(EncoderSpec)})
+        elif value is None and key.endswith(".kernels"):  # Kernels left unset: its defaults
+            keys.update({f"{key}.{field.name}": field.default for field in dataclasses.fields(Kernels)})
         else:
             keys[key] = value
     ignored, tried, refused, honoured = [], [], [], []
@@ -445,6 +447,15 @@ def test_encoder_overrides_over_a_pretrained_checkpoint(glue):
         glue("--model.encoder.hidden_size", "512")
     with pytest.raises(ValueError, match=r"rope_base=500.0 belong to another position scheme; position='learned'"):
         glue("--model.encoder.rope_base", "500")
+
+
+def test_kernel_choices_from_the_command_line(glue, assets):
+    """`--model.kernels.*` reaches the encoder and a distillation teacher's; a bad value is refused by name."""
+    cli = glue("--model.kernels.unpad_below", "0", "--model.kernels.flex_attention", "true", "--model.teacher",
+               assets["classifier"])
+    assert cli.model.encoder.kernels == cli.model.teacher.encoder.kernels == Kernels(0.0, flex_attention=True)
+    with pytest.raises((ValueError, argparse.ArgumentError), match=r"Kernels.unpad_below=2(\.0)? is a fraction"):
+        glue("--model.kernels.unpad_below", "2")
 
 
 def test_a_null_encoder_setting_on_the_command_line_means_as_in_the_checkpoint(glue):

@@ -2,7 +2,6 @@
 
 import copy
 import dataclasses
-import functools
 import math
 import random
 
@@ -14,7 +13,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from tiny import TINY, mlm_batches, trainer
 from torch.utils.data import DataLoader
 
-from encoders import Encoder, EncoderConfig, MaskedLMHead
+from encoders import Encoder, EncoderConfig, Kernels, MaskedLMHead
 from tasks.base import (
     DivergenceError,
     EncoderSpec,
@@ -476,6 +475,31 @@ def test_resuming_into_another_position_scheme_is_refused(tmp_path):
                                       ckpt_path=tmp_path / "checkpoints" / "last.ckpt")
 
 
+def test_kernel_choices_apply_per_run_and_a_checkpoint_that_stored_them_resumes(tmp_path):
+    """The run's `Kernels` reach the encoder and are no part of the checkpoint's architecture. A checkpoint of an
+    earlier version, whose hyperparameters hold an encoder spec with the kernel choices of then (unpad_below,
+    attention_groups, flex_attention), loads with `load_from_checkpoint` and resumes under other choices."""
+    spec = EncoderSpec(preset="bert-tiny", num_layers=1)
+    model = MaskedLM(encoder=spec, vocab_size=64, kernels=Kernels(unpad_below=0.5))
+    assert model.encoder.kernels == Kernels(unpad_below=0.5)
+    make_trainer(tmp_path, 4).fit(model, DataLoader(mlm_batches(4), batch_size=None))
+    saved = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    assert not {"unpad_below", "flex_attention", "attention_groups"} & set(saved["litbert_architecture"]["encoder"])
+    old = dataclasses.replace(spec)
+    old.__dict__.update(unpad_below=0.5, attention_groups=2, flex_attention=False)  # as the earlier spec pickled
+    saved["hyper_parameters"]["encoder"] = old
+    del saved["hyper_parameters"]["kernels"]
+    torch.save(saved, tmp_path / "old.ckpt")
+    loaded = MaskedLM.load_from_checkpoint(tmp_path / "old.ckpt", weights_only=True)
+    assert loaded.encoder.kernels == Kernels() and loaded.encoder.config == model.encoder.config
+    for name, value in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], value), name
+    resumed = MaskedLM(encoder=spec, vocab_size=64, kernels=Kernels(unpad_below=0.0))
+    trainer = make_trainer(tmp_path / "resumed", 6)
+    trainer.fit(resumed, DataLoader(mlm_batches(4), batch_size=None), ckpt_path=tmp_path / "old.ckpt")
+    assert trainer.global_step == 6
+
+
 def test_a_checkpoint_from_before_the_architecture_was_stored_resumes_when_its_head_fits(tmp_path):
     """Checkpoints written before `litbert_architecture` existed resume as before; one whose head has other
     parameters (a ModernBERT token classifier from before its transform) stops with a message, not a traceback."""
@@ -627,68 +651,6 @@ def test_gradient_clipping_keeps_the_fused_optimizer_and_clips_by_the_total_norm
         for moment in ("exp_avg", "exp_avg_sq"):
             mine_moment, their_moment = run.optimizers[0].state[mine][moment], optimizer.state[theirs][moment]
             assert relative_difference(mine_moment, their_moment) < bound, (name, moment)
-
-
-class GradientAddresses(L.Callback):
-    """Where the word embedding's gradient lives at each optimizer step. The gradients are held, so that a freed one's
-    memory cannot be handed to the next step's new gradient and pass for a kept buffer."""
-
-    def __init__(self) -> None:
-        self.gradients = []
-
-    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
-        self.gradients.append(pl_module.encoder.embeddings.word.weight.grad)
-
-    @property
-    def addresses(self) -> list[int]:
-        return [gradient.data_ptr() for gradient in self.gradients]
-
-
-@pytest.mark.parametrize(("task", "accumulate"), [("classification", 1), ("classification", 2), ("mlm", 1)])
-def test_the_kept_embedding_gradient_trains_as_the_dense_one(task, accumulate):
-    """On one CPU process the word embedding's gradient is a buffer kept from step to step, which a sparse backward
-    adds into, instead of a new dense gradient each step. Training through Lightning with it (bf16-mixed, clipping,
-    a validation between steps) ends with the weights and optimizer state of the dense path, bit for bit; the buffer
-    is one tensor throughout, and the embedding is dense again after fitting. With two micro-batches a step the
-    second adds into the first in another order (row by row instead of the two sums at once), so the results agree
-    to rounding only. An MLM decoder tied to the embedding keeps the dense path."""
-    def run(keep: bool):
-        model.keep_embedding_grad = keep
-        addresses = GradientAddresses()
-        fit = trainer(6, precision="bf16-mixed", gradient_clip_val=0.05, accumulate_grad_batches=accumulate,
-                      val_check_interval=4, limit_val_batches=2, callbacks=[addresses])
-        fit.fit(model, DataLoader(data, batch_size=None), DataLoader(data[:2], batch_size=None))
-        return addresses.addresses, fit.optimizers[0].state_dict()
-
-    results = {}
-    for keep in (True, False):
-        torch.manual_seed(0)
-        if task == "mlm":
-            model = MaskedLM(encoder=TINY, vocab_size=64, optimization=Optimization(learning_rate=1e-3, warmup=0))
-            assert model.head.decoder.weight is model.encoder.embeddings.word.weight
-            data = mlm_batches(6)
-        else:
-            model = SequenceClassification(num_labels=2, encoder=TINY, vocab_size=64,
-                                           optimization=Optimization(learning_rate=1e-3, warmup=0))
-            data = classification_batches(6 * accumulate)
-        addresses, optimizer = run(keep)
-        results[keep] = model.state_dict(), optimizer, addresses
-        assert not model.encoder.embeddings.word.sparse
-        # the kept buffer was zeroed, and its norm taken, over the rows the sparse gradients wrote
-        assert (model._embedding_rows is not None) == (keep and task != "mlm")
-    (weights, optimizer, addresses), (dense_weights, dense_optimizer, dense_addresses) = results[True], results[False]
-    assert len(addresses) == 6 and len(set(dense_addresses)) > 1  # the dense path allocates anew each step
-    if task == "mlm":
-        assert len(set(addresses)) > 1
-    else:
-        assert len(set(addresses)) == 1
-    # to rounding: a hundredth of one step's change at this learning rate (1e-3)
-    same = torch.equal if accumulate == 1 else functools.partial(torch.allclose, rtol=0, atol=1e-5)
-    for name, value in weights.items():
-        assert same(value, dense_weights[name]), (name, float((value - dense_weights[name]).abs().max()))
-    for index, state in optimizer["state"].items():
-        for key, value in state.items():
-            assert same(value, dense_optimizer["state"][index][key]), (index, key)
 
 
 def test_both_teachers_stay_in_eval_mode_whatever_sets_their_submodules(teacher_dir, tmp_path):
