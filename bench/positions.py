@@ -16,7 +16,7 @@ the table; the schemes alternate inside each seed), one run at a time:
    pretraining). The same fine-tunes of a randomly initialised encoder (RoPE's settings, or the first scheme's
    when RoPE is not studied; no pretraining) are the reference row: what the pretraining adds at this budget.
 
-Then the training step time of each scheme (`bench/mlm_shapes.py`'s measurement, schemes alternating) and the
+Then the training step time of each scheme (one random batch, fused AdamW, schemes alternating) and the
 table, the loss curves and loss against evaluation length (PNG, `--figures`). Results go to `--out` as JSON after
 every run, and a rerun with the same `--out` skips the runs already there.
 
@@ -31,6 +31,7 @@ import argparse
 import json
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -39,12 +40,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from common import logged, mean_sd, readme_job, train_py, write_section  # noqa: E402
-from mlm_shapes import step_time  # noqa: E402
 from quickstart import random_init_args  # noqa: E402
 
 from data import MLMDataModule, load_tokenizer  # noqa: E402
 from encoders import POSITIONS  # noqa: E402
 from encoders.plots import pyplot  # noqa: E402
+from tasks.base import EncoderSpec  # noqa: E402
 from tasks.mlm import MaskedLM  # noqa: E402
 
 SCHEMES = ("learned", "sinusoidal", "sinusoidal-scaled", "sinusoidal-sqrt-d", "rope", "alibi", "t5", "none")
@@ -127,6 +128,26 @@ def random_reference(model_dir: Path, seed: int, options: argparse.Namespace, ro
     """The fine-tunes of an encoder with `model_dir`'s settings and tokenizer and new random weights."""
     overrides = random_init_args(model_dir, REPO / "configs" / "quickstart-sst2.yaml")
     return {task: fine_tune(model_dir, task, seed, options, root / task, overrides) for task in ("sst2", "rte")}
+
+
+def step_time(batch: int, length: int, vocab: int, rate: float, repeats: int, **encoder) -> float:
+    """Median seconds of `repeats` training steps (forward, loss, backward, fused AdamW) of `MaskedLM` with the
+    `encoder` settings on one random batch, after 3 warm-up steps."""
+    torch.manual_seed(0)
+    model = MaskedLM(EncoderSpec(**encoder), vocab_size=vocab)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+    ids = torch.randint(5, vocab, (batch, length))
+    data = {"input_ids": ids, "attention_mask": torch.ones_like(ids),
+            "labels": torch.where(torch.rand(batch, length) < rate, ids, -100)}
+    times = []
+    for step in range(3 + repeats):
+        start = time.perf_counter()
+        model(data)[0].backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        if step >= 3:
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
 
 
 def step_times(schemes: list[str], vocab: int, rounds: int, repeats: int) -> dict[str, float]:
