@@ -15,14 +15,14 @@ is sized to it), so the budget fits this machine. Dev accuracy is train.py's fin
 checkpoint (`metrics.json`). Speed is inference as a user meets it: the two exported classifiers encode the 872 dev
 sentences in the datamodule's evaluation batches, same precision (fp32), eval mode, alternating, medians.
 
-    LITBERT_DATA=../shared/data python bench/distill.py --seeds 0 1 2 --json bench/results-distill-sst2.json \
+    LITBERT_DATA=../shared/data python -m bench.distill --seeds 0 1 2 --json bench/results-distill-sst2.json \
         --write BENCHMARKS.md README.md
-    python bench/distill.py --from-json bench/results-distill-sst2.json --write BENCHMARKS.md README.md
+    python -m bench.distill --from-json bench/results-distill-sst2.json --write BENCHMARKS.md README.md
 
 `--task mrpc` runs the same on a pair task at configs/glue/mrpc.yaml's budget (every training batch, 5 epochs),
 with the distilled student from configs/distill/mrpc.yaml, and reports accuracy and F1:
 
-    LITBERT_DATA=../shared/data python bench/distill.py --task mrpc --seeds 0 1 2 --students kd no-teacher \
+    LITBERT_DATA=../shared/data python -m bench.distill --task mrpc --seeds 0 1 2 --students kd no-teacher \
         --student-args '--model.optimization.learning_rate 5e-5' --json bench/results-distill-mrpc.json \
         --write BENCHMARKS.md README.md
 
@@ -37,7 +37,7 @@ run here, W&B in a user's run); then the teacher, the distilled student and the 
 distillation (`--model.pretrained_layers every_other` of the teacher) are each fine-tuned with
 `configs/quickstart-sst2.yaml` on SST-2 (1 epoch) and STS-B (3 epochs), random batches, seed by seed:
 
-    LITBERT_DATA=../shared/data python bench/distill.py --general --seeds 0 --json bench/results-distill-general.json \
+    LITBERT_DATA=../shared/data python -m bench.distill --general --seeds 0 --json bench/results-distill-general.json \
         --write BENCHMARKS.md README.md
 """
 
@@ -56,7 +56,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from common import (
+
+from bench.common import (
     MINILM,
     REPO,
     alternate,
@@ -68,7 +69,6 @@ from common import (
     train_py,
     write_section,
 )
-
 from data import GLUEDataModule
 from encoders import Encoder, SequenceClassificationHead
 from encoders.checkpoints import load_checkpoint
@@ -271,7 +271,7 @@ def section(results: dict) -> tuple[str, str]:
     seeds = " ".join(map(str, options["seeds"]))
     if options.get("general"):
         return "distill-general", (
-            f"`LITBERT_DATA=../shared/data python bench/distill.py --general --seeds {seeds}` on {results['device']} "
+            f"`LITBERT_DATA=../shared/data python -m bench.distill --general --seeds {seeds}` on {results['device']} "
             f"(fine-tuning seeds {seeds}; distillation {results['distillation']['seconds'] / 60:.1f} min):\n\n"
             f"{general_table(results).rstrip()}")
     extra = f" --student-args {shlex.quote(shlex.join(options['student_args']))}" \
@@ -287,7 +287,7 @@ def section(results: dict) -> tuple[str, str]:
     budget = f"{batches} random batches of 32 per epoch" if batches is not None else \
         f"every training batch, {epochs_text}"
     return f"distill-{options.get('section', task)}", (
-        f"`LITBERT_DATA=../shared/data python bench/distill.py{flags}{extra}` on "
+        f"`LITBERT_DATA=../shared/data python -m bench.distill{flags}{extra}` on "
         f"{results['device']} (student seeds {seeds}; one teacher, seed {options['seeds'][0]}; {budget}):\n\n"
         f"{table(results).rstrip()}")
 

@@ -27,9 +27,9 @@ load from other processes falls on all alike. Each run trains in a fresh Python 
 `--max-train-examples` trains on a fixed random subset of a task's training set (the same for every run and seed)
 where a full set is too long for the machine.
 
-    LITBERT_DATA=../shared/data python bench/glue.py --tasks cola sst2 mrpc stsb rte wnli --seeds 0 1 2 \
+    LITBERT_DATA=../shared/data python -m bench.glue --tasks cola sst2 mrpc stsb rte wnli --seeds 0 1 2 \
         --max-train-examples 4000 --write BENCHMARKS.md
-    LITBERT_DATA=../shared/data python bench/glue.py --tasks stsb --seeds 0 --runs litbert transformers \
+    LITBERT_DATA=../shared/data python -m bench.glue --tasks stsb --seeds 0 --runs litbert transformers \
         transformers-padded transformers-grouped
 
 `--write` replaces the part of BENCHMARKS.md between the `glue-<section>` markers with the table and the command.
@@ -49,7 +49,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import importlib.util
 import io
 import json
 import os
@@ -65,25 +64,14 @@ import lightning as L
 import numpy as np
 import torch
 import transformers
-from common import MINILM, device_name, print_table, setup_run
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import f1_score, matthews_corrcoef
 from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding, Trainer, TrainingArguments
 
+import train
+from bench.common import MINILM, REPO, device_name, print_table, setup_run
 from tasks import allocator
 from tasks.throughput import matmul_dtype, measure_matmul_peak
-
-
-def _load_train_py():
-    """train.py, the entry script at the repository root (not a package module)."""
-    spec = importlib.util.spec_from_file_location("train", Path(__file__).resolve().parents[1] / "train.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["train"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-train = _load_train_py()
 
 RUNS = ("litbert", "transformers", "transformers-padded", "transformers-grouped", "transformers-fp32")
 TASKS = ("cola", "sst2", "mrpc", "stsb", "rte", "wnli")
@@ -188,8 +176,7 @@ def litbert_commit() -> str | None:
     """The checkout's commit, marked "-dirty" with uncommitted changes (None outside a git checkout): runs of one
     json may span commits, and a run's time belongs to the code that ran it."""
     def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=Path(__file__).resolve().parents[1], capture_output=True,
-                              text=True, check=True).stdout.strip()
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
     try:
         dirty = git("status", "--porcelain", "--untracked-files=no")
         return git("rev-parse", "--short=12", "HEAD") + ("-dirty" if dirty else "")
@@ -255,8 +242,7 @@ def run_in_fresh_process(task: str, run: str, seed: int,
     `train.py` or script meets it, on the memory allocator each would start with (`run_environment`)."""
     with tempfile.TemporaryDirectory() as folder:
         result = Path(folder) / "result.json"
-        command = [sys.executable, str(Path(__file__).resolve()), "--tasks", task, "--one-run", run, str(seed),
-                   str(result)]
+        command = [sys.executable, "-m", "bench.glue", "--tasks", task, "--one-run", run, str(seed), str(result)]
         if args.max_train_examples is not None:
             command += ["--max-train-examples", str(args.max_train_examples)]
         if args.epochs:
@@ -264,7 +250,7 @@ def run_in_fresh_process(task: str, run: str, seed: int,
         if args.threads:
             command += ["--threads", str(args.threads)]
         command += ["--litbert-args", *args.litbert_args] if args.litbert_args else []
-        done = subprocess.run(command, env=run_environment(run), check=False)
+        done = subprocess.run(command, cwd=REPO, env=run_environment(run), check=False)
         if done.returncode != 0:
             raise SystemExit(f"{task} seed {seed} {run}: its process ({' '.join(command)}) exited with "
                              f"{done.returncode}; the runs before it are kept" + (f" in {args.json}" if args.json
@@ -470,7 +456,7 @@ def write_table(path: Path, section: str, headers: list[str], rows: list[list[st
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
         print_table(headers, rows)
-    block = (f"{begin}\n`LITBERT_DATA=../shared/data python bench/glue.py {command}` on "
+    block = (f"{begin}\n`LITBERT_DATA=../shared/data python -m bench.glue {command}` on "
              f"{machines}:\n\n{buffer.getvalue()}{end}")
     text = path.read_text()
     if begin in text and end in text:

@@ -17,7 +17,7 @@ A speed-up target is out of reach for every implementation on this machine (its 
 alone is above the time the target allows: the `Trainer`'s time divided by the factor. The `Trainer`'s and
 litbert's times are the medians of the runs in the `--records` jsons (`bench/glue.py`) of this task, by run name.
 
-    LITBERT_DATA=../shared/data python bench/glue_ceiling.py --tasks wnli cola stsb \
+    LITBERT_DATA=../shared/data python -m bench.glue_ceiling --tasks wnli cola stsb \
         --records bench/results-glue-avx2-seeds.json bench/results-glue-avx2.json
 """
 
@@ -33,9 +33,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from common import device_name, print_table, setup_run
-from glue import TASKS, litbert_cli
 
+from bench.common import device_name, print_table, setup_run
+from bench.glue import TASKS, litbert_cli
 from tasks.throughput import measure_matmul_peak
 
 

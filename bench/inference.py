@@ -9,7 +9,7 @@ and padded to the longest of each batch; both sides encode the very same batches
 `torch.inference_mode()`, and their hidden states on real tokens must agree. Repeats (one pass over the texts
 each) alternate the two sides after a warm-up pass; medians are shown. Tokens/s and FLOPs count real tokens only.
 
-    LITBERT_DATA=../shared/data python bench/inference.py
+    LITBERT_DATA=../shared/data python -m bench.inference
 
 The last line is `ratio: <litbert / transformers tokens/s>` of the headline case (`--headline`).
 """
@@ -24,7 +24,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from common import (
+from transformers import BertModel
+
+from bench.common import (
     MINILM,
     PRECISIONS,
     Timings,
@@ -36,8 +38,6 @@ from common import (
     setup_run,
     synchronize,
 )
-from transformers import BertModel
-
 from data import load_tokenizer
 from encoders import Encoder, MaskedLMHead
 from tasks.distillation import student_from_teacher

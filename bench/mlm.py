@@ -14,7 +14,7 @@ table shows medians.
 FLOPs are model FLOPs, identical for both sides: the encoder (`Encoder.flops_per_token`, training) plus the MLM
 head on the masked tokens only, so MFU ranks the sides as tokens/s does.
 
-    LITBERT_DATA=../shared/data python bench/mlm.py --sizes bert-mini bert-base --seq 128 512 \\
+    LITBERT_DATA=../shared/data python -m bench.mlm --sizes bert-mini bert-base --seq 128 512 \\
         --precision fp32 bf16-mixed
 
 The last line is `ratio: <litbert / transformers tokens/s>` of the headline case (`--headline`).
@@ -30,7 +30,9 @@ from pathlib import Path
 
 import pyarrow as pa
 import torch
-from common import (
+from transformers import BertForMaskedLM, DataCollatorForLanguageModeling
+
+from bench.common import (
     MINILM,
     PRECISIONS,
     alternate,
@@ -41,8 +43,6 @@ from common import (
     setup_run,
     synchronize,
 )
-from transformers import BertForMaskedLM, DataCollatorForLanguageModeling
-
 from data import load_tokenizer, pack_blocks
 from tasks.base import EncoderSpec
 from tasks.mlm import MaskedLM

@@ -9,7 +9,7 @@ the run trains: whole blocks without the mask, documents kept apart with it), an
 logs (`train/tokens_per_sec`, median over the logged steps; start-up and validation excluded).
 
     LITBERT_DATA=../shared/data python train.py --config configs/quickstart.yaml     # the tokenizer, once
-    LITBERT_DATA=../shared/data python bench/packing.py --seeds 0 --write BENCHMARKS.md
+    LITBERT_DATA=../shared/data python -m bench.packing --seeds 0 --write BENCHMARKS.md
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ import tempfile
 from pathlib import Path
 
 import torch
-from common import REPO, device_name, logged, mean_sd, train_py, write_section
+
+from bench.common import REPO, device_name, logged, mean_sd, train_py, write_section
 
 SECTION = "packing"
 VARIANTS = {"plain packing": "false", "document_mask": "true"}
@@ -58,7 +59,7 @@ def table(results: dict) -> str:
         "|---|---|---|---|---|",
         *rows,
         "",
-        f"    LITBERT_DATA=../shared/data python bench/packing.py --seeds {' '.join(map(str, options['seeds']))}"
+        f"    LITBERT_DATA=../shared/data python -m bench.packing --seeds {' '.join(map(str, options['seeds']))}"
         f"{steps} --write BENCHMARKS.md",
     ])
 

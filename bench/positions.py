@@ -20,7 +20,7 @@ Then the training step time of each scheme (one random batch, fused AdamW, schem
 table, the loss curves and loss against evaluation length (PNG, `--figures`). Results go to `--out` as JSON after
 every run, and a rerun with the same `--out` skips the runs already there.
 
-    LITBERT_DATA=../shared/data python bench/positions.py --seeds 0 1 --write BENCHMARKS.md
+    LITBERT_DATA=../shared/data python -m bench.positions --seeds 0 1 --write BENCHMARKS.md
 
 On a GPU the same command scales with `--steps`, `--eval-documents` and `--sst2-steps`.
 """
@@ -36,17 +36,13 @@ from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from common import logged, mean_sd, readme_job, train_py, write_section  # noqa: E402
-from quickstart import random_init_args  # noqa: E402
-
-from data import MLMDataModule, load_tokenizer  # noqa: E402
-from encoders import POSITIONS  # noqa: E402
-from encoders.plots import pyplot  # noqa: E402
-from tasks.base import EncoderSpec  # noqa: E402
-from tasks.mlm import MaskedLM  # noqa: E402
+from bench.common import REPO, logged, mean_sd, readme_job, train_py, write_section
+from bench.quickstart import random_init_args
+from data import MLMDataModule, load_tokenizer
+from encoders import POSITIONS
+from encoders.plots import pyplot
+from tasks.base import EncoderSpec
+from tasks.mlm import MaskedLM
 
 SCHEMES = ("learned", "sinusoidal", "sinusoidal-scaled", "sinusoidal-sqrt-d", "rope", "alibi", "t5", "none")
 # Rows that are a scheme with settings of its own: name -> (scheme, EncoderConfig overrides). The sinusoidal table
@@ -199,7 +195,7 @@ def table(results: dict, options: argparse.Namespace) -> str:
     if reference:
         cells = ["-"] * (2 * len(lengths)) + [mean_sd([r[task] for r in reference]) for task in ("sst2", "rte")]
         lines.append(f"| random init ({reference[0]['scheme']}, not pretrained) | " + " | ".join(cells) + " | - |")
-    lines += ["", "    LITBERT_DATA=../shared/data python bench/positions.py " + options.command]
+    lines += ["", "    LITBERT_DATA=../shared/data python -m bench.positions " + options.command]
     return "\n".join(lines)
 
 

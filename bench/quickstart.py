@@ -8,7 +8,7 @@ held-out masked-token accuracy from its `metrics.json`. Each run's seconds are p
 accuracy is the point here, and timings are taken one thing at a time elsewhere).
 
     LITBERT_DATA=../shared/data python train.py --config configs/quickstart.yaml
-    LITBERT_DATA=../shared/data python bench/quickstart.py --seeds 0 1 2 --write BENCHMARKS.md
+    LITBERT_DATA=../shared/data python -m bench.quickstart --seeds 0 1 2 --write BENCHMARKS.md
 
 `--model` fine-tunes another pretraining run's model (e.g. `runs/imdb-30min/model`), `--sides pretrained` skips
 the random encoder, `--section` names the BENCHMARKS.md section to write, and train.py settings after `--` apply to
@@ -21,12 +21,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 
 import yaml
-from common import REPO, train_py, write_section
+
+from bench.common import REPO, train_py, write_section
 
 SECTION = "quickstart-sst2"
 DEFAULT_MODEL = str(REPO / "runs" / "quickstart" / "model")
@@ -59,7 +59,6 @@ def random_init_args(model: Path, config: Path) -> list[str]:
 def encoder_settings(model: Path) -> dict[str, object]:
     """Every encoder setting of the exported model (read back through litbert's loader) but those the data links
     (vocabulary size, padding id) and the scheme settings its position scheme does not read."""
-    sys.path.insert(0, str(REPO))
     from encoders import POSITIONS, Encoder
 
     config = Encoder.from_pretrained(model).config
@@ -120,7 +119,7 @@ def main() -> None:
         "|---|---|---|",
         *rows,
         "",
-        "    LITBERT_DATA=../shared/data python bench/quickstart.py " + command,
+        "    LITBERT_DATA=../shared/data python -m bench.quickstart " + command,
     ])
     print(table)
     if args.write:

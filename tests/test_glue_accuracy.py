@@ -38,7 +38,7 @@ def test_the_glue_benchmark_resumes_a_sweep_from_its_json(shared_data, tmp_path)
     from runs import REPO
 
     results = tmp_path / "glue.json"
-    command = [sys.executable, str(REPO / "bench" / "glue.py"), "--tasks", "rte", "--max-train-examples", "32",
+    command = [sys.executable, "-m", "bench.glue", "--tasks", "rte", "--max-train-examples", "32",
                "--epochs", "1", "--json", str(results)]
     env = environment(LITBERT_DATA=str(shared_data), LITBERT_CACHE=str(tmp_path / "cache"))
     subprocess.run([*command, "--seeds", "0", "--runs", "litbert"], check=True, cwd=REPO, env=env, timeout=900)
@@ -68,7 +68,7 @@ def test_the_glue_benchmark_resumes_a_sweep_from_its_json(shared_data, tmp_path)
     contended = next(r for r in records if (r["run"], r["seed"]) == ("transformers", 0))
     contended |= {"contended": True, "seconds": 1e6, "samples_per_second": 1e-3}
     results.write_text(json.dumps(records))
-    table = subprocess.run([sys.executable, str(REPO / "bench" / "glue.py"), "--from-json", str(results)], check=True,
+    table = subprocess.run([sys.executable, "-m", "bench.glue", "--from-json", str(results)], check=True,
                            cwd=REPO, env=env, timeout=300, capture_output=True, text=True).stdout
     row = next(line for line in table.splitlines() if "| transformers" in line)
     other = next(r for r in records if (r["run"], r["seed"]) == ("transformers", 1))
@@ -105,7 +105,7 @@ def test_the_glue_benchmark_runs_the_trainer_at_its_float32_default_beside_a_mix
     from runs import REPO
 
     results = tmp_path / "glue.json"
-    command = [sys.executable, str(REPO / "bench" / "glue.py"), "--tasks", "rte", "--max-train-examples", "32",
+    command = [sys.executable, "-m", "bench.glue", "--tasks", "rte", "--max-train-examples", "32",
                "--epochs", "1", "--seeds", "0", "--runs", "transformers-fp32", "--json", str(results)]
     env = environment(LITBERT_DATA=str(shared_data), LITBERT_CACHE=str(tmp_path / "cache"))
     refused = subprocess.run([*command, "--litbert-args", "--trainer.precision", "32-true"], cwd=REPO, env=env,
