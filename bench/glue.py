@@ -69,9 +69,7 @@ from sklearn.metrics import f1_score, matthews_corrcoef
 from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding, Trainer, TrainingArguments
 
 import train
-from bench.common import MINILM, REPO, device_name, print_table, setup_run
-from tasks import allocator
-from tasks.throughput import matmul_dtype, measure_matmul_peak
+from bench.common import MINILM, REPO, device_name, malloc, matmul_dtype, measure_matmul_peak, print_table, setup_run
 
 RUNS = ("litbert", "transformers", "transformers-padded", "transformers-grouped", "transformers-fp32")
 TASKS = ("cola", "sst2", "mrpc", "stsb", "rte", "wnli")
@@ -239,7 +237,8 @@ def run_in_fresh_process(task: str, run: str, seed: int,
     process: the commit is the checkout's when that process started and imported it (see `litbert_commit`). Runs
     that follow others in one process inherit their allocator's state: litbert's CoLA runs inside a sweep took
     131-140 s where the same run alone took 121 s. A fresh process per run times each library as a user's
-    `train.py` or script meets it, on the memory allocator each would start with (`run_environment`)."""
+    `train.py` or script meets it. Every run starts on this process's environment, so a preloaded allocator
+    (`LD_PRELOAD`) applies to both libraries alike; each run records the one it ran on."""
     with tempfile.TemporaryDirectory() as folder:
         result = Path(folder) / "result.json"
         command = [sys.executable, "-m", "bench.glue", "--tasks", task, "--one-run", run, str(seed), str(result)]
@@ -250,25 +249,13 @@ def run_in_fresh_process(task: str, run: str, seed: int,
         if args.threads:
             command += ["--threads", str(args.threads)]
         command += ["--litbert-args", *args.litbert_args] if args.litbert_args else []
-        done = subprocess.run(command, cwd=REPO, env=run_environment(run), check=False)
+        done = subprocess.run(command, cwd=REPO, check=False)
         if done.returncode != 0:
             raise SystemExit(f"{task} seed {seed} {run}: its process ({' '.join(command)}) exited with "
                              f"{done.returncode}; the runs before it are kept" + (f" in {args.json}" if args.json
                                                                                     else ""))
         outcome = json.loads(result.read_text())
     return outcome["seconds"], outcome["metrics"], outcome["pid"], outcome["commit"], outcome["allocator"]
-
-
-def run_environment(run: str) -> dict[str, str]:
-    """The environment of `run`'s process: litbert's on the memory allocator train.py would preload
-    (`tasks.allocator`, from LITBERT_ALLOCATOR), the `Trainer`'s on this one's as it is (its default: the C
-    library's malloc, unless the user preloaded another for the whole sweep). Each run records the one it ran on."""
-    if run != "litbert":
-        return dict(os.environ)
-    library, note = allocator.plan(os.environ, allocator.running())
-    if note:
-        print(note, flush=True)
-    return allocator.preloading(os.environ, library)
 
 
 def one_run(args: argparse.Namespace, extra: list[str]) -> None:
@@ -285,7 +272,7 @@ def one_run(args: argparse.Namespace, extra: list[str]) -> None:
     else:
         seconds, metrics = transformers_run(task, settings, hf_train, hf_dev, tokenizer, seed, run)
     result.write_text(json.dumps({"seconds": seconds, "metrics": metrics, "pid": os.getpid(), "commit": commit,
-                                  "allocator": allocator.running()}))
+                                  "allocator": malloc()}))
 
 
 def run_precision(run: str, settings: dict) -> str:
@@ -376,20 +363,20 @@ def main() -> None:
                         record.setdefault("peak_flops", peaks[run_precision(run, settings)])
                     print(f"{task} seed {seed} {run}: in {args.json}, kept", flush=True)
                     continue
-                seconds, metrics, pid, run_commit, malloc = run_in_fresh_process(task, run, seed, args)
+                seconds, metrics, pid, run_commit, allocator = run_in_fresh_process(task, run, seed, args)
                 samples = len(train_set) * settings["epochs"]
                 own = run_precision(run, settings)
                 records.append({"task": task, "run": run, "seed": seed, "seconds": seconds,
                                 "samples_per_second": samples / seconds, "metrics": metrics,
                                 "examples": len(train_set), "epochs": settings["epochs"],
                                 "model_flops": model_flops, "peak_flops": peaks[own], "process": "fresh",
-                                "allocator": malloc, **machine,
+                                "allocator": allocator, **machine,
                                 **({"run_precision": own} if own != settings["precision"] else {}),
                                 **({"litbert_commit": run_commit} if run == "litbert" else {}),
                                 "versions": {"torch": torch.__version__, "transformers": transformers.__version__}})
                 shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
                 print(f"{task} seed {seed} {run}: {seconds:.1f} s, {samples / seconds:.1f} samples/s, {shown} "
-                      f"(process {pid}, malloc {malloc})", flush=True)
+                      f"(process {pid}, malloc {allocator})", flush=True)
                 if args.json:
                     args.json.write_text(json.dumps(records, indent=1) + "\n")
         if args.json:
@@ -408,7 +395,7 @@ def report(records: list[dict], write: Path | None, section: str) -> None:
         machines = "; ".join(sorted({machine_of(r) for r in records}))
         mallocs = {run: sorted({r["allocator"] for r in records if r["run"] == run and "allocator" in r})
                    for run in runs}
-        if any(mallocs.values()):  # recorded since the runs' processes choose it (tasks/allocator.py)
+        if any(mallocs.values()):  # recorded since 2026-11-26
             machines += "; malloc: " + ", ".join(f"{run} {' / '.join(names) or 'not recorded'}"
                                                  for run, names in mallocs.items())
         write_table(write, section, HEADERS, rows, " ".join(sys.argv[1:]), machines)

@@ -34,9 +34,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bench.common import device_name, print_table, setup_run
+from bench.common import device_name, measure_matmul_peak, print_table, setup_run
 from bench.glue import TASKS, litbert_cli
-from tasks.throughput import measure_matmul_peak
 
 
 def linears(tokens: int, sequences: int, width: int, inner: int, layers: int) -> list[tuple[int, int, int]]:
