@@ -92,12 +92,34 @@ def report_machine(precisions: Sequence[str], device: torch.device) -> dict[str,
 
 
 def device_name(device: torch.device) -> str:
+    """The machine as the tables name it: the GPU's name, or the CPU threads, model and matrix units."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     model = platform.processor() or "CPU"
     with contextlib.suppress(OSError), open("/proc/cpuinfo") as cpuinfo:
         model = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), model)
-    return f"{torch.get_num_threads()} threads on {model}"
+    return f"{torch.get_num_threads()} threads on {model} ({cpu_units()[0]})"
+
+
+def cpu_units() -> tuple[str, str]:
+    """(name, slug) of the widest matrix or vector units this CPU has: what decides the precision train.py picks and
+    how fast a step runs (an AMD EPYC may have AVX2 only or AVX-512 with bf16 instructions)."""
+    flags: set[str] = set()
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as cpuinfo:
+        flags = set(next((line.split(":", 1)[1].split() for line in cpuinfo if line.startswith("flags")), []))
+    for flag, name, slug in (("amx_bf16", "AMX", "amx"), ("avx512_bf16", "AVX-512 BF16", "avx512-bf16"),
+                             ("avx512f", "AVX-512", "avx512"), ("avx2", "AVX2", "avx2")):
+        if flag in flags:
+            return name, slug
+    return platform.machine() or "CPU", (platform.machine() or "cpu").lower()
+
+
+def machine_slug(device: torch.device) -> str:
+    """The machine's part of a results file name: `cpu-avx2`, `cpu-avx512-bf16`, `cpu-amx`, or the GPU's model
+    (`h100`)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device).removeprefix("NVIDIA ").split()[0].lower()
+    return f"cpu-{cpu_units()[1]}"
 
 
 def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
