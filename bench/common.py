@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import ctypes
+import json
 import os
 import platform
 import statistics
@@ -28,6 +29,7 @@ import transformers
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results"
 PRECISIONS = ("fp32", "bf16-mixed")
 def _minilm() -> str:
     """The real pretrained MiniLM-L6 (BERT architecture, uncased WordPiece): the folder LITBERT_MINILM names (a
@@ -120,6 +122,21 @@ def machine_slug(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device).removeprefix("NVIDIA ").split()[0].lower()
     return f"cpu-{cpu_units()[1]}"
+
+
+def results_path(name: str) -> Path:
+    """bench/results/<name>.json: the current results of a table (earlier ones are in git history)."""
+    return RESULTS / f"{name}.json"
+
+
+def update_results(path: Path, cases: dict[str, dict], device: torch.device) -> None:
+    """Write `cases` (one record a table row, by key) into the json at `path`, keeping the rows of earlier runs that
+    this one did not measure, each record with the machine, the versions and the command that made it."""
+    results = json.loads(path.read_text()) if path.exists() else {}
+    about = {"device": device_name(device), "command": " ".join(sys.argv[1:]),
+             "versions": {"torch": torch.__version__, "transformers": transformers.__version__}}
+    results.update({key: {**about, **record} for key, record in cases.items()})
+    path.write_text(json.dumps(results, indent=1) + "\n")
 
 
 def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:

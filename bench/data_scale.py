@@ -12,6 +12,8 @@ throughput is documents per second of the first build, for `num_proc` 1 and 2, w
 on (its default) and off (`TOKENIZERS_PARALLELISM=false`), one run at a time, alternating.
 
     LITBERT_DATA=../shared/data python -m bench.data_scale --write BENCHMARKS.md
+
+The measurements go to `bench/results/data-scale.json`.
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import MINILM, REPO, setup_run, write_section
+import torch
+
+from bench.common import MINILM, REPO, device_name, results_path, setup_run, write_section
 
 SECTION = "data-scale"
 COPIES = 10
@@ -142,6 +146,12 @@ def main() -> None:
               for (n, threads), values in sorted(rates.items(), key=lambda item: (item[0][1], item[0][0]))]
     text = "\n".join(table)
     print(text)
+    results_path(SECTION).write_text(json.dumps(
+        {"device": device_name(torch.device("cpu")),
+         "processes": [{"corpus": size, "process": what, **built, "peak_anonymous_mib": anon, "peak_rss_mib": hwm}
+                       for size, what, built, anon, hwm in rows],
+         "documents_per_second": [{"num_proc": n, "tokenizers_parallelism": threads, "per_repeat": values}
+                                  for (n, threads), values in rates.items()]}, indent=1) + "\n")
     if args.write:
         write_section(args.write, SECTION, text + "\n\n    LITBERT_DATA=../shared/data python -m bench.data_scale "
                       "--write BENCHMARKS.md")

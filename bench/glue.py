@@ -27,14 +27,15 @@ load from other processes falls on all alike. Each run trains in a fresh Python 
 `--max-train-examples` trains on a fixed random subset of a task's training set (the same for every run and seed)
 where a full set is too long for the machine.
 
-    LITBERT_DATA=../shared/data python -m bench.glue --tasks cola sst2 mrpc stsb rte wnli --seeds 0 1 2 \
-        --max-train-examples 4000 --write BENCHMARKS.md
-    LITBERT_DATA=../shared/data python -m bench.glue --tasks stsb --seeds 0 --runs litbert transformers \
-        transformers-padded transformers-grouped
+    LITBERT_DATA=../shared/data python -m bench.glue --tasks wnli rte mrpc stsb cola sst2 --seeds 0 1 2 \
+        --runs litbert transformers
+    python -m bench.glue --from-json bench/results/glue-cpu-avx2.json --write BENCHMARKS.md
 
-`--write` replaces the part of BENCHMARKS.md between the `glue-<section>` markers with the table and the command.
+Runs go to `bench/results/glue-<machine>.json` (`cpu-avx2`, `cpu-avx512-bf16`, `cpu-amx`, `h100`; `--json`
+elsewhere), and a sweep resumes from what that file holds. `--write` replaces the part of BENCHMARKS.md between the
+`glue-<machine>` markers (`--section`) with the table.
 
-MFU is each run's useful work per second against the machine's measured matmul peak (`tasks.throughput`, measured
+MFU is each run's useful work per second against the machine's measured matmul peak (`bench.common`, measured
 once per task before its runs, on the threads the runs use): the model FLOPs of the training set's real tokens, the
 same count for both libraries: the encoder's forward and backward over every layer and every real token
 (`Encoder.flops`, times the epochs), as transformers' model computes them. Padding is not counted; the last layer's
@@ -69,7 +70,18 @@ from sklearn.metrics import f1_score, matthews_corrcoef
 from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding, Trainer, TrainingArguments
 
 import train
-from bench.common import MINILM, REPO, device_name, malloc, matmul_dtype, measure_matmul_peak, print_table, setup_run
+from bench.common import (
+    MINILM,
+    REPO,
+    device_name,
+    machine_slug,
+    malloc,
+    matmul_dtype,
+    measure_matmul_peak,
+    print_table,
+    results_path,
+    setup_run,
+)
 
 RUNS = ("litbert", "transformers", "transformers-padded", "transformers-grouped", "transformers-fp32")
 TASKS = ("cola", "sst2", "mrpc", "stsb", "rte", "wnli")
@@ -307,20 +319,21 @@ def main() -> None:
     parser.add_argument("--litbert-args", nargs=argparse.REMAINDER, default=[],
                         help="more train.py overrides for the litbert runs (last on the command line)")
     parser.add_argument("--json", type=Path, default=None,
-                        help="also write every run's numbers here, after each run; the runs a file already holds "
-                             "(same task, run, seed, subset and epochs) are kept and not run again, so a sweep too "
-                             "long for one sitting resumes; a file holding another machine's or precision's runs "
-                             "is refused")
+                        help="write every run's numbers here, after each run (default: bench/results/"
+                             "glue-<machine>.json); the runs a file already holds (same task, run, seed, subset and "
+                             "epochs) are kept and not run again, so a sweep too long for one sitting resumes; a file "
+                             "holding another machine's or precision's runs is refused")
     parser.add_argument("--write", type=Path, default=None, help="replace the GLUE table in this Markdown file")
-    parser.add_argument("--section", default="accuracy",
-                        help="which table of the file --write replaces (between its glue-<section> markers)")
+    parser.add_argument("--section", default=None,
+                        help="which table of the file --write replaces, between its glue-<section> markers "
+                             "(default: the json's name after glue-, e.g. cpu-avx2)")
     parser.add_argument("--one-run", nargs=3, default=None, metavar=("RUN", "SEED", "RESULT"),
                         help=argparse.SUPPRESS)  # one run in this process (run_in_fresh_process' child)
     parser.add_argument("--from-json", type=Path, default=None,
                         help="train nothing: print (and --write) the table of the runs a --json file recorded")
     args = parser.parse_args()
     if args.from_json:
-        report(json.loads(args.from_json.read_text()), args.write, args.section)
+        report(json.loads(args.from_json.read_text()), args.write, args.section, args.from_json)
         return
     setup_run(args.threads)
     extra = list(args.litbert_args) + (["--trainer.max_epochs", str(args.epochs)] if args.epochs else [])
@@ -328,7 +341,8 @@ def main() -> None:
         one_run(args, extra)
         return
 
-    records = json.loads(args.json.read_text()) if args.json and args.json.exists() else []
+    args.json = args.json or results_path(f"glue-{machine_slug(run_device())}")
+    records = json.loads(args.json.read_text()) if args.json.exists() else []
     device, commit = device_name(run_device()), litbert_commit()
     print(f"device: {device}; litbert {commit}; torch {torch.__version__}, transformers {transformers.__version__}",
           flush=True)
@@ -377,16 +391,15 @@ def main() -> None:
                 shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
                 print(f"{task} seed {seed} {run}: {seconds:.1f} s, {samples / seconds:.1f} samples/s, {shown} "
                       f"(process {pid}, malloc {allocator})", flush=True)
-                if args.json:
-                    args.json.write_text(json.dumps(records, indent=1) + "\n")
-        if args.json:
-            args.json.write_text(json.dumps(records, indent=1) + "\n")
+                args.json.write_text(json.dumps(records, indent=1) + "\n")
+        args.json.write_text(json.dumps(records, indent=1) + "\n")
     print()
-    report(records, args.write, args.section)
+    report(records, args.write, args.section, args.json)
 
 
-def report(records: list[dict], write: Path | None, section: str) -> None:
-    """Print the table of `records` (every run of every task, in the order they ran), and write it into `write`."""
+def report(records: list[dict], write: Path | None, section: str | None, source: Path) -> None:
+    """Print the table of `records` (every run of every task, in the order they ran), and write it into `write`
+    between the `glue-<section>` markers (by default the name of `source`, the json they came from)."""
     tasks = list(dict.fromkeys(r["task"] for r in records))
     runs = [run for run in RUNS if any(r["run"] == run for r in records)]
     rows = [row for task in tasks for row in task_rows(task, [r for r in records if r["task"] == task], runs)]
@@ -398,7 +411,7 @@ def report(records: list[dict], write: Path | None, section: str) -> None:
         if any(mallocs.values()):  # recorded since 2026-11-26
             machines += "; malloc: " + ", ".join(f"{run} {' / '.join(names) or 'not recorded'}"
                                                  for run, names in mallocs.items())
-        write_table(write, section, HEADERS, rows, " ".join(sys.argv[1:]), machines)
+        write_table(write, section or source.stem.removeprefix("glue-"), HEADERS, rows, source, machines)
 
 
 def task_rows(task: str, records: list[dict], runs: list[str]) -> list[list[str]]:
@@ -437,14 +450,14 @@ def percent(fraction: float) -> str:
     return f"{100 * fraction:.0f}%" if fraction >= 0.095 else f"{100 * fraction:#.2g}%"
 
 
-def write_table(path: Path, section: str, headers: list[str], rows: list[list[str]], command: str,
+def write_table(path: Path, section: str, headers: list[str], rows: list[list[str]], source: Path,
                 machines: str) -> None:
     begin, end = f"<!-- glue-{section}:begin -->", f"<!-- glue-{section}:end -->"
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
         print_table(headers, rows)
-    block = (f"{begin}\n`LITBERT_DATA=../shared/data python -m bench.glue {command}` on "
-             f"{machines}:\n\n{buffer.getvalue()}{end}")
+    shown = source.resolve().relative_to(REPO) if source.resolve().is_relative_to(REPO) else source
+    block = f"{begin}\n{machines} (`{shown}`):\n\n{buffer.getvalue()}{end}"
     text = path.read_text()
     if begin in text and end in text:
         text = text[: text.index(begin)] + block + text[text.index(end) + len(end):]

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from bench.common import REPO, device_name, logged, mean_sd, train_py, write_section
+from bench.common import REPO, device_name, logged, mean_sd, results_path, train_py, write_section
 
 SECTION = "packing"
 VARIANTS = {"plain packing": "false", "document_mask": "true"}
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--steps", type=int, help="pretraining steps (default: the config's)")
     parser.add_argument("--tokenizer", type=Path, default=REPO / "runs" / "quickstart" / "tokenizer",
                         help="the README job's trained tokenizer")
-    parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--json", type=Path, default=results_path("packing"), help="write the results here")
     parser.add_argument("--from-json", type=Path, help="rewrite the table from recorded results")
     parser.add_argument("--write", type=Path, help="BENCHMARKS.md: replace the section between its markers")
     options = parser.parse_args(argv)
@@ -90,8 +90,7 @@ def main(argv: list[str] | None = None) -> dict:
                     run = pretrain(VARIANTS[name], seed, options, Path(folder) / f"{seed}-{VARIANTS[name]}")
                     results["runs"][name].append({"seed": seed, **run})
                     print(f"seed {seed} {name}: {run}", flush=True)
-        if options.json is not None:
-            options.json.write_text(json.dumps(results, indent=1) + "\n")
+        options.json.write_text(json.dumps(results, indent=1) + "\n")
     text = table(results)
     print(text)
     if options.write:

@@ -18,7 +18,8 @@ the table; the schemes alternate inside each seed), one run at a time:
 
 Then the training step time of each scheme (one random batch, fused AdamW, schemes alternating) and the
 table, the loss curves and loss against evaluation length (PNG, `--figures`). Results go to `--out` as JSON after
-every run, and a rerun with the same `--out` skips the runs already there.
+every run (`bench/results/positions.json` by default), and a rerun skips the runs that file holds whose models are
+still under `--root`.
 
     LITBERT_DATA=../shared/data python -m bench.positions --seeds 0 1 --write BENCHMARKS.md
 
@@ -36,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from bench.common import REPO, logged, mean_sd, readme_job, train_py, write_section
+from bench.common import REPO, logged, mean_sd, readme_job, results_path, train_py, write_section
 from bench.quickstart import random_init_args
 from data import MLMDataModule, load_tokenizer
 from encoders import POSITIONS
@@ -259,12 +260,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--timing-repeats", type=int, default=10, help="timed steps per scheme and round")
     parser.add_argument("--timing-rounds", type=int, default=2, help="rounds of the schemes in turn (median kept)")
     parser.add_argument("--root", type=Path, default=REPO / "runs" / "positions")
-    parser.add_argument("--out", type=Path, help="results JSON (default: <root>/results.json)")
+    parser.add_argument("--out", type=Path, default=results_path("positions"), help="results JSON")
     parser.add_argument("--figures", type=Path, help="folder for the PNG figures")
     parser.add_argument("--write", type=Path, help="BENCHMARKS.md: replace the section between its markers")
     options = parser.parse_args(argv)
     options.command = " ".join(argv if argv is not None else sys.argv[1:])
-    out = options.out or options.root / "results.json"
+    out = options.out
     results = json.loads(out.read_text()) if out.exists() else {"runs": {}}
     out.parent.mkdir(parents=True, exist_ok=True)
     finetune_seeds = options.seeds[:1] if options.finetune_seeds is None else options.finetune_seeds
@@ -273,8 +274,8 @@ def main(argv: list[str] | None = None) -> dict:
         order = options.schemes if seed % 2 == 0 else list(reversed(options.schemes))  # alternate the order
         for scheme in order:
             key = f"{scheme}-{seed}"
-            if key in results["runs"]:
-                continue
+            if key in results["runs"] and (options.root / key / "pretrain" / "model").exists():
+                continue  # finished by an earlier run whose models are still under --root
             root = options.root / key
             run = {"scheme": scheme, "seed": seed, **pretrain(scheme, seed, options, root / "pretrain")}
             run["eval"] = evaluate(root / "pretrain" / "model", options.root / "tokenizer", options.factors,
@@ -287,7 +288,8 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"{key}: " + ", ".join(f"{n}: {r['accuracy']:.3f}" if r else f"{n}: impossible"
                                          for n, r in run["eval"].items()), flush=True)
         reference = "rope" if "rope" in options.schemes else options.schemes[0]
-        if seed in finetune_seeds and str(seed) not in results.setdefault("random", {}):
+        if seed in finetune_seeds and (str(seed) not in results.setdefault("random", {})
+                                       or not (options.root / f"random-{seed}").exists()):
             results["random"][str(seed)] = {"scheme": reference, **random_reference(
                 options.root / f"{reference}-{seed}" / "pretrain" / "model", seed, options,
                 options.root / f"random-{seed}")}

@@ -16,6 +16,8 @@ step counts and dividing the extra tokens by the extra seconds. Runs alternate s
 side runs once beforehand to fill its tokenization cache.
 
     LITBERT_DATA=../shared/data python -m bench.pretrain --write BENCHMARKS.md
+
+The rates go to `bench/results/pretrain-throughput.json`.
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import REPO, setup_run, write_section
+import torch
+
+from bench.common import REPO, device_name, results_path, setup_run, write_section
 
 SECTION = "pretrain-throughput"
 BATCH, LENGTH, MASKING, LR, VOCAB = 32, 128, 0.3, 3e-3, 4096
@@ -138,7 +142,8 @@ def main() -> None:
         f"    LITBERT_DATA=../shared/data python -m bench.pretrain --steps {few} {many} --repeats {args.repeats}"
         f"{' --write ' + str(args.write) if args.write else ''}"])
     print(table)
-    print(json.dumps({"litbert": rates["litbert"], "transformers": rates["transformers"]}))
+    results_path(SECTION).write_text(json.dumps({"device": device_name(torch.device("cpu")), "steps": args.steps,
+                                                 "tokens_per_second": rates}, indent=1) + "\n")
     if args.write:
         write_section(args.write, SECTION, table)
 

@@ -13,7 +13,7 @@ accuracy is the point here, and timings are taken one thing at a time elsewhere)
 `--model` fine-tunes another pretraining run's model (e.g. `runs/imdb-30min/model`), `--sides pretrained` skips
 the random encoder, `--section` names the BENCHMARKS.md section to write, and train.py settings after `--` apply to
 both sides (a recipe search: `-- --model.pooling mean`). The random side takes the model's encoder settings except
-those the fine-tuning config sets itself (its dropout).
+those the fine-tuning config sets itself (its dropout). The runs go to `bench/results/<section>.json`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import yaml
 
-from bench.common import REPO, train_py, write_section
+from bench.common import REPO, results_path, train_py, write_section
 
 SECTION = "quickstart-sst2"
 DEFAULT_MODEL = str(REPO / "runs" / "quickstart" / "model")
@@ -78,6 +78,7 @@ def main() -> None:
                         default=["pretrained", "random init"])
     parser.add_argument("--section", default=SECTION, help="the BENCHMARKS.md section --write replaces")
     parser.add_argument("--write", type=Path, help="BENCHMARKS.md: replace the section between its markers")
+    parser.add_argument("--json", type=Path, help="write the runs here (default: bench/results/<section>.json)")
     parser.add_argument("overrides", nargs="*", help="train.py settings for both sides, after `--`")
     args = parser.parse_args()
     model = Path(args.model)
@@ -94,6 +95,11 @@ def main() -> None:
                                                args.overrides))
                 print(f"seed {seed} {side}: accuracy {results[side][-1][0]:.4f} in {results[side][-1][1]:.0f} s",
                       flush=True)
+    (args.json or results_path(args.section)).write_text(json.dumps(
+        {"model": args.model, "pretraining": pretraining, "config": str(args.config), "overrides": args.overrides,
+         "runs": {side: [{"seed": seed, "val/accuracy": accuracy, "seconds": seconds}
+                         for seed, (accuracy, seconds) in zip(args.seeds, runs, strict=True)]
+                  for side, runs in results.items()}}, indent=1) + "\n")
     rows = []
     for side, runs in results.items():
         accuracies = [a for a, _ in runs]
