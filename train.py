@@ -16,13 +16,6 @@ wrong (the last lines printed are litbert's message naming the file, field or va
 
 from __future__ import annotations
 
-import sys
-
-if __name__ == "__main__":  # before torch is imported: a preloaded allocator must be there from the process' start
-    from tasks.allocator import preload
-
-    preload()
-
 import argparse
 import inspect
 import json
@@ -31,6 +24,7 @@ import os
 import re
 import shutil
 import signal
+import sys
 import threading
 import traceback
 import warnings
