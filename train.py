@@ -1,7 +1,7 @@
 """litbert's entry point: `python train.py --config configs/<experiment>.yaml [--section.key value ...]`.
 
 The command line is LightningCLI over the constructors of the task (`--model`), the datamodule (`--data`) and
-Lightning's `Trainer` (`--trainer`), plus `--checkpoint` (`tasks.checkpointing.LastCheckpoint`: how often the newest
+Lightning's `Trainer` (`--trainer`), plus `--checkpoint` (`tasks.run.checkpoints.LastCheckpoint`: how often the newest
 training state is saved); several `--config` files compose, later ones and flags winning. Values that come from the
 data (vocabulary size, labels, metrics, validation sets) are linked into the task, not repeated.
 
@@ -45,21 +45,14 @@ from lightning.pytorch.utilities.model_helpers import is_overridden
 
 from data.sources import DataError
 from data.tokenizers import load_tokenizer
-from encoders.checkpoints import LITBERT_CONFIG
+from encoders.checkpoints import LITBERT_CONFIG, CheckpointError
 from tasks.base import DivergenceError, EncoderTask, validation_prefixes
-from tasks.checkpointing import (
-    LAST,
-    BestCheckpoint,
-    CheckpointError,
-    LastCheckpoint,
-    RunInterrupted,
-    SafeCheckpointIO,
-    ValidateFinalStep,
-    load_checkpoint_file,
-)
-from tasks.precision import accelerator_type, bf16_warning, default_precision
-from tasks.throughput import Throughput
-from tasks.tracking import LogConfigCallback, WandbLogger
+from tasks.run.checkpoint_io import LAST, SafeCheckpointIO, load_checkpoint_file
+from tasks.run.checkpoints import BestCheckpoint, LastCheckpoint, ValidateFinalStep
+from tasks.run.precision import accelerator_type, bf16_warning, default_precision
+from tasks.run.signals import RunInterrupted
+from tasks.run.throughput import Throughput
+from tasks.run.tracking import LogConfigCallback, WandbLogger
 
 
 class RunFolderError(ValueError):
@@ -169,7 +162,7 @@ class LitbertCLI(LightningCLI):
 
     @staticmethod
     def _choose_precision(trainer: Any) -> None:
-        """An unset trainer.precision becomes the machine's fast one (`tasks.precision`); a bf16 precision set for
+        """An unset trainer.precision becomes the machine's fast one (`tasks.run.precision`); a bf16 precision set for
         hardware without bf16 units is kept, with a warning."""
         device_type = accelerator_type(trainer.accelerator)
         if trainer.precision is None:

@@ -15,7 +15,7 @@ import pytest
 from runs import MINILM, REPO, environment
 
 from data import GLUE_TASKS, GLUEDataModule
-from tasks import glue_sweep
+from tasks.run import sweep as glue_sweep
 
 
 def rows(path: Path) -> list[list[str]]:
@@ -59,7 +59,7 @@ def test_train_py_predicts_the_test_sets_and_the_sweep_zips_them(shared_data, tm
     and the zip holds both files and names the missing ones. It runs from a folder outside the repository with a
     relative --out, which train.py reads as the sweep does; run again, it keeps both finished tasks."""
     out = tmp_path / "sweep"
-    sweep = [sys.executable, "-m", "tasks.glue_sweep", "run", "--pretrained", MINILM, "--out", "sweep", "--tasks",
+    sweep = [sys.executable, "-m", "tasks.run.sweep", "run", "--pretrained", MINILM, "--out", "sweep", "--tasks",
              "wnli", "stsb", "--", "--trainer.max_steps", "3", "--trainer.val_check_interval", "3",
              "--trainer.enable_progress_bar", "false", "--trainer.logger", "false"]
     env = environment(LITBERT_DATA=str(shared_data.resolve()), LITBERT_CACHE=str(tmp_path / "cache"),

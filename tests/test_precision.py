@@ -8,7 +8,7 @@ import torch
 from runs import MINILM
 
 import train
-from tasks.precision import accelerator_type, bf16_warning, default_precision, native_bf16
+from tasks.run.precision import accelerator_type, bf16_warning, default_precision, native_bf16
 
 AVX2 = {"avx2": True, "amx_bf16": False, "avx512_bf16": False}
 AMX = {"avx2": True, "amx_bf16": True, "avx512_bf16": True}

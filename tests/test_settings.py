@@ -29,8 +29,8 @@ import train
 from data.tokenizers import load_tokenizer, save_tokenizer, train_tokenizer
 from encoders import Encoder, EncoderConfig, MaskedLMHead
 from tasks.base import EncoderSpec
-from tasks.checkpointing import BestCheckpoint, LastCheckpoint
 from tasks.classification import SequenceClassification
+from tasks.run.checkpoints import BestCheckpoint, LastCheckpoint
 
 # ---------------------------------------------------------------------------------------------------- fixtures
 
@@ -408,9 +408,9 @@ def test_callbacks_from_configs_and_the_command_line_are_kept(glue, tmp_path):
         "trainer:\n  callbacks:\n"
         "    - class_path: lightning.pytorch.callbacks.ModelCheckpoint\n"
         f"      init_args: {{dirpath: {tmp_path / 'mine'}, monitor: val/loss, save_top_k: 2}}\n"
-        "    - class_path: tasks.throughput.Throughput\n      init_args: {peak_flops: 1.0e+12}\n")
+        "    - class_path: tasks.run.throughput.Throughput\n      init_args: {peak_flops: 1.0e+12}\n")
     cli = glue("--config", str(extra), "--trainer.callbacks+=lightning.pytorch.callbacks.LearningRateMonitor",
-               "--trainer.callbacks+=tasks.compile.CompileEncoder")
+               "--trainer.callbacks+=tasks.run.compile.CompileEncoder")
     kinds = [type(callback).__name__ for callback in cli.trainer.callbacks]
     for kind in ("ModelCheckpoint", "Throughput", "LearningRateMonitor", "CompileEncoder", "LastCheckpoint"):
         assert kinds.count(kind) == 1, kinds

@@ -10,7 +10,7 @@ from encoders import Encoder, EncoderConfig
 from tasks.classification import SequenceClassification
 from tasks.distillation import Distillation
 from tasks.mlm import MaskedLM
-from tasks.throughput import Throughput, cpu_peak_size, matmul_dtype, measure_matmul_peak
+from tasks.run.throughput import Throughput, cpu_peak_size, matmul_dtype, measure_matmul_peak
 
 
 def hand_flops_per_token(config: EncoderConfig, seq: int) -> int:
@@ -90,7 +90,7 @@ def test_the_cpu_peak_shrinks_its_matmul_where_the_dtype_is_slow(monkeypatch):
     """The CPU peak's matmuls are 2048 wide unless one would take over the limit (emulated bf16 on a CPU without bf16
     units took minutes for the GLUE benchmark's); then they shrink to about a quarter of the limit, judged from a 512
     probe, never under 256."""
-    from tasks import throughput
+    from tasks.run import throughput
 
     assert cpu_peak_size(torch.float32, seconds_at_most=1e9) == 2048
     assert cpu_peak_size(torch.float32, seconds_at_most=1e-12) == 256

@@ -277,7 +277,7 @@ def test_every_run_tracks_to_wandb_by_default_named_after_its_folder(env, minilm
     """W&B is train.py's default logger, configured once: no config repeats the block (GLUE's base only groups its
     runs), the run is named after its folder, and a config or flag can still name it or turn tracking off."""
     for config in (REPO / "configs").rglob("*.yaml"):
-        assert "class_path: tasks.tracking.WandbLogger" not in config.read_text(), config
+        assert "class_path: tasks.run.tracking.WandbLogger" not in config.read_text(), config
     assert train.run_name(Path("runs/glue/rte")) == "glue-rte" and train.run_name(Path("runs/quickstart")) == \
         "quickstart"
     assert train.run_name(tmp_path / "mine") == "mine"
@@ -554,7 +554,7 @@ def test_attention_maps_are_logged_to_wandb_at_every_validation(env, minilm, tmp
     pytest.importorskip("matplotlib")
     run("configs/glue/rte.yaml", tmp_path, "--model.pretrained", minilm, "--trainer.max_steps", "4",
         "--trainer.val_check_interval", "2", "--trainer.limit_val_batches", "1", "--data.max_length", "64",
-        "--trainer.callbacks+=tasks.tracking.AttentionMaps", "--export", "false")
+        "--trainer.callbacks+=tasks.run.tracking.AttentionMaps", "--export", "false")
     history = wandb_history(tmp_path)
     # Validations at steps 2 and 4, and the best checkpoint's validation after fitting.
     images = [row for row in history if "attention/maps._type" in row]  # wandb joins nested keys with "."
@@ -562,7 +562,7 @@ def test_attention_maps_are_logged_to_wandb_at_every_validation(env, minilm, tmp
     assert len(list((tmp_path / "wandb").rglob("media/images/attention/*.png"))) == 3
     with pytest.raises(ValueError, match="AttentionMaps logs pictures to W&B, but the run's logger is none"):
         run("configs/glue/rte.yaml", tmp_path / "off", "--model.pretrained", minilm, "--trainer.max_steps", "1",
-            "--trainer.logger", "false", "--trainer.callbacks+=tasks.tracking.AttentionMaps")
+            "--trainer.logger", "false", "--trainer.callbacks+=tasks.run.tracking.AttentionMaps")
 
 
 def test_a_run_ending_between_validations_validates_its_last_step(env, tmp_path):
@@ -619,7 +619,7 @@ def test_a_modernbert_teacher_distils_through_train_py_into_a_modernbert_student
 def test_a_pretrained_folder_that_does_not_exist_is_named_by_its_setting(env, tmp_path):
     """The tokenizer of a fine-tuning run comes from model.pretrained's folder, so a wrong path is reported as the
     setting the user gave, not as a missing tokenizer."""
-    from tasks.checkpointing import CheckpointError
+    from encoders.checkpoints import CheckpointError
 
     with pytest.raises(CheckpointError, match=f"model.pretrained={tmp_path / 'nope'} is not a folder. litbert loads"):
         train.make_cli(["--config", "configs/glue/rte.yaml", "--model.pretrained", str(tmp_path / "nope"),

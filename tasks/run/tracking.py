@@ -107,8 +107,9 @@ class LogConfigCallback(SaveConfigCallback):
 class AttentionMaps(L.Callback):
     """After every validation, draws the attention probabilities of every layer and head for one fixed sentence
     (`encoders.plots.plot_attention`) and logs the picture to W&B as `attention/maps`, so a run shows how its
-    attention patterns form. Add it with `--trainer.callbacks+=tasks.tracking.AttentionMaps`; it needs matplotlib,
-    a W&B logger and a datamodule with a tokenizer, and says so at the start of training when one is missing.
+    attention patterns form. Add it with `--trainer.callbacks+=tasks.run.tracking.AttentionMaps`; it needs
+    matplotlib, a W&B logger and a datamodule with a tokenizer, and says so at the start of training when one is
+    missing.
 
     Args:
         sentence: The sentence drawn at every validation.
