@@ -24,8 +24,11 @@ from runs import REPO, series, wandb_history
 
 import train
 from encoders import Encoder, MaskedLMHead, SequenceClassificationHead
-from tasks.base import EncoderSpec
+from tasks.base import EncoderSpec, validation_prefixes
 from tasks.classification import SequenceClassification
+from tasks.run.cli import LitbertCLI, make_cli
+from tasks.run.configs import with_bases
+from tasks.run.tracking import run_name
 
 # The runnable configs. A file other configs extend (`base:`) is the part they share (glue/base.yaml, distill/kd.yaml,
 # a layer over any classification config), built through them.
@@ -45,7 +48,7 @@ def env(shared_data, tmp_path_factory):
     os.environ.update(saved)
 
 
-def run(config: str, root: Path, *overrides: str) -> train.LitbertCLI:
+def run(config: str, root: Path, *overrides: str) -> LitbertCLI:
     return train.main(["--config", config, "--trainer.default_root_dir", str(root),
                        "--trainer.enable_progress_bar", "false", *overrides])
 
@@ -75,7 +78,7 @@ def test_every_shipped_config_instantiates(config, env, minilm, tmp_path):
         overrides += ["--model.teacher", str(teacher), "--data.tokenizer", minilm]
     else:
         overrides += ["--model.pretrained", minilm]
-    cli = train.make_cli(["--config", config, *overrides])
+    cli = make_cli(["--config", config, *overrides])
     model, data = cli.model, cli.datamodule
     assert cli.trainer.default_root_dir == str(tmp_path)
     assert model.encoder.config.vocab_size >= data.vocab_size
@@ -106,13 +109,13 @@ def test_a_new_encoder_pads_with_the_tokenizers_padding_row(env, shared_data, tm
     bpe = save_tokenizer(train_tokenizer(lines[:2000], "byte_level_bpe", vocab_size=600), tmp_path / "bpe")
     args = ["--config", "configs/pretrain/modern.yaml", "--data.tokenizer", str(bpe), "--data.train_tokenizer",
             "null", "--trainer.default_root_dir", str(tmp_path / "run")]
-    cli = train.make_cli(args)
+    cli = make_cli(args)
     assert cli.datamodule.pad_token_id == 1
     word = cli.model.encoder.embeddings.word
     assert (cli.model.encoder.config.pad_token_id, word.padding_idx) == (1, 1)
     assert not word.weight[1].any() and word.weight[0].any()
     with pytest.raises(ValueError, match="pad_token_id=0, but the tokenizer pads with id 1"):
-        train.make_cli([*args, "--model.encoder.pad_token_id", "0"])
+        make_cli([*args, "--model.encoder.pad_token_id", "0"])
 
 
 def test_glue_configs_share_one_recipe(env, minilm, tmp_path):
@@ -128,12 +131,12 @@ def test_glue_configs_share_one_recipe(env, minilm, tmp_path):
         text = config.read_text()
         assert "base: base.yaml" in text and "learning_rate" not in text and "batch_size" not in text, config
         (edited / config.name).write_text(text)
-        cli = train.make_cli(["--config", str(edited / config.name), "--model.pretrained", minilm,
+        cli = make_cli(["--config", str(edited / config.name), "--model.pretrained", minilm,
                               "--trainer.default_root_dir", str(tmp_path / config.stem)])
         assert cli.model.optimization.learning_rate == 7e-5 and cli.trainer.gradient_clip_val == 1.0
         assert cli.datamodule.spec.name == config.stem and cli.datamodule.group_by_length is False
         assert cli.trainer.max_epochs == (5 if config.stem in ("mrpc", "wnli") else 3)
-    cli = train.make_cli(["--config", "configs/glue/rte.yaml", "--model.pretrained", minilm, "--trainer.max_epochs",
+    cli = make_cli(["--config", "configs/glue/rte.yaml", "--model.pretrained", minilm, "--trainer.max_epochs",
                           "2", "--trainer.default_root_dir", str(tmp_path / "flag")])
     assert cli.trainer.max_epochs == 2 and cli.model.optimization.learning_rate == 2e-5
 
@@ -145,12 +148,12 @@ def test_the_run_seed_draws_the_training_order_unless_data_seed_is_set(env, mini
     state, and a checkpoint drawn from another one is refused by name."""
     from data.sources import DataError
 
-    def build(*extra: str) -> train.LitbertCLI:
+    def build(*extra: str) -> LitbertCLI:
         root = tmp_path / str(len(list(tmp_path.iterdir())))
-        return train.make_cli(["--config", "configs/glue/rte.yaml", "--model.pretrained", minilm,
+        return make_cli(["--config", "configs/glue/rte.yaml", "--model.pretrained", minilm,
                                "--trainer.logger", "false", "--trainer.default_root_dir", str(root), *extra])
 
-    def first_batch(cli: train.LitbertCLI) -> list[int]:
+    def first_batch(cli: LitbertCLI) -> list[int]:
         data = cli.datamodule
         data.setup("fit")
         batches = data.train_dataloader().batch_sampler
@@ -232,28 +235,28 @@ def test_config_bases_expand_before_the_file_and_are_checked(tmp_path):
     (tmp_path / "a.yaml").write_text("trainer:\n  max_epochs: 1\n")
     (tmp_path / "b.yaml").write_text("base: a.yaml\ntrainer:\n  max_steps: 3\n")
     (tmp_path / "c.yaml").write_text("base: b.yaml\n")
-    assert train.with_bases(["--config", str(tmp_path / "c.yaml"), "--x", "1"]) == [
+    assert with_bases(["--config", str(tmp_path / "c.yaml"), "--x", "1"]) == [
         "--config", str(tmp_path / "a.yaml"), "--config", str(tmp_path / "b.yaml"), "--config",
         str(tmp_path / "c.yaml"), "--x", "1"]
-    assert train.with_bases([f"--config={tmp_path / 'b.yaml'}"]) == [f"--config={tmp_path / 'a.yaml'}",
+    assert with_bases([f"--config={tmp_path / 'b.yaml'}"]) == [f"--config={tmp_path / 'a.yaml'}",
                                                                      f"--config={tmp_path / 'b.yaml'}"]
     # a list of bases applies in order, each after its own bases
     (tmp_path / "d.yaml").write_text("trainer:\n  max_steps: 4\n")
     (tmp_path / "e.yaml").write_text("base: [b.yaml, d.yaml]\n")
-    assert train.with_bases(["--config", str(tmp_path / "e.yaml")]) == [
+    assert with_bases(["--config", str(tmp_path / "e.yaml")]) == [
         "--config", str(tmp_path / "a.yaml"), "--config", str(tmp_path / "b.yaml"), "--config",
         str(tmp_path / "d.yaml"), "--config", str(tmp_path / "e.yaml")]
     (tmp_path / "loop.yaml").write_text("base: loop.yaml\n")
     with pytest.raises(ValueError, match="base: loop.yaml extends itself"):
-        train.with_bases(["--config", str(tmp_path / "loop.yaml")])
+        with_bases(["--config", str(tmp_path / "loop.yaml")])
     (tmp_path / "lost.yaml").write_text("base: nowhere.yaml\n")
     with pytest.raises(ValueError, match="base: nowhere.yaml does not exist"):
-        train.with_bases(["--config", str(tmp_path / "lost.yaml")])
+        with_bases(["--config", str(tmp_path / "lost.yaml")])
     (tmp_path / "lost2.yaml").write_text("base: [a.yaml, nowhere.yaml]\n")
     with pytest.raises(ValueError, match="lost2.yaml: base: nowhere.yaml does not exist"):
-        train.with_bases(["--config", str(tmp_path / "lost2.yaml")])
+        with_bases(["--config", str(tmp_path / "lost2.yaml")])
     with pytest.raises(ValueError, match="--base is read inside a config file"):
-        train.with_bases(["--base", str(tmp_path / "a.yaml")])
+        with_bases(["--base", str(tmp_path / "a.yaml")])
 
 
 def test_the_distillation_layer_applies_over_any_classification_config(env, minilm, tmp_path):
@@ -262,7 +265,7 @@ def test_the_distillation_layer_applies_over_any_classification_config(env, mini
     teacher = tmp_path / "teacher"
     encoder = Encoder.from_pretrained(minilm)
     encoder.save_pretrained(teacher, head=SequenceClassificationHead(encoder.config.hidden_size, 2))
-    cli = train.make_cli(["--config", str(REPO / "configs/glue/rte.yaml"), "--config",
+    cli = make_cli(["--config", str(REPO / "configs/glue/rte.yaml"), "--config",
                           str(REPO / "configs/distill/kd.yaml"), "--model.pretrained", str(teacher),
                           "--model.teacher", str(teacher), "--data.tokenizer", minilm,
                           "--trainer.default_root_dir", str(tmp_path / "run")])
@@ -278,24 +281,24 @@ def test_every_run_tracks_to_wandb_by_default_named_after_its_folder(env, minilm
     runs), the run is named after its folder, and a config or flag can still name it or turn tracking off."""
     for config in (REPO / "configs").rglob("*.yaml"):
         assert "class_path: tasks.run.tracking.WandbLogger" not in config.read_text(), config
-    assert train.run_name(Path("runs/glue/rte")) == "glue-rte" and train.run_name(Path("runs/quickstart")) == \
+    assert run_name(Path("runs/glue/rte")) == "glue-rte" and run_name(Path("runs/quickstart")) == \
         "quickstart"
-    assert train.run_name(tmp_path / "mine") == "mine"
+    assert run_name(tmp_path / "mine") == "mine"
     monkeypatch.chdir(tmp_path)  # the run folder below is relative, as in the shipped configs
-    cli = train.make_cli(["--config", str(REPO / "configs" / "glue" / "rte.yaml"), "--model.pretrained", minilm,
+    cli = make_cli(["--config", str(REPO / "configs" / "glue" / "rte.yaml"), "--model.pretrained", minilm,
                           "--trainer.default_root_dir", "runs/glue/rte-test"])
     (logger,) = cli.trainer.loggers
     assert type(logger).__name__ == "WandbLogger" and logger._wandb_init["name"] == "glue-rte-test"
     assert logger._wandb_init["group"] == "glue"
-    cli = train.make_cli(["--config", str(REPO / "configs" / "glue" / "rte.yaml"), "--model.pretrained", minilm,
+    cli = make_cli(["--config", str(REPO / "configs" / "glue" / "rte.yaml"), "--model.pretrained", minilm,
                           "--trainer.logger", "false", "--trainer.default_root_dir", str(tmp_path / "off")])
     assert cli.trainer.loggers == []
 
 
 def test_validation_prefixes():
-    assert train.validation_prefixes(["validation"]) == ["val"]
-    assert train.validation_prefixes(["validation_matched", "validation_mismatched"]) == ["val", "val_mismatched"]
-    assert train.validation_prefixes(["test"]) == ["val"]  # IMDB validates on its test split
+    assert validation_prefixes(["validation"]) == ["val"]
+    assert validation_prefixes(["validation_matched", "validation_mismatched"]) == ["val", "val_mismatched"]
+    assert validation_prefixes(["test"]) == ["val"]  # IMDB validates on its test split
 
 
 def quickstart_overrides(root: Path) -> list[str]:
@@ -622,13 +625,13 @@ def test_a_pretrained_folder_that_does_not_exist_is_named_by_its_setting(env, tm
     from encoders.checkpoints import CheckpointError
 
     with pytest.raises(CheckpointError, match=f"model.pretrained={tmp_path / 'nope'} is not a folder. litbert loads"):
-        train.make_cli(["--config", "configs/glue/rte.yaml", "--model.pretrained", str(tmp_path / "nope"),
+        make_cli(["--config", "configs/glue/rte.yaml", "--model.pretrained", str(tmp_path / "nope"),
                         "--trainer.logger", "false", "--trainer.default_root_dir", str(tmp_path / "run")])
 
 
 def test_limit_predict_batches_is_refused(env, minilm, tmp_path):
     """train.py predicts whole test sets without trainer.predict, so a limit on its batches would change nothing."""
     with pytest.raises(ValueError, match="limit_predict_batches 0.5: train.py predicts the test sets whole"):
-        train.make_cli(["--config", "configs/glue/rte.yaml", "--model.pretrained", minilm, "--trainer.logger",
+        make_cli(["--config", "configs/glue/rte.yaml", "--model.pretrained", minilm, "--trainer.logger",
                         "false", "--trainer.default_root_dir", str(tmp_path / "run"),
                         "--trainer.limit_predict_batches", "0.5"])

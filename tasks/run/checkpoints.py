@@ -11,6 +11,7 @@
   the best checkpoint.
 - `BestCheckpoint` is Lightning's `ModelCheckpoint` on the task's own metric that never takes a non-finite value
   (a NaN loss, an undefined correlation) as the best.
+- `resume_path` and `data_seed`: where `--ckpt_path last` resumes from, and the data seed a resumed run goes on with.
 
 The files themselves are written and read by `tasks.run.checkpoint_io.SafeCheckpointIO`.
 """
@@ -22,6 +23,7 @@ import random
 import signal
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -332,3 +334,32 @@ def _validation_follows(trainer: L.Trainer) -> bool:
     except (AttributeError, TypeError):  # another Lightning version: save at the step, before validation
         return False
 
+
+# ----------------------------------------------------------------------------------------------------- resuming
+
+
+def resume_path(ckpt_path: str | None, root: Path) -> str | None:
+    """The checkpoint `--ckpt_path` resumes from: `last` is `<root>/checkpoints/last.ckpt` when it exists, and None
+    (start afresh, for a requeued job that saved nothing yet) when it does not."""
+    if ckpt_path != "last":
+        return ckpt_path
+    last = root / "checkpoints" / LAST
+    if last.is_file():
+        print(f"litbert: resuming from {last}", flush=True)
+        return str(last)
+    print(f"litbert: --ckpt_path last: no {last} yet, so training starts from the beginning", flush=True)
+    return None
+
+
+def data_seed(config: Any, resumed: dict[str, Any]) -> int:
+    """The seed of an unset data.seed: the resumed checkpoint's (a run started with `seed_everything: true` draws
+    another seed when it is relaunched, and its batches must go on in the order they began; 0 for a checkpoint
+    written before the seed was kept), else the run's seed_everything, else 0 (`seed_everything: false`)."""
+    if resumed:
+        kept = resumed.get(config.data.class_path.rsplit(".", 1)[-1], {}).get("seed")  # Lightning's key: the class
+        if kept is None:  # written before the seed was kept, when an unset data.seed was 0
+            print("litbert: the checkpoint predates the kept data seed: its batches came from data.seed 0, and the "
+                  "resumed run goes on with it", flush=True)
+        return 0 if kept is None else kept
+    seed = config.seed_everything
+    return seed if isinstance(seed, int) and not isinstance(seed, bool) else 0
