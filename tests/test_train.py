@@ -328,9 +328,11 @@ def test_quickstart_trains_exports_and_tracks(quickstart):
     assert sum(losses[-3:]) / 3 < math.log(4000) - 1.2
     assert_falls(losses, by=0.3)
     assert all(v > 0 for v in series(history, "train/tokens_per_sec"))
-    # MFU against the peak measured at the start of the run (tasks/throughput.py), logged beside tokens/s.
-    assert len(series(history, "train/mfu")) == len(series(history, "train/tokens_per_sec")) > 0
-    assert all(0 < v < 1 for v in series(history, "train/mfu"))
+    # Samples/s beside tokens/s; no MFU on a CPU, whose peak Lightning's table of devices does not hold (the run
+    # never measures one: tasks/run/throughput.py).
+    assert len(series(history, "train/samples_per_sec")) == len(series(history, "train/tokens_per_sec")) > 0
+    assert all(v > 0 for v in series(history, "train/samples_per_sec"))
+    assert series(history, "train/mfu") == [] and all(v > 0 for v in series(history, "train/tflops"))
     # metrics.json holds the final validation of the best checkpoint, the same numbers W&B logged last.
     metrics = json.loads((root / "metrics.json").read_text())
     assert set(metrics) == {"val/loss", "val/accuracy", "val/perplexity"}
