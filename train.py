@@ -87,9 +87,7 @@ def _run(cli: LitbertCLI, signals: LateSignals) -> dict[str, float]:
         write_metrics(root / "metrics.json", metrics)
     submission = []
     if predicts:
-        predictions = predict_test_sets(trainer, model, data)
-        if trainer.is_global_zero and predictions:
-            submission = data.write_submission(predictions, root / "submission")
+        submission = predict_test_sets(trainer, model, data, root / "submission")
         signals.check(trainer)
 
     config_dir = trainer.log_dir  # a collective call under DDP: every rank makes it

@@ -154,6 +154,51 @@ def test_the_diagnostic_set_goes_into_ax_from_the_mnli_model(shared_data, tmp_pa
         in caplog.text
 
 
+def test_trainer_predict_gives_every_test_set_whole_and_in_file_order(tmp_path, caplog):
+    """The predictions go through `trainer.predict` (the task's predict_step over the datamodule's predict loaders):
+    for each of MNLI's test sets (matched and mismatched, three batches each) the values predict_step gives batch by
+    batch in file order, and the files written from them. With `trainer.limit_predict_batches` a part is predicted
+    and no file is written, which the run says."""
+    import lightning as L
+    import torch
+    from test_data_glue import MNLI_COLUMNS, NLI, mnli_row, write_tsv
+
+    from tasks.classification import SequenceClassification
+    from tasks.run.predict import predict_test_sets
+
+    folder = tmp_path / "glue" / "MNLI"
+    write_tsv(folder / "train.tsv", [*MNLI_COLUMNS, "label1", "gold_label"],
+              [mnli_row(i, [NLI[i % 3]] * 2) for i in range(12)])
+    for name in ("test_matched.tsv", "test_mismatched.tsv"):
+        write_tsv(folder / name, MNLI_COLUMNS, [mnli_row(i, []) for i in range(150)])
+    data = GLUEDataModule("mnli", MINILM, data_root=str(tmp_path), cache_dir=str(tmp_path / "cache"),
+                          eval_batch_size=64)
+    torch.manual_seed(0)
+    model = SequenceClassification(num_labels=3, pretrained=MINILM)
+    with torch.no_grad():  # a classifier whose answer varies with the sentence, so that the order shows
+        model.head.classifier.weight.normal_(0, 1)
+
+    def trainer(**settings) -> L.Trainer:
+        return L.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                         enable_model_summary=False, **settings)
+
+    paths = predict_test_sets(trainer(), model, data, tmp_path / "out")
+    assert [path.name for path in paths] == ["MNLI-m.tsv", "MNLI-mm.tsv"]
+    model.eval()
+    with torch.inference_mode():
+        expected = [[NLI[int(v)] for index, batch in enumerate(loader) for v in model.predict_step(batch, index)]
+                    for loader in data.predict_dataloader()]
+    assert [len(labels) for labels in expected] == [150, 150]
+    assert [[row[1] for row in rows(path)[1:]] for path in paths] == expected
+    assert len({label for labels in expected for label in labels}) > 1  # not a constant: the order is checked
+
+    with caplog.at_level("INFO"):
+        assert predict_test_sets(trainer(limit_predict_batches=2), model, data, tmp_path / "part") == []
+    assert not (tmp_path / "part").exists()
+    assert ("limit_predict_batches=2: predicted a part of the test sets (test_matched 128 of 150, test_mismatched "
+            "128 of 150); the submission files hold whole sets, so none was written") in caplog.text
+
+
 def test_the_sweep_resumes_an_unfinished_task_keeps_finished_ones_and_tabulates_every_task(tmp_path, monkeypatch):
     """Run again into the same folder, the sweep keeps a finished task (`--redo` trains it again, replacing it),
     resumes one with a last checkpoint, starts one that saved none afresh with --overwrite, and tables every task

@@ -528,8 +528,8 @@ def test_logit_distillation_loss_by_hand(tmp_path):
 def test_ddp_two_processes_match_one(env, minilm, tmp_path):
     """2 CPU processes (gloo) fine-tune RTE, whose 277 dev pairs do not split evenly over two ranks, validating
     during fit and after it in batches that leave one rank a batch more; their synchronised validation equals one
-    process validating the same checkpoint on the same data (no example counted twice), and they write one W&B run
-    and one best checkpoint."""
+    process validating the same checkpoint on the same data (no example counted twice), they write one W&B run
+    and one best checkpoint, and their test predictions are one process's."""
     args = [sys.executable, "train.py", "--config", "configs/glue/rte.yaml", "--model.pretrained", minilm,
             "--trainer.default_root_dir", str(tmp_path), "--trainer.accelerator", "cpu", "--trainer.devices", "2",
             "--trainer.strategy", "ddp", "--trainer.precision", "32", "--trainer.max_steps", "4",
@@ -552,6 +552,12 @@ def test_ddp_two_processes_match_one(env, minilm, tmp_path):
     (single,) = trainer.validate(model, datamodule=data, verbose=False)
     assert ddp["val/accuracy"] == single["val/accuracy"]
     assert ddp["val/loss"] == pytest.approx(single["val/loss"], rel=1e-6)
+    # The test predictions, each rank predicting its share and the shares gathered in file order, are the ones one
+    # process makes.
+    from tasks.run.predict import predict_test_sets
+
+    (alone,) = predict_test_sets(trainer, model, data, tmp_path / "single")
+    assert (tmp_path / "submission" / "RTE.tsv").read_text() == alone.read_text()
 
 
 @pytest.mark.slow  # a minute on 2 cores: run by .ci/run with -m slow
@@ -631,9 +637,9 @@ def test_a_pretrained_folder_that_does_not_exist_is_named_by_its_setting(env, tm
                         "--trainer.logger", "false", "--trainer.default_root_dir", str(tmp_path / "run")])
 
 
-def test_limit_predict_batches_is_refused(env, minilm, tmp_path):
-    """train.py predicts whole test sets without trainer.predict, so a limit on its batches would change nothing."""
-    with pytest.raises(ValueError, match="limit_predict_batches 0.5: train.py predicts the test sets whole"):
-        make_cli(["--config", "configs/glue/rte.yaml", "--model.pretrained", minilm, "--trainer.logger",
-                        "false", "--trainer.default_root_dir", str(tmp_path / "run"),
-                        "--trainer.limit_predict_batches", "0.5"])
+def test_limit_predict_batches_is_a_trainer_setting_like_the_others(env, minilm, tmp_path):
+    """The test sets are predicted through trainer.predict, so its limit applies (tests/test_glue_submission.py: a
+    part is predicted and no submission file is written)."""
+    cli = make_cli(["--config", "configs/glue/rte.yaml", "--model.pretrained", minilm, "--trainer.logger", "false",
+                    "--trainer.default_root_dir", str(tmp_path / "run"), "--trainer.limit_predict_batches", "0.5"])
+    assert cli.trainer.limit_predict_batches == 0.5

@@ -95,10 +95,6 @@ class LitbertCLI(LightningCLI):
                                 for _, target, _ in DATA_LINKS if target.rsplit(".", 1)[-1] in model}
         if config.export_dir is not None and not config.export:
             raise ValueError(f"--export_dir {config.export_dir} says where to export, but --export is false; drop one.")
-        if config.trainer.get("limit_predict_batches") is not None:
-            raise ValueError(f"--trainer.limit_predict_batches {config.trainer.limit_predict_batches}: train.py "
-                             f"predicts the test sets whole, for submission files that a part of them would not make, "
-                             f"and never calls trainer.predict; remove it (--predict false skips the predictions).")
         if config.overwrite and config.ckpt_path is not None:
             raise ValueError("--overwrite replaces a finished or abandoned run, but --ckpt_path resumes one in place; "
                              "drop one of them.")

@@ -1,31 +1,79 @@
-"""Predictions of the unlabelled test sets (GLUE's), written as the files the benchmark's server takes."""
+"""Predictions of the unlabelled test sets (GLUE's) through `trainer.predict`, written as the files the benchmark's
+server takes.
+
+The task's `predict_step` gives each batch's predictions (class ids, or scores for regression) and the datamodule's
+`predict_dataloader` one loader per test set. Under a distributed strategy Lightning gives each rank its share of
+every set without repeating an example, and `InFileOrder` puts the ranks' predictions back in the order of the file,
+on every rank. With `trainer.limit_predict_batches` a part of each set is predicted (a quick check of the path) and
+no file is written: the server takes whole sets only.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import lightning as L
-import torch
+import torch.distributed as dist
+from lightning.pytorch.callbacks import BasePredictionWriter
+from lightning.pytorch.utilities import rank_zero_info
 
 from tasks.base import EncoderTask
 
 
-def predict_test_sets(trainer: L.Trainer, model: EncoderTask, data: L.LightningDataModule) -> dict[str, list]:
-    """The model's predictions (class ids, or scores for regression) on each unlabelled test set of `data`, in file
-    order. Every rank predicts the whole sets (a sharded model needs every rank in its forward pass; the sets are
-    small), so no example is dropped or repeated by a distributed sampler; rank 0 writes them."""
+class InFileOrder(BasePredictionWriter):
+    """The predictions of every predict loader, gathered from all ranks in dataset order (`predictions`, a list of
+    floats a loader), and the size of each loader's dataset (`sizes`)."""
+
+    def __init__(self) -> None:
+        super().__init__(write_interval="epoch")
+        self.predictions: list[list[float]] = []
+        self.sizes: list[int] = []
+
+    def write_on_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, predictions: Any,
+                           batch_indices: Any) -> None:
+        loaders = trainer.predict_dataloaders
+        loaders = loaders if isinstance(loaders, list) else [loaders]
+        if len(loaders) == 1:
+            predictions = [predictions]  # Lightning unnests a single loader's batches, not their indices
+        mine = [([index for batch in indices for index in batch],
+                 [value for batch in outputs for value in batch.float().tolist()])
+                for outputs, indices in zip(predictions, batch_indices, strict=True)]
+        if any(len(indices) != len(values) for indices, values in mine):
+            raise RuntimeError("Lightning recorded no dataset index for some predictions; the predict loaders must "
+                               "be torch DataLoaders.")
+        ranks = [mine]
+        if trainer.world_size > 1 and dist.is_available() and dist.is_initialized():
+            ranks = [None] * trainer.world_size
+            dist.all_gather_object(ranks, mine)
+        self.predictions = [[value for _, value in sorted(pair for rank in ranks for pair in zip(*rank[loader],
+                                                                                                  strict=True))]
+                            for loader in range(len(mine))]
+        self.sizes = [len(loader.dataset) for loader in loaders]
+
+
+def predict_test_sets(trainer: L.Trainer, model: EncoderTask, data: L.LightningDataModule,
+                      out_dir: Path) -> list[Path]:
+    """Predict every unlabelled test set of `data` with the model as it is (train.py has loaded the best checkpoint
+    into it) and write the submission files into `out_dir` on rank 0; the files written."""
     data.setup("predict")
     splits = list(getattr(data, "test_split_names", []))
     if not splits:
-        return {}
-    loaders = data.predict_dataloader()
-    loaders = loaders if isinstance(loaders, list) else [loaders]
-    device = trainer.strategy.root_device
-    model.eval()
-    out: dict[str, list] = {}
-    with torch.inference_mode(), trainer.precision_plugin.forward_context():
-        for split, loader in zip(splits, loaders, strict=True):
-            values = []
-            for index, batch in enumerate(loader):
-                batch = {key: value.to(device) for key, value in batch.items()}
-                values.extend(model.predict_step(batch, index).float().cpu().tolist())
-            out[split] = values
-    return out
+        return []
+    order = InFileOrder()
+    trainer.callbacks.append(order)  # for this call only: fit, validate and test have no use for it
+    try:
+        trainer.predict(model, datamodule=data, return_predictions=False)
+    finally:
+        trainer.callbacks.remove(order)
+    if not order.predictions or any(len(values) < size for values, size in zip(order.predictions, order.sizes,
+                                                                                strict=True)):
+        counts = ", ".join(f"{split} {len(values)} of {size}"  # none at all for limit_predict_batches 0
+                           for split, values, size in zip(splits, order.predictions, order.sizes, strict=False))
+        rank_zero_info(f"litbert: trainer.limit_predict_batches={trainer.limit_predict_batches}: predicted "
+                       f"{f'a part of the test sets ({counts})' if counts else 'none of the test sets'}; the "
+                       f"submission files hold whole sets, so none was written.")
+        return []
+    if not trainer.is_global_zero:
+        return []
+    return data.write_submission(dict(zip(splits, order.predictions, strict=True)), out_dir)
