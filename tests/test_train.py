@@ -259,6 +259,22 @@ def test_config_bases_expand_before_the_file_and_are_checked(tmp_path):
         with_bases(["--base", str(tmp_path / "a.yaml")])
 
 
+def test_a_missing_config_file_is_named_with_what_to_do(env, tmp_path, capsys):
+    """`--config` naming no file is refused by name, from the command line as a user gives it (jsonargparse alone said
+    'config: not a valid value'); a config given inline still parses."""
+    for args in (["--config", "configs/quickstrat.yaml"], ["--config=configs/quickstrat.yaml"]):
+        with pytest.raises(FileNotFoundError, match=r"--config configs/quickstrat.yaml: the file does not exist "
+                                                    r"\(relative to .*\). Give the path of a config file"):
+            with_bases(args)
+    with pytest.raises(FileNotFoundError, match="configs: the file is a folder, not a config file"):
+        with_bases(["--config", "configs"])
+    assert with_bases(["--config", "{trainer: {max_steps: 3}}"]) == ["--config", "{trainer: {max_steps: 3}}"]
+    status = train.cli_main(["--config", str(tmp_path / "nowhere.yaml")])
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert status == 2 and last.startswith(f"--config {tmp_path / 'nowhere.yaml'}: the file does not exist. Give "
+                                           f"the path of a config file, such as configs/quickstart.yaml")
+
+
 def test_the_distillation_layer_applies_over_any_classification_config(env, minilm, tmp_path):
     """configs/distill/kd.yaml after a task's config makes that task's half-depth student: the task's data, epochs and
     warmup, kd.yaml's layers, temperature, alpha and learning rate."""

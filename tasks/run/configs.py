@@ -18,14 +18,28 @@ CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
 
 
 def expand(args: Sequence[str]) -> list[str]:
-    """The command line as jsonargparse should read it: `--config` files preceded by their bases, nested nulls
-    spelled so that they arrive as nulls."""
+    """The command line as jsonargparse should read it: `--config` files checked, their bases included, nested
+    nulls spelled so that they arrive as nulls."""
     return nested_nulls(with_bases(args))
 
 
 def _config_file(value: str) -> Path | None:
+    """The file a `--config` value names, or None for a config given inline (`--config '{trainer: {...}}'`). A value
+    that is neither an existing file nor a YAML mapping is refused by name (jsonargparse would only say
+    'config: not a valid value')."""
     path = Path(value)
-    return path if path.suffix in CONFIG_SUFFIXES and path.is_file() else None
+    if path.is_file():
+        return path if path.suffix in CONFIG_SUFFIXES else None
+    try:
+        inline = isinstance(yaml.safe_load(value), dict)
+    except yaml.YAMLError:
+        inline = False
+    if not inline:
+        where = "" if path.is_absolute() else f" (relative to {Path.cwd()}, the folder train.py runs in)"
+        problem = "is a folder, not a config file" if path.is_dir() else "does not exist"
+        raise FileNotFoundError(f"--config {value}: the file {problem}{where}. Give the path of a config file, "
+                                f"such as configs/quickstart.yaml; the configs litbert ships are under configs/.")
+    return None
 
 
 def _bases(path: Path, chain: list[Path]) -> list[str]:
