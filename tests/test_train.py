@@ -275,6 +275,30 @@ def test_a_missing_config_file_is_named_with_what_to_do(env, tmp_path, capsys):
                                            f"the path of a config file, such as configs/quickstart.yaml")
 
 
+def test_the_progress_bar_counts_steps_where_the_epochs_are_unbounded(env, minilm, tmp_path):
+    """The README job (max_epochs -1, bounded by max_steps and max_time) read 'Epoch 0/-2' in Lightning's bar; its
+    bar reads the step of max_steps, and a run bounded by epochs keeps Lightning's 'Epoch 0/2'."""
+    from tasks.run.progress import ProgressBar
+
+    def bar(*args: str) -> ProgressBar:
+        cli = make_cli([*args, "--trainer.default_root_dir", str(tmp_path / str(len(list(tmp_path.iterdir()))))])
+        (found,) = [c for c in cli.trainer.callbacks if isinstance(c, ProgressBar)]
+        found.setup(cli.trainer, cli.model, "fit")
+        return found
+
+    readme = bar("--config", "configs/quickstart.yaml", "--data.tokenizer", minilm, "--data.train_tokenizer", "null")
+    readme.trainer.fit_loop.max_epochs = -1  # as fit sets it for a run that gives max_steps and no max_epochs
+    lightnings = L.pytorch.callbacks.RichProgressBar()
+    lightnings.setup(readme.trainer, None, "fit")
+    assert lightnings._get_train_description(0).strip() == "Epoch 0/-2"
+    assert readme._get_train_description(0).strip() == "Epoch 0, step 0/1200"
+    glue = bar("--config", "configs/glue/rte.yaml", "--model.pretrained", minilm)
+    assert glue._get_train_description(1).strip() == "Epoch 1/2"
+    cli = make_cli(["--config", "configs/glue/rte.yaml", "--model.pretrained", minilm, "--trainer.enable_progress_bar",
+                    "false", "--trainer.default_root_dir", str(tmp_path / "off")])
+    assert not any(isinstance(c, L.pytorch.callbacks.ProgressBar) for c in cli.trainer.callbacks)
+
+
 def test_the_distillation_layer_applies_over_any_classification_config(env, minilm, tmp_path):
     """configs/distill/kd.yaml after a task's config makes that task's half-depth student: the task's data, epochs and
     warmup, kd.yaml's layers, temperature, alpha and learning rate."""

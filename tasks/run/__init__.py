@@ -9,6 +9,7 @@
 - `signals`: stopping on SIGTERM, SIGINT and SLURM's requeue signal;
 - `tracking`: Weights & Biases, the saved config, attention maps;
 - `throughput`: tokens/s, samples/s and MFU during training;
+- `progress`: the progress bar;
 - `compile`: `torch.compile` of the encoder, as an option;
 - `export`: the trained model saved with `save_pretrained`;
 - `predict`: the unlabelled test sets predicted into submission files;

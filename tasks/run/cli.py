@@ -16,11 +16,13 @@ import json
 import sys
 import warnings
 from collections.abc import Sequence
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import ProgressBar as LightningProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.utilities import rank_zero_warn
@@ -34,6 +36,7 @@ from tasks.run.checkpoints import BestCheckpoint, LastCheckpoint, ValidateFinalS
 from tasks.run.configs import expand
 from tasks.run.folders import check_run_folder, run_root
 from tasks.run.precision import choose_precision
+from tasks.run.progress import ProgressBar
 from tasks.run.throughput import Throughput
 from tasks.run.tracking import WANDB_LOGGER, LogConfigCallback, configure_wandb
 
@@ -148,6 +151,9 @@ class LitbertCLI(LightningCLI):
             callbacks.append(BestCheckpoint(metric, mode, dirpath=str(root / "checkpoints")))
         if not any(isinstance(callback, Throughput) for callback in callbacks):
             callbacks.append(Throughput())
+        if trainer_config.get("enable_progress_bar") is not False and find_spec("rich") is not None \
+                and not any(isinstance(callback, LightningProgressBar) for callback in callbacks):
+            callbacks.append(ProgressBar())  # Lightning's rich bar, counting steps where the epochs are unbounded
         if not any(isinstance(callback, ValidateFinalStep) for callback in callbacks):
             callbacks.insert(0, ValidateFinalStep())  # first: the checkpoint callbacks then see the stop coming
         kwargs["callbacks"] = callbacks
