@@ -87,8 +87,10 @@ def _run(cli: LitbertCLI, signals: LateSignals) -> dict[str, float]:
         write_metrics(root / "metrics.json", metrics)
     submission = []
     if predicts:
-        submission = predict_test_sets(trainer, model, data, root / "submission")
+        predictions = predict_test_sets(trainer, model, data)
         signals.check(trainer)
+        if predictions and trainer.is_global_zero:
+            submission = data.write_submission(predictions, root / "submission")
 
     config_dir = trainer.log_dir  # a collective call under DDP: every rank makes it
     if trainer.is_global_zero:

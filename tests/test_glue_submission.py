@@ -158,7 +158,7 @@ def test_trainer_predict_gives_every_test_set_whole_and_in_file_order(tmp_path, 
     """The predictions go through `trainer.predict` (the task's predict_step over the datamodule's predict loaders):
     for each of MNLI's test sets (matched and mismatched, three batches each) the values predict_step gives batch by
     batch in file order, and the files written from them. With `trainer.limit_predict_batches` a part is predicted
-    and no file is written, which the run says."""
+    and none is given for the files, which the run says."""
     import lightning as L
     import torch
     from test_data_glue import MNLI_COLUMNS, NLI, mnli_row, write_tsv
@@ -182,7 +182,8 @@ def test_trainer_predict_gives_every_test_set_whole_and_in_file_order(tmp_path, 
         return L.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
                          enable_model_summary=False, **settings)
 
-    paths = predict_test_sets(trainer(), model, data, tmp_path / "out")
+    predictions = predict_test_sets(trainer(), model, data)
+    paths = data.write_submission(predictions, tmp_path / "out")
     assert [path.name for path in paths] == ["MNLI-m.tsv", "MNLI-mm.tsv"]
     model.eval()
     with torch.inference_mode():
@@ -193,8 +194,7 @@ def test_trainer_predict_gives_every_test_set_whole_and_in_file_order(tmp_path, 
     assert len({label for labels in expected for label in labels}) > 1  # not a constant: the order is checked
 
     with caplog.at_level("INFO"):
-        assert predict_test_sets(trainer(limit_predict_batches=2), model, data, tmp_path / "part") == []
-    assert not (tmp_path / "part").exists()
+        assert predict_test_sets(trainer(limit_predict_batches=2), model, data) == {}
     assert ("limit_predict_batches=2: predicted a part of the test sets (test_matched 128 of 150, test_mismatched "
             "128 of 150); the submission files hold whole sets, so none was written") in caplog.text
 

@@ -537,12 +537,17 @@ class SignalAt(L.Callback):
                 and batch_idx == trainer.num_val_batches[dataloader_idx] - 1:
             os.kill(os.getpid(), signal.SIGTERM)
 
+    def on_predict_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        if self.when == "last_predict_batch" and batch_idx == trainer.num_predict_batches[dataloader_idx] - 1:
+            os.kill(os.getpid(), signal.SIGTERM)
 
-@pytest.mark.parametrize("when", ["epoch_end", "last_eval_batch"])
+
+@pytest.mark.parametrize("when", ["epoch_end", "last_eval_batch", "last_predict_batch"])
 def test_a_signal_after_the_last_step_never_ends_as_a_success(when, assets, shared_data, tmp_path, monkeypatch,
                                                               capsys):
     """SIGTERM while the last checkpoint is saved, or at the last batch of the final validation (where Lightning
-    itself does not act on it), stops the run with 143 before metrics.json and the export are written."""
+    itself does not act on it), stops the run with 143 before metrics.json and the export are written; at the last
+    batch of the test predictions (trainer.predict), after them, with no submission file."""
     monkeypatch.setenv("LITBERT_DATA", str(shared_data))
     monkeypatch.setenv("LITBERT_CACHE", str(tmp_path / "cache"))
     extra = tmp_path / "signal.yaml"
@@ -554,12 +559,16 @@ def test_a_signal_after_the_last_step_never_ends_as_a_success(when, assets, shar
                              assets["tiny"], "--trainer.logger", "false", "--trainer.default_root_dir", str(root),
                              "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2",
                              "--trainer.limit_val_batches", "2", "--trainer.limit_test_batches", "2",
-                             "--predict", "false", "--trainer.enable_progress_bar", "false"])
+                             "--predict", str(when == "last_predict_batch").lower(),
+                             "--trainer.enable_progress_bar", "false"])
     err = capsys.readouterr().err
     assert status == 128 + signal.SIGTERM, err[-3000:]
     assert ("stopped by SIGTERM at step 2; the training state was saved to" if when == "epoch_end"
             else "stopped by SIGTERM outside the training steps") in err
-    assert not (root / "metrics.json").exists() and not (root / "model").exists()
+    if when == "last_predict_batch":
+        assert (root / "metrics.json").is_file() and (root / "model").is_dir() and not (root / "submission").exists()
+    else:
+        assert not (root / "metrics.json").exists() and not (root / "model").exists()
     assert (root / "checkpoints" / "last.ckpt").is_file()
     assert signal.getsignal(signal.SIGTERM) == before  # the run's handlers are gone with it
 

@@ -596,7 +596,7 @@ def test_ddp_two_processes_match_one(env, minilm, tmp_path):
     # process makes.
     from tasks.run.predict import predict_test_sets
 
-    (alone,) = predict_test_sets(trainer, model, data, tmp_path / "single")
+    (alone,) = data.write_submission(predict_test_sets(trainer, model, data), tmp_path / "single")
     assert (tmp_path / "submission" / "RTE.tsv").read_text() == alone.read_text()
 
 

@@ -106,7 +106,7 @@ class LastCheckpoint(Checkpoint):
     """The newest training state in `<dirpath>/last.ckpt` (see the module docstring).
 
     A `Checkpoint`, so that Lightning runs it after the other callbacks (a save at the end of a validation then
-    holds the best checkpoint that validation chose). `saving = False` (train.py sets it for
+    holds the best checkpoint that validation chose). `saving = False` (`tasks.run.cli` sets it for
     `trainer.enable_checkpointing: false`) writes nothing; signals still stop the run at a step boundary.
 
     Args:

@@ -1,16 +1,15 @@
-"""Predictions of the unlabelled test sets (GLUE's) through `trainer.predict`, written as the files the benchmark's
-server takes.
+"""Predictions of the unlabelled test sets (GLUE's) through `trainer.predict`, for the files the benchmark's server
+takes (the datamodule's `write_submission`).
 
 The task's `predict_step` gives each batch's predictions (class ids, or scores for regression) and the datamodule's
 `predict_dataloader` one loader per test set. Under a distributed strategy Lightning gives each rank its share of
 every set without repeating an example, and `InFileOrder` puts the ranks' predictions back in the order of the file,
-on every rank. With `trainer.limit_predict_batches` a part of each set is predicted (a quick check of the path) and
-no file is written: the server takes whole sets only.
+on every rank. With `trainer.limit_predict_batches` a part of each set is predicted (a quick check of the path),
+and none is given for the files: the server takes whole sets only.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -52,14 +51,14 @@ class InFileOrder(BasePredictionWriter):
         self.sizes = [len(loader.dataset) for loader in loaders]
 
 
-def predict_test_sets(trainer: L.Trainer, model: EncoderTask, data: L.LightningDataModule,
-                      out_dir: Path) -> list[Path]:
-    """Predict every unlabelled test set of `data` with the model as it is (train.py has loaded the best checkpoint
-    into it) and write the submission files into `out_dir` on rank 0; the files written."""
+def predict_test_sets(trainer: L.Trainer, model: EncoderTask, data: L.LightningDataModule) -> dict[str, list[float]]:
+    """The predictions of the model as it is (train.py has loaded the best checkpoint into it) for every unlabelled
+    test set of `data`, whole and in file order, on every rank; empty where the data has no such set or only a part
+    of the sets was predicted (`trainer.limit_predict_batches`)."""
     data.setup("predict")
     splits = list(getattr(data, "test_split_names", []))
     if not splits:
-        return []
+        return {}
     order = InFileOrder()
     trainer.callbacks.append(order)  # for this call only: fit, validate and test have no use for it
     try:
@@ -73,7 +72,5 @@ def predict_test_sets(trainer: L.Trainer, model: EncoderTask, data: L.LightningD
         rank_zero_info(f"litbert: trainer.limit_predict_batches={trainer.limit_predict_batches}: predicted "
                        f"{f'a part of the test sets ({counts})' if counts else 'none of the test sets'}; the "
                        f"submission files hold whole sets, so none was written.")
-        return []
-    if not trainer.is_global_zero:
-        return []
-    return data.write_submission(dict(zip(splits, order.predictions, strict=True)), out_dir)
+        return {}
+    return dict(zip(splits, order.predictions, strict=True))
