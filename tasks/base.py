@@ -466,13 +466,13 @@ class EncoderTask(L.LightningModule):
         torch.nn.utils.clip_grads_with_norm_(params, gradient_clip_val, norm)
 
     def training_flops(self, batch: dict[str, torch.Tensor]) -> int:
-        """Model FLOPs of one training step on `batch` (forward and backward), for MFU (`tasks.throughput`): the
+        """Model FLOPs of one training step on `batch` (forward and backward), for MFU (`tasks.run.throughput`): the
         encoder over each sequence's real tokens. Tasks add their large heads and teachers; small classifier heads
         (a few C x C and C x labels products per sequence) are left out."""
         return self.encoder.flops(sequence_lengths(batch), training=True)
 
     def log_training(self, loss: torch.Tensor, batch: dict[str, torch.Tensor], **metrics: torch.Tensor) -> None:
-        """Loss, learning rate and the task's own metrics. Tokens/s and MFU come from `tasks.throughput`."""
+        """Loss, learning rate and the task's own metrics. Tokens/s and MFU come from `tasks.run.throughput`."""
         self.log("train/loss", loss, prog_bar=True)
         for name, value in metrics.items():
             self.log(f"train/{name}", value)

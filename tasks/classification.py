@@ -178,7 +178,7 @@ class SequenceClassification(EncoderTask):
     def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         self._evaluate(batch, self.test_metrics, self.test_loss, "test")
 
-    def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+    def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int, dataloader_idx: int = 0) -> torch.Tensor:
         return self.predictions(self(batch))
 
 

@@ -7,8 +7,8 @@ import torch
 from tiny import TINY, mlm_batches
 from torch.utils.data import DataLoader
 
-from tasks.compile import CompileEncoder
 from tasks.mlm import MaskedLM
+from tasks.run.compile import CompileEncoder
 
 
 def test_compiled_encoder_trains_like_eager_without_recompiling_per_length():

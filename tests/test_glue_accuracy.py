@@ -167,12 +167,12 @@ def _stsb_steps_of_both(shared_data, tmp_path, monkeypatch, steps, arguments, dr
     import torch
     import transformers
 
-    import train
     from encoders import kernels
+    from tasks.run.cli import make_cli
 
     monkeypatch.setenv("LITBERT_DATA", str(shared_data))
     monkeypatch.setenv("LITBERT_CACHE", str(tmp_path / "cache"))
-    cli = train.make_cli([
+    cli = make_cli([
         "--config", "configs/glue/stsb.yaml", "--model.pretrained", MINILM, "--seed_everything", "0",
         "--trainer.precision", "32-true", "--trainer.accelerator", "cpu", "--trainer.max_steps", str(steps),
         "--trainer.default_root_dir", str(tmp_path), "--trainer.logger", "false",

@@ -15,7 +15,7 @@ import pytest
 from runs import MINILM, REPO, environment
 
 from data import GLUE_TASKS, GLUEDataModule
-from tasks import glue_sweep
+from tasks.run import sweep as glue_sweep
 
 
 def rows(path: Path) -> list[list[str]]:
@@ -59,7 +59,7 @@ def test_train_py_predicts_the_test_sets_and_the_sweep_zips_them(shared_data, tm
     and the zip holds both files and names the missing ones. It runs from a folder outside the repository with a
     relative --out, which train.py reads as the sweep does; run again, it keeps both finished tasks."""
     out = tmp_path / "sweep"
-    sweep = [sys.executable, "-m", "tasks.glue_sweep", "run", "--pretrained", MINILM, "--out", "sweep", "--tasks",
+    sweep = [sys.executable, "-m", "tasks.run.sweep", "run", "--pretrained", MINILM, "--out", "sweep", "--tasks",
              "wnli", "stsb", "--", "--trainer.max_steps", "3", "--trainer.val_check_interval", "3",
              "--trainer.enable_progress_bar", "false", "--trainer.logger", "false"]
     env = environment(LITBERT_DATA=str(shared_data.resolve()), LITBERT_CACHE=str(tmp_path / "cache"),
@@ -152,6 +152,51 @@ def test_the_diagnostic_set_goes_into_ax_from_the_mnli_model(shared_data, tmp_pa
     assert caplog.text.count("so AX.tsv is not predicted") == 1
     assert f"no test_ax set at {without / 'glue' / 'diagnostic' / 'diagnostic.tsv'}, so AX.tsv is not predicted" \
         in caplog.text
+
+
+def test_trainer_predict_gives_every_test_set_whole_and_in_file_order(tmp_path, caplog):
+    """The predictions go through `trainer.predict` (the task's predict_step over the datamodule's predict loaders):
+    for each of MNLI's test sets (matched and mismatched, three batches each) the values predict_step gives batch by
+    batch in file order, and the files written from them. With `trainer.limit_predict_batches` a part is predicted
+    and none is given for the files, which the run says."""
+    import lightning as L
+    import torch
+    from test_data_glue import MNLI_COLUMNS, NLI, mnli_row, write_tsv
+
+    from tasks.classification import SequenceClassification
+    from tasks.run.predict import predict_test_sets
+
+    folder = tmp_path / "glue" / "MNLI"
+    write_tsv(folder / "train.tsv", [*MNLI_COLUMNS, "label1", "gold_label"],
+              [mnli_row(i, [NLI[i % 3]] * 2) for i in range(12)])
+    for name in ("test_matched.tsv", "test_mismatched.tsv"):
+        write_tsv(folder / name, MNLI_COLUMNS, [mnli_row(i, []) for i in range(150)])
+    data = GLUEDataModule("mnli", MINILM, data_root=str(tmp_path), cache_dir=str(tmp_path / "cache"),
+                          eval_batch_size=64)
+    torch.manual_seed(0)
+    model = SequenceClassification(num_labels=3, pretrained=MINILM)
+    with torch.no_grad():  # a classifier whose answer varies with the sentence, so that the order shows
+        model.head.classifier.weight.normal_(0, 1)
+
+    def trainer(**settings) -> L.Trainer:
+        return L.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                         enable_model_summary=False, **settings)
+
+    predictions = predict_test_sets(trainer(), model, data)
+    paths = data.write_submission(predictions, tmp_path / "out")
+    assert [path.name for path in paths] == ["MNLI-m.tsv", "MNLI-mm.tsv"]
+    model.eval()
+    with torch.inference_mode():
+        expected = [[NLI[int(v)] for index, batch in enumerate(loader) for v in model.predict_step(batch, index)]
+                    for loader in data.predict_dataloader()]
+    assert [len(labels) for labels in expected] == [150, 150]
+    assert [[row[1] for row in rows(path)[1:]] for path in paths] == expected
+    assert len({label for labels in expected for label in labels}) > 1  # not a constant: the order is checked
+
+    with caplog.at_level("INFO"):
+        assert predict_test_sets(trainer(limit_predict_batches=2), model, data) == {}
+    assert ("limit_predict_batches=2: predicted a part of the test sets (test_matched 128 of 150, test_mismatched "
+            "128 of 150); the submission files hold whole sets, so none was written") in caplog.text
 
 
 def test_the_sweep_resumes_an_unfinished_task_keeps_finished_ones_and_tabulates_every_task(tmp_path, monkeypatch):

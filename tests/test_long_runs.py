@@ -33,7 +33,7 @@ from runs import (
     wandb_runs,
 )
 
-from tasks.checkpointing import LAST, SafeCheckpointIO
+from tasks.run.checkpoint_io import LAST, SafeCheckpointIO
 
 GLUE = "configs/glue/wnli.yaml"  # 635 training pairs: 20 batches of 32 an epoch
 QUICKSTART = "configs/quickstart.yaml"
@@ -384,7 +384,7 @@ def test_an_interrupted_save_leaves_the_previous_checkpoint_whole(tmp_path, monk
 
 _SAVER = """
 import sys, torch
-from tasks.checkpointing import SafeCheckpointIO
+from tasks.run.checkpoint_io import SafeCheckpointIO
 io, path, step = SafeCheckpointIO(), sys.argv[1], 0
 while True:
     step += 1

@@ -8,7 +8,8 @@ import torch
 from runs import MINILM
 
 import train
-from tasks.precision import accelerator_type, bf16_warning, default_precision, native_bf16
+from tasks.run.cli import make_cli
+from tasks.run.precision import accelerator_type, bf16_warning, default_precision, native_bf16
 
 AVX2 = {"avx2": True, "amx_bf16": False, "avx512_bf16": False}
 AMX = {"avx2": True, "amx_bf16": True, "avx512_bf16": True}
@@ -50,7 +51,7 @@ def test_accelerator_names_resolve():
 @pytest.mark.parametrize(("capabilities", "expected"), [(AVX2, "32-true"), (AMX, "bf16-mixed")])
 def test_train_py_fills_an_unset_precision_and_records_it(capabilities, expected, cpu, tmp_path, caplog):
     cpu(capabilities)
-    cli = train.make_cli(["--config", "configs/glue/rte.yaml", "--model.pretrained", MINILM,
+    cli = make_cli(["--config", "configs/glue/rte.yaml", "--model.pretrained", MINILM,
                           "--trainer.logger", "false", "--trainer.accelerator", "cpu",
                           "--trainer.default_root_dir", str(tmp_path)])
     assert cli.config.trainer.precision == expected  # written into config.yaml with the rest
@@ -61,7 +62,7 @@ def test_train_py_fills_an_unset_precision_and_records_it(capabilities, expected
 def test_a_set_bf16_precision_is_kept_with_a_warning_on_emulating_hardware(cpu, tmp_path):
     cpu(AVX2)
     with pytest.warns(UserWarning, match="without native bf16 matrix units"):
-        cli = train.make_cli(["--config", "configs/glue/rte.yaml", "--model.pretrained", MINILM,
+        cli = make_cli(["--config", "configs/glue/rte.yaml", "--model.pretrained", MINILM,
                               "--trainer.logger", "false", "--trainer.accelerator", "cpu",
                               "--trainer.precision", "bf16-mixed", "--trainer.default_root_dir", str(tmp_path)])
     assert cli.trainer.precision == "bf16-mixed"

@@ -26,11 +26,16 @@ from runs import MINILM
 from torch import nn
 
 import train
+from data.sources import DataError
 from data.tokenizers import load_tokenizer, save_tokenizer, train_tokenizer
 from encoders import Encoder, EncoderConfig, Kernels, MaskedLMHead
 from tasks.base import EncoderSpec
-from tasks.checkpointing import BestCheckpoint, LastCheckpoint
 from tasks.classification import SequenceClassification
+from tasks.run.checkpoints import BestCheckpoint, LastCheckpoint
+from tasks.run.cli import LitbertCLI, make_cli
+from tasks.run.errors import condense_parse_error, own_error
+from tasks.run.folders import RunFolderError
+from tasks.run.results import finite_or_none
 
 # ---------------------------------------------------------------------------------------------------- fixtures
 
@@ -163,7 +168,7 @@ def _plain(module: nn.Module) -> dict[str, Any]:
             if not k.startswith(("_", "training")) and not isinstance(v, nn.Module)}
 
 
-def fingerprint(cli: train.LitbertCLI, batches: bool = True) -> Any:
+def fingerprint(cli: LitbertCLI, batches: bool = True) -> Any:
     """The state of the built objects. The datamodule's attributes named like its constructor's arguments are left
     out: a setting only stored there has had no effect yet, so its effect must show in the data, the loaders or the
     batches."""
@@ -330,9 +335,9 @@ def test_every_setting_is_honoured_or_refused(family, assets, shared_data, tmp_p
 
     builds = iter(range(10**6))
 
-    def build(*extra: str, root: str = "run") -> train.LitbertCLI:
+    def build(*extra: str, root: str = "run") -> LitbertCLI:
         own_tokenizer = ["--data.tokenizer", str(tmp_path / f"tokenizer{next(builds)}")]
-        return train.make_cli([*base_args, "--trainer.default_root_dir", str(tmp_path / root),
+        return make_cli([*base_args, "--trainer.default_root_dir", str(tmp_path / root),
                                *(own_tokenizer if family == "tokenizer_training" else []), *extra])
 
     batches = family != "tokenizer_training"
@@ -367,10 +372,10 @@ def test_every_setting_is_honoured_or_refused(family, assets, shared_data, tmp_p
             cli = build(f"--{key}", as_argument(new))
             changed = fingerprint(cli, batches) != baseline
         except argparse.ArgumentError as error:  # the parser refused the value
-            refused.append(f"{key}: {train.condense_parse_error(str(error))[:150]}")
+            refused.append(f"{key}: {condense_parse_error(str(error))[:150]}")
             continue
         except (ValueError, FileNotFoundError) as error:
-            message = str(train._own_error(error))
+            message = str(own_error(error))
             assert len(message) > 30, f"{key}={new!r} refused without a useful message: {message!r}"
             refused.append(f"{key}: {message[:150]}")
             continue
@@ -394,8 +399,8 @@ def glue(assets, shared_data, tmp_path, monkeypatch):
     monkeypatch.setenv("LITBERT_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("WANDB_MODE", "disabled")
 
-    def build(*extra: str, root: Path | None = None) -> train.LitbertCLI:
-        return train.make_cli(["--config", "configs/glue/rte.yaml", "--model.pretrained", assets["tiny"],
+    def build(*extra: str, root: Path | None = None) -> LitbertCLI:
+        return make_cli(["--config", "configs/glue/rte.yaml", "--model.pretrained", assets["tiny"],
                                "--trainer.logger", "false", "--trainer.default_root_dir", str(root or tmp_path / "run"),
                                *extra])
 
@@ -410,9 +415,9 @@ def test_callbacks_from_configs_and_the_command_line_are_kept(glue, tmp_path):
         "trainer:\n  callbacks:\n"
         "    - class_path: lightning.pytorch.callbacks.ModelCheckpoint\n"
         f"      init_args: {{dirpath: {tmp_path / 'mine'}, monitor: val/loss, save_top_k: 2}}\n"
-        "    - class_path: tasks.throughput.Throughput\n      init_args: {peak_flops: 1.0e+12}\n")
+        "    - class_path: tasks.run.throughput.Throughput\n      init_args: {peak_flops: 1.0e+12}\n")
     cli = glue("--config", str(extra), "--trainer.callbacks+=lightning.pytorch.callbacks.LearningRateMonitor",
-               "--trainer.callbacks+=tasks.compile.CompileEncoder")
+               "--trainer.callbacks+=tasks.run.compile.CompileEncoder")
     kinds = [type(callback).__name__ for callback in cli.trainer.callbacks]
     for kind in ("ModelCheckpoint", "Throughput", "LearningRateMonitor", "CompileEncoder", "LastCheckpoint"):
         assert kinds.count(kind) == 1, kinds
@@ -489,7 +494,7 @@ def test_a_used_run_folder_is_never_silently_reused(glue, tmp_path):
     (root / "checkpoints").mkdir(parents=True)
     (root / "checkpoints" / "best-10.ckpt").write_bytes(b"the earlier run's")
     (root / "metrics.json").write_text("{}\n")
-    with pytest.raises(train.RunFolderError, match=r"already holds a run .* --overwrite true to replace it"):
+    with pytest.raises(RunFolderError, match=r"already holds a run .* --overwrite true to replace it"):
         glue(root=root)
     glue("--overwrite", "true", root=root)
     assert not (root / "metrics.json").exists() and not (root / "checkpoints").exists()
@@ -506,11 +511,11 @@ def test_a_run_never_removes_or_writes_over_its_own_input(glue, tmp_path):
     shutil.copytree(glue().model.hparams.pretrained, root / "model")
     (root / "metrics.json").write_text("{}\n")
     for extra in ([], ["--overwrite", "true"]):
-        with pytest.raises(train.RunFolderError, match=rf"model.pretrained={root / 'model'} lies in {root / 'model'}"
+        with pytest.raises(RunFolderError, match=rf"model.pretrained={root / 'model'} lies in {root / 'model'}"
                                                        rf", which this run would"):
             glue("--model.pretrained", str(root / "model"), *extra, root=root)
     assert (root / "model" / "config.json").is_file() and (root / "metrics.json").is_file()
-    with pytest.raises(train.RunFolderError, match=r"data.tokenizer=.* lies in .*--export_dir"):
+    with pytest.raises(RunFolderError, match=r"data.tokenizer=.* lies in .*--export_dir"):
         glue("--data.tokenizer", str(root / "model"), "--export_dir", str(root), "--overwrite", "true",
              root=tmp_path / "fresh")
     assert (root / "model" / "config.json").is_file()
@@ -521,7 +526,7 @@ def test_a_teacher_of_another_tokenizer_is_refused(glue, assets):
     with another vocabulary is refused, naming both; with the teacher's tokenizer the run is built."""
     kd = ("--config", "configs/distill/kd.yaml", "--model.teacher", assets["classifier"])
     assert glue(*kd).model.teacher is not None
-    with pytest.raises(train.DataError, match=rf"model.teacher={assets['classifier']} was trained with another "
+    with pytest.raises(DataError, match=rf"model.teacher={assets['classifier']} was trained with another "
                                               rf"tokenizer than data.tokenizer={assets['tokenizer_b']} \(their "
                                               rf".*vocabulary.* differ\)"):
         glue(*kd, "--data.tokenizer", assets["tokenizer_b"])
@@ -543,12 +548,17 @@ class SignalAt(L.Callback):
                 and batch_idx == trainer.num_val_batches[dataloader_idx] - 1:
             os.kill(os.getpid(), signal.SIGTERM)
 
+    def on_predict_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        if self.when == "last_predict_batch" and batch_idx == trainer.num_predict_batches[dataloader_idx] - 1:
+            os.kill(os.getpid(), signal.SIGTERM)
 
-@pytest.mark.parametrize("when", ["epoch_end", "last_eval_batch"])
+
+@pytest.mark.parametrize("when", ["epoch_end", "last_eval_batch", "last_predict_batch"])
 def test_a_signal_after_the_last_step_never_ends_as_a_success(when, assets, shared_data, tmp_path, monkeypatch,
                                                               capsys):
     """SIGTERM while the last checkpoint is saved, or at the last batch of the final validation (where Lightning
-    itself does not act on it), stops the run with 143 before metrics.json and the export are written."""
+    itself does not act on it), stops the run with 143 before metrics.json and the export are written; at the last
+    batch of the test predictions (trainer.predict), after them, with no submission file."""
     monkeypatch.setenv("LITBERT_DATA", str(shared_data))
     monkeypatch.setenv("LITBERT_CACHE", str(tmp_path / "cache"))
     extra = tmp_path / "signal.yaml"
@@ -560,12 +570,16 @@ def test_a_signal_after_the_last_step_never_ends_as_a_success(when, assets, shar
                              assets["tiny"], "--trainer.logger", "false", "--trainer.default_root_dir", str(root),
                              "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2",
                              "--trainer.limit_val_batches", "2", "--trainer.limit_test_batches", "2",
-                             "--predict", "false", "--trainer.enable_progress_bar", "false"])
+                             "--predict", str(when == "last_predict_batch").lower(),
+                             "--trainer.enable_progress_bar", "false"])
     err = capsys.readouterr().err
     assert status == 128 + signal.SIGTERM, err[-3000:]
     assert ("stopped by SIGTERM at step 2; the training state was saved to" if when == "epoch_end"
             else "stopped by SIGTERM outside the training steps") in err
-    assert not (root / "metrics.json").exists() and not (root / "model").exists()
+    if when == "last_predict_batch":
+        assert (root / "metrics.json").is_file() and (root / "model").is_dir() and not (root / "submission").exists()
+    else:
+        assert not (root / "metrics.json").exists() and not (root / "model").exists()
     assert (root / "checkpoints" / "last.ckpt").is_file()
     assert signal.getsignal(signal.SIGTERM) == before  # the run's handlers are gone with it
 
@@ -582,12 +596,12 @@ def test_a_relaunch_with_ckpt_path_last_of_a_run_that_saved_nothing_starts_afres
     assert "stopped before its first checkpoint; starting afresh" in capsys.readouterr().out
     (root / "config.yaml").write_text("# the first attempt's\n")
     (root / "metrics.json").write_text("{}\n")
-    with pytest.raises(train.RunFolderError, match="already holds a run"):
+    with pytest.raises(RunFolderError, match="already holds a run"):
         glue("--ckpt_path", "last", root=root)
 
 
 def test_metrics_json_holds_null_for_an_undefined_metric():
-    assert train.finite_or_none({"val/pearson": float("nan"), "val/loss": 0.5}) == {"val/pearson": None,
+    assert finite_or_none({"val/pearson": float("nan"), "val/loss": 0.5}) == {"val/pearson": None,
                                                                                       "val/loss": 0.5}
 
 

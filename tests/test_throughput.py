@@ -1,4 +1,5 @@
-"""Tokens/s and MFU during training: the FLOP counts tasks report, and the callback that turns them into rates."""
+"""Tokens/s, samples/s and MFU during training: the FLOP counts tasks report, and the callback that turns them into
+rates."""
 
 import lightning as L
 import pytest
@@ -10,7 +11,7 @@ from encoders import Encoder, EncoderConfig
 from tasks.classification import SequenceClassification
 from tasks.distillation import Distillation
 from tasks.mlm import MaskedLM
-from tasks.throughput import Throughput, cpu_peak_size, matmul_dtype, measure_matmul_peak
+from tasks.run.throughput import Throughput, matmul_dtype
 
 
 def hand_flops_per_token(config: EncoderConfig, seq: int) -> int:
@@ -81,22 +82,8 @@ def test_matmul_dtype_follows_the_precision_setting():
     assert matmul_dtype("bf16-mixed") == torch.bfloat16
     assert matmul_dtype("16-mixed") == torch.float16
     assert matmul_dtype("32-true") == torch.float32
-    assert measure_matmul_peak(torch.device("cpu"), torch.float32, size=256) > 0
     with pytest.raises(ValueError, match="peak_flops"):
         Throughput(peak_flops=0)
-
-
-def test_the_cpu_peak_shrinks_its_matmul_where_the_dtype_is_slow(monkeypatch):
-    """The CPU peak's matmuls are 2048 wide unless one would take over the limit (emulated bf16 on a CPU without bf16
-    units took minutes for the GLUE benchmark's); then they shrink to about a quarter of the limit, judged from a 512
-    probe, never under 256."""
-    from tasks import throughput
-
-    assert cpu_peak_size(torch.float32, seconds_at_most=1e9) == 2048
-    assert cpu_peak_size(torch.float32, seconds_at_most=1e-12) == 256
-    monkeypatch.setattr(throughput, "fastest_matmul_seconds", lambda a, b, repeats: 1.0)  # a 512 matmul: 1 s
-    assert cpu_peak_size(torch.bfloat16, seconds_at_most=2.0) == 384  # 512 * (0.5 / 1) ** (1 / 3) = 406, by 64
-    assert measure_matmul_peak(torch.device("cpu"), torch.bfloat16) == 2 * 384**3  # 1 s a matmul, patched
 
 
 class Recorder(L.Callback):
@@ -107,24 +94,36 @@ class Recorder(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("train/")}
-        if "train/mfu" in metrics and (not self.logged or metrics["train/mfu"] != self.logged[-1]["train/mfu"]):
+        rate = metrics.get("train/tokens_per_sec")
+        if rate is not None and (not self.logged or rate != self.logged[-1]["train/tokens_per_sec"]):
             self.logged.append(metrics)
 
 
-@pytest.mark.parametrize("peak", [2e11, None])
-def test_callback_logs_tokens_per_second_and_mfu(peak):
+@pytest.mark.parametrize("peak", [2e11, "table", None])
+def test_callback_logs_tokens_and_samples_per_second_and_mfu(peak, monkeypatch):
+    """A given peak, or the device's from Lightning's table (patched: the tests run on a CPU), gives MFU; a device the
+    table does not know (this CPU) gives none, and is never probed inside the fit."""
+    from tasks.run import throughput as module
+
+    if peak == "table":
+        asked = []
+        monkeypatch.setattr(module, "get_available_flops", lambda device, dtype: asked.append((device, dtype)) or 3e11)
     torch.manual_seed(0)
     model = MaskedLM(encoder=TINY, vocab_size=64)
     batches = mlm_batches(12)
     for batch in batches[::2]:
         batch["attention_mask"][:, 18:] = 0  # some padded batches: their padding must not count
         batch["labels"][:, 18:] = -100
-    throughput, recorder = Throughput(peak_flops=peak, log_every_n_steps=3), Recorder()
+    throughput = Throughput(peak_flops=None if peak == "table" else peak, log_every_n_steps=3)
+    recorder = Recorder()
     trainer = L.Trainer(max_steps=12, accelerator="cpu", logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, callbacks=[throughput, recorder])
     trainer.fit(model, DataLoader(batches, batch_size=None))
 
-    assert throughput.peak_flops > 0 if peak is None else throughput.peak_flops == peak
+    expected_peak = {"table": 3e11, None: None}.get(peak, peak)
+    assert throughput.peak_flops == expected_peak
+    if peak == "table":
+        assert asked == [(torch.device("cpu"), torch.float32)]
     assert len(recorder.logged) == 4  # steps 3, 6, 9, 12
     # Each window holds three batches; the rates share one elapsed time, so their ratio is exactly the
     # window's FLOPs per real token, which the batches fix.
@@ -132,11 +131,16 @@ def test_callback_logs_tokens_per_second_and_mfu(peak):
         chunk = batches[3 * window: 3 * window + 3]
         flops = sum(model.training_flops(b) for b in chunk)
         tokens = sum(int(b["attention_mask"].sum()) for b in chunk)
+        samples = sum(len(b["input_ids"]) for b in chunk)
         assert metrics["train/tokens_per_sec"] > 0
         assert metrics["train/tflops"] * 1e12 / metrics["train/tokens_per_sec"] == pytest.approx(flops / tokens,
                                                                                               rel=1e-5)
-        assert metrics["train/mfu"] == pytest.approx(metrics["train/tflops"] * 1e12 / throughput.peak_flops,
-                                                     rel=1e-5)
+        assert metrics["train/samples_per_sec"] / metrics["train/tokens_per_sec"] == pytest.approx(samples / tokens,
+                                                                                                rel=1e-5)
+        if expected_peak is None:
+            assert "train/mfu" not in metrics
+        else:
+            assert metrics["train/mfu"] == pytest.approx(metrics["train/tflops"] * 1e12 / expected_peak, rel=1e-5)
 
 
 def test_callback_refuses_a_module_without_a_flop_count():

@@ -24,8 +24,11 @@ from runs import REPO, series, wandb_history
 
 import train
 from encoders import Encoder, MaskedLMHead, SequenceClassificationHead
-from tasks.base import EncoderSpec
+from tasks.base import EncoderSpec, validation_prefixes
 from tasks.classification import SequenceClassification
+from tasks.run.cli import LitbertCLI, make_cli
+from tasks.run.configs import with_bases
+from tasks.run.tracking import run_name
 
 # The runnable configs. A file other configs extend (`base:`) is the part they share (glue/base.yaml, distill/kd.yaml,
 # a layer over any classification config), built through them.
@@ -45,7 +48,7 @@ def env(shared_data, tmp_path_factory):
     os.environ.update(saved)
 
 
-def run(config: str, root: Path, *overrides: str) -> train.LitbertCLI:
+def run(config: str, root: Path, *overrides: str) -> LitbertCLI:
     return train.main(["--config", config, "--trainer.default_root_dir", str(root),
                        "--trainer.enable_progress_bar", "false", *overrides])
 
@@ -75,7 +78,7 @@ def test_every_shipped_config_instantiates(config, env, minilm, tmp_path):
         overrides += ["--model.teacher", str(teacher), "--data.tokenizer", minilm]
     else:
         overrides += ["--model.pretrained", minilm]
-    cli = train.make_cli(["--config", config, *overrides])
+    cli = make_cli(["--config", config, *overrides])
     model, data = cli.model, cli.datamodule
     assert cli.trainer.default_root_dir == str(tmp_path)
     assert model.encoder.config.vocab_size >= data.vocab_size
@@ -106,13 +109,13 @@ def test_a_new_encoder_pads_with_the_tokenizers_padding_row(env, shared_data, tm
     bpe = save_tokenizer(train_tokenizer(lines[:2000], "byte_level_bpe", vocab_size=600), tmp_path / "bpe")
     args = ["--config", "configs/pretrain/modern.yaml", "--data.tokenizer", str(bpe), "--data.train_tokenizer",
             "null", "--trainer.default_root_dir", str(tmp_path / "run")]
-    cli = train.make_cli(args)
+    cli = make_cli(args)
     assert cli.datamodule.pad_token_id == 1
     word = cli.model.encoder.embeddings.word
     assert (cli.model.encoder.config.pad_token_id, word.padding_idx) == (1, 1)
     assert not word.weight[1].any() and word.weight[0].any()
     with pytest.raises(ValueError, match="pad_token_id=0, but the tokenizer pads with id 1"):
-        train.make_cli([*args, "--model.encoder.pad_token_id", "0"])
+        make_cli([*args, "--model.encoder.pad_token_id", "0"])
 
 
 def test_glue_configs_share_one_recipe(env, minilm, tmp_path):
@@ -128,12 +131,12 @@ def test_glue_configs_share_one_recipe(env, minilm, tmp_path):
         text = config.read_text()
         assert "base: base.yaml" in text and "learning_rate" not in text and "batch_size" not in text, config
         (edited / config.name).write_text(text)
-        cli = train.make_cli(["--config", str(edited / config.name), "--model.pretrained", minilm,
+        cli = make_cli(["--config", str(edited / config.name), "--model.pretrained", minilm,
                               "--trainer.default_root_dir", str(tmp_path / config.stem)])
         assert cli.model.optimization.learning_rate == 7e-5 and cli.trainer.gradient_clip_val == 1.0
         assert cli.datamodule.spec.name == config.stem and cli.datamodule.group_by_length is False
         assert cli.trainer.max_epochs == (5 if config.stem in ("mrpc", "wnli") else 3)
-    cli = train.make_cli(["--config", "configs/glue/rte.yaml", "--model.pretrained", minilm, "--trainer.max_epochs",
+    cli = make_cli(["--config", "configs/glue/rte.yaml", "--model.pretrained", minilm, "--trainer.max_epochs",
                           "2", "--trainer.default_root_dir", str(tmp_path / "flag")])
     assert cli.trainer.max_epochs == 2 and cli.model.optimization.learning_rate == 2e-5
 
@@ -145,12 +148,12 @@ def test_the_run_seed_draws_the_training_order_unless_data_seed_is_set(env, mini
     state, and a checkpoint drawn from another one is refused by name."""
     from data.sources import DataError
 
-    def build(*extra: str) -> train.LitbertCLI:
+    def build(*extra: str) -> LitbertCLI:
         root = tmp_path / str(len(list(tmp_path.iterdir())))
-        return train.make_cli(["--config", "configs/glue/rte.yaml", "--model.pretrained", minilm,
+        return make_cli(["--config", "configs/glue/rte.yaml", "--model.pretrained", minilm,
                                "--trainer.logger", "false", "--trainer.default_root_dir", str(root), *extra])
 
-    def first_batch(cli: train.LitbertCLI) -> list[int]:
+    def first_batch(cli: LitbertCLI) -> list[int]:
         data = cli.datamodule
         data.setup("fit")
         batches = data.train_dataloader().batch_sampler
@@ -232,28 +235,68 @@ def test_config_bases_expand_before_the_file_and_are_checked(tmp_path):
     (tmp_path / "a.yaml").write_text("trainer:\n  max_epochs: 1\n")
     (tmp_path / "b.yaml").write_text("base: a.yaml\ntrainer:\n  max_steps: 3\n")
     (tmp_path / "c.yaml").write_text("base: b.yaml\n")
-    assert train.with_bases(["--config", str(tmp_path / "c.yaml"), "--x", "1"]) == [
+    assert with_bases(["--config", str(tmp_path / "c.yaml"), "--x", "1"]) == [
         "--config", str(tmp_path / "a.yaml"), "--config", str(tmp_path / "b.yaml"), "--config",
         str(tmp_path / "c.yaml"), "--x", "1"]
-    assert train.with_bases([f"--config={tmp_path / 'b.yaml'}"]) == [f"--config={tmp_path / 'a.yaml'}",
+    assert with_bases([f"--config={tmp_path / 'b.yaml'}"]) == [f"--config={tmp_path / 'a.yaml'}",
                                                                      f"--config={tmp_path / 'b.yaml'}"]
     # a list of bases applies in order, each after its own bases
     (tmp_path / "d.yaml").write_text("trainer:\n  max_steps: 4\n")
     (tmp_path / "e.yaml").write_text("base: [b.yaml, d.yaml]\n")
-    assert train.with_bases(["--config", str(tmp_path / "e.yaml")]) == [
+    assert with_bases(["--config", str(tmp_path / "e.yaml")]) == [
         "--config", str(tmp_path / "a.yaml"), "--config", str(tmp_path / "b.yaml"), "--config",
         str(tmp_path / "d.yaml"), "--config", str(tmp_path / "e.yaml")]
     (tmp_path / "loop.yaml").write_text("base: loop.yaml\n")
     with pytest.raises(ValueError, match="base: loop.yaml extends itself"):
-        train.with_bases(["--config", str(tmp_path / "loop.yaml")])
+        with_bases(["--config", str(tmp_path / "loop.yaml")])
     (tmp_path / "lost.yaml").write_text("base: nowhere.yaml\n")
     with pytest.raises(ValueError, match="base: nowhere.yaml does not exist"):
-        train.with_bases(["--config", str(tmp_path / "lost.yaml")])
+        with_bases(["--config", str(tmp_path / "lost.yaml")])
     (tmp_path / "lost2.yaml").write_text("base: [a.yaml, nowhere.yaml]\n")
     with pytest.raises(ValueError, match="lost2.yaml: base: nowhere.yaml does not exist"):
-        train.with_bases(["--config", str(tmp_path / "lost2.yaml")])
+        with_bases(["--config", str(tmp_path / "lost2.yaml")])
     with pytest.raises(ValueError, match="--base is read inside a config file"):
-        train.with_bases(["--base", str(tmp_path / "a.yaml")])
+        with_bases(["--base", str(tmp_path / "a.yaml")])
+
+
+def test_a_missing_config_file_is_named_with_what_to_do(env, tmp_path, capsys):
+    """`--config` naming no file is refused by name, from the command line as a user gives it (jsonargparse alone said
+    'config: not a valid value'); a config given inline still parses."""
+    for args in (["--config", "configs/quickstrat.yaml"], ["--config=configs/quickstrat.yaml"]):
+        with pytest.raises(FileNotFoundError, match=r"--config configs/quickstrat.yaml: the file does not exist "
+                                                    r"\(relative to .*\). Give the path of a config file"):
+            with_bases(args)
+    with pytest.raises(FileNotFoundError, match="configs: the file is a folder, not a config file"):
+        with_bases(["--config", "configs"])
+    assert with_bases(["--config", "{trainer: {max_steps: 3}}"]) == ["--config", "{trainer: {max_steps: 3}}"]
+    status = train.cli_main(["--config", str(tmp_path / "nowhere.yaml")])
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert status == 2 and last.startswith(f"--config {tmp_path / 'nowhere.yaml'}: the file does not exist. Give "
+                                           f"the path of a config file, such as configs/quickstart.yaml")
+
+
+def test_the_progress_bar_counts_steps_where_the_epochs_are_unbounded(env, minilm, tmp_path):
+    """The README job (max_epochs -1, bounded by max_steps and max_time) read 'Epoch 0/-2' in Lightning's bar; its
+    bar reads the step of max_steps, and a run bounded by epochs keeps Lightning's 'Epoch 0/2'."""
+    from tasks.run.progress import ProgressBar
+
+    def bar(*args: str) -> ProgressBar:
+        cli = make_cli([*args, "--trainer.default_root_dir", str(tmp_path / str(len(list(tmp_path.iterdir()))))])
+        (found,) = [c for c in cli.trainer.callbacks if isinstance(c, ProgressBar)]
+        found.setup(cli.trainer, cli.model, "fit")
+        return found
+
+    readme = bar("--config", "configs/quickstart.yaml", "--data.tokenizer", minilm, "--data.train_tokenizer", "null")
+    readme.trainer.fit_loop.max_epochs = -1  # as fit sets it for a run that gives max_steps and no max_epochs
+    lightnings = L.pytorch.callbacks.RichProgressBar()
+    lightnings.setup(readme.trainer, None, "fit")
+    assert lightnings._get_train_description(0).strip() == "Epoch 0/-2"
+    assert readme._get_train_description(0).strip() == "Epoch 0, step 0/1200"
+    glue = bar("--config", "configs/glue/rte.yaml", "--model.pretrained", minilm)
+    assert glue._get_train_description(1).strip() == "Epoch 1/2"
+    cli = make_cli(["--config", "configs/glue/rte.yaml", "--model.pretrained", minilm, "--trainer.enable_progress_bar",
+                    "false", "--trainer.default_root_dir", str(tmp_path / "off")])
+    assert not any(isinstance(c, L.pytorch.callbacks.ProgressBar) for c in cli.trainer.callbacks)
 
 
 def test_the_distillation_layer_applies_over_any_classification_config(env, minilm, tmp_path):
@@ -262,7 +305,7 @@ def test_the_distillation_layer_applies_over_any_classification_config(env, mini
     teacher = tmp_path / "teacher"
     encoder = Encoder.from_pretrained(minilm)
     encoder.save_pretrained(teacher, head=SequenceClassificationHead(encoder.config.hidden_size, 2))
-    cli = train.make_cli(["--config", str(REPO / "configs/glue/rte.yaml"), "--config",
+    cli = make_cli(["--config", str(REPO / "configs/glue/rte.yaml"), "--config",
                           str(REPO / "configs/distill/kd.yaml"), "--model.pretrained", str(teacher),
                           "--model.teacher", str(teacher), "--data.tokenizer", minilm,
                           "--trainer.default_root_dir", str(tmp_path / "run")])
@@ -277,25 +320,25 @@ def test_every_run_tracks_to_wandb_by_default_named_after_its_folder(env, minilm
     """W&B is train.py's default logger, configured once: no config repeats the block (GLUE's base only groups its
     runs), the run is named after its folder, and a config or flag can still name it or turn tracking off."""
     for config in (REPO / "configs").rglob("*.yaml"):
-        assert "class_path: tasks.tracking.WandbLogger" not in config.read_text(), config
-    assert train.run_name(Path("runs/glue/rte")) == "glue-rte" and train.run_name(Path("runs/quickstart")) == \
+        assert "class_path: tasks.run.tracking.WandbLogger" not in config.read_text(), config
+    assert run_name(Path("runs/glue/rte")) == "glue-rte" and run_name(Path("runs/quickstart")) == \
         "quickstart"
-    assert train.run_name(tmp_path / "mine") == "mine"
+    assert run_name(tmp_path / "mine") == "mine"
     monkeypatch.chdir(tmp_path)  # the run folder below is relative, as in the shipped configs
-    cli = train.make_cli(["--config", str(REPO / "configs" / "glue" / "rte.yaml"), "--model.pretrained", minilm,
+    cli = make_cli(["--config", str(REPO / "configs" / "glue" / "rte.yaml"), "--model.pretrained", minilm,
                           "--trainer.default_root_dir", "runs/glue/rte-test"])
     (logger,) = cli.trainer.loggers
     assert type(logger).__name__ == "WandbLogger" and logger._wandb_init["name"] == "glue-rte-test"
     assert logger._wandb_init["group"] == "glue"
-    cli = train.make_cli(["--config", str(REPO / "configs" / "glue" / "rte.yaml"), "--model.pretrained", minilm,
+    cli = make_cli(["--config", str(REPO / "configs" / "glue" / "rte.yaml"), "--model.pretrained", minilm,
                           "--trainer.logger", "false", "--trainer.default_root_dir", str(tmp_path / "off")])
     assert cli.trainer.loggers == []
 
 
 def test_validation_prefixes():
-    assert train.validation_prefixes(["validation"]) == ["val"]
-    assert train.validation_prefixes(["validation_matched", "validation_mismatched"]) == ["val", "val_mismatched"]
-    assert train.validation_prefixes(["test"]) == ["val"]  # IMDB validates on its test split
+    assert validation_prefixes(["validation"]) == ["val"]
+    assert validation_prefixes(["validation_matched", "validation_mismatched"]) == ["val", "val_mismatched"]
+    assert validation_prefixes(["test"]) == ["val"]  # IMDB validates on its test split
 
 
 def quickstart_overrides(root: Path) -> list[str]:
@@ -325,9 +368,11 @@ def test_quickstart_trains_exports_and_tracks(quickstart):
     assert sum(losses[-3:]) / 3 < math.log(4000) - 1.2
     assert_falls(losses, by=0.3)
     assert all(v > 0 for v in series(history, "train/tokens_per_sec"))
-    # MFU against the peak measured at the start of the run (tasks/throughput.py), logged beside tokens/s.
-    assert len(series(history, "train/mfu")) == len(series(history, "train/tokens_per_sec")) > 0
-    assert all(0 < v < 1 for v in series(history, "train/mfu"))
+    # Samples/s beside tokens/s; no MFU on a CPU, whose peak Lightning's table of devices does not hold (the run
+    # never measures one: tasks/run/throughput.py).
+    assert len(series(history, "train/samples_per_sec")) == len(series(history, "train/tokens_per_sec")) > 0
+    assert all(v > 0 for v in series(history, "train/samples_per_sec"))
+    assert series(history, "train/mfu") == [] and all(v > 0 for v in series(history, "train/tflops"))
     # metrics.json holds the final validation of the best checkpoint, the same numbers W&B logged last.
     metrics = json.loads((root / "metrics.json").read_text())
     assert set(metrics) == {"val/loss", "val/accuracy", "val/perplexity"}
@@ -523,8 +568,8 @@ def test_logit_distillation_loss_by_hand(tmp_path):
 def test_ddp_two_processes_match_one(env, minilm, tmp_path):
     """2 CPU processes (gloo) fine-tune RTE, whose 277 dev pairs do not split evenly over two ranks, validating
     during fit and after it in batches that leave one rank a batch more; their synchronised validation equals one
-    process validating the same checkpoint on the same data (no example counted twice), and they write one W&B run
-    and one best checkpoint."""
+    process validating the same checkpoint on the same data (no example counted twice), they write one W&B run
+    and one best checkpoint, and their test predictions are one process's."""
     args = [sys.executable, "train.py", "--config", "configs/glue/rte.yaml", "--model.pretrained", minilm,
             "--trainer.default_root_dir", str(tmp_path), "--trainer.accelerator", "cpu", "--trainer.devices", "2",
             "--trainer.strategy", "ddp", "--trainer.precision", "32", "--trainer.max_steps", "4",
@@ -547,6 +592,12 @@ def test_ddp_two_processes_match_one(env, minilm, tmp_path):
     (single,) = trainer.validate(model, datamodule=data, verbose=False)
     assert ddp["val/accuracy"] == single["val/accuracy"]
     assert ddp["val/loss"] == pytest.approx(single["val/loss"], rel=1e-6)
+    # The test predictions, each rank predicting its share and the shares gathered in file order, are the ones one
+    # process makes.
+    from tasks.run.predict import predict_test_sets
+
+    (alone,) = data.write_submission(predict_test_sets(trainer, model, data), tmp_path / "single")
+    assert (tmp_path / "submission" / "RTE.tsv").read_text() == alone.read_text()
 
 
 @pytest.mark.slow  # a minute on 2 cores: run by .ci/run with -m slow
@@ -554,7 +605,7 @@ def test_attention_maps_are_logged_to_wandb_at_every_validation(env, minilm, tmp
     pytest.importorskip("matplotlib")
     run("configs/glue/rte.yaml", tmp_path, "--model.pretrained", minilm, "--trainer.max_steps", "4",
         "--trainer.val_check_interval", "2", "--trainer.limit_val_batches", "1", "--data.max_length", "64",
-        "--trainer.callbacks+=tasks.tracking.AttentionMaps", "--export", "false")
+        "--trainer.callbacks+=tasks.run.tracking.AttentionMaps", "--export", "false")
     history = wandb_history(tmp_path)
     # Validations at steps 2 and 4, and the best checkpoint's validation after fitting.
     images = [row for row in history if "attention/maps._type" in row]  # wandb joins nested keys with "."
@@ -562,7 +613,7 @@ def test_attention_maps_are_logged_to_wandb_at_every_validation(env, minilm, tmp
     assert len(list((tmp_path / "wandb").rglob("media/images/attention/*.png"))) == 3
     with pytest.raises(ValueError, match="AttentionMaps logs pictures to W&B, but the run's logger is none"):
         run("configs/glue/rte.yaml", tmp_path / "off", "--model.pretrained", minilm, "--trainer.max_steps", "1",
-            "--trainer.logger", "false", "--trainer.callbacks+=tasks.tracking.AttentionMaps")
+            "--trainer.logger", "false", "--trainer.callbacks+=tasks.run.tracking.AttentionMaps")
 
 
 def test_a_run_ending_between_validations_validates_its_last_step(env, tmp_path):
@@ -619,16 +670,16 @@ def test_a_modernbert_teacher_distils_through_train_py_into_a_modernbert_student
 def test_a_pretrained_folder_that_does_not_exist_is_named_by_its_setting(env, tmp_path):
     """The tokenizer of a fine-tuning run comes from model.pretrained's folder, so a wrong path is reported as the
     setting the user gave, not as a missing tokenizer."""
-    from tasks.checkpointing import CheckpointError
+    from encoders.checkpoints import CheckpointError
 
     with pytest.raises(CheckpointError, match=f"model.pretrained={tmp_path / 'nope'} is not a folder. litbert loads"):
-        train.make_cli(["--config", "configs/glue/rte.yaml", "--model.pretrained", str(tmp_path / "nope"),
+        make_cli(["--config", "configs/glue/rte.yaml", "--model.pretrained", str(tmp_path / "nope"),
                         "--trainer.logger", "false", "--trainer.default_root_dir", str(tmp_path / "run")])
 
 
-def test_limit_predict_batches_is_refused(env, minilm, tmp_path):
-    """train.py predicts whole test sets without trainer.predict, so a limit on its batches would change nothing."""
-    with pytest.raises(ValueError, match="limit_predict_batches 0.5: train.py predicts the test sets whole"):
-        train.make_cli(["--config", "configs/glue/rte.yaml", "--model.pretrained", minilm, "--trainer.logger",
-                        "false", "--trainer.default_root_dir", str(tmp_path / "run"),
-                        "--trainer.limit_predict_batches", "0.5"])
+def test_limit_predict_batches_is_a_trainer_setting_like_the_others(env, minilm, tmp_path):
+    """The test sets are predicted through trainer.predict, so its limit applies (tests/test_glue_submission.py: a
+    part is predicted and no submission file is written)."""
+    cli = make_cli(["--config", "configs/glue/rte.yaml", "--model.pretrained", minilm, "--trainer.logger", "false",
+                    "--trainer.default_root_dir", str(tmp_path / "run"), "--trainer.limit_predict_batches", "0.5"])
+    assert cli.trainer.limit_predict_batches == 0.5

@@ -4,7 +4,7 @@ bf16 mixed precision is the fast choice only where the hardware multiplies bf16 
 cores (Ampere and later), and CPUs with AMX or AVX-512 BF16. Elsewhere it is slower, not faster: on an AVX2-only
 AMD EPYC, torch 2.13 multiplied 1024 x 1024 bf16 matrices at 0.9 GFLOP/s against 113 GFLOP/s in fp32 (two
 threads), so a bf16-mixed run there takes about a hundred times as long. So the shipped configs leave the precision
-unset and `train.py` picks it per machine (`default_precision`); a precision the user sets is used as given, with
+unset and the run picks it per machine (`choose_precision`); a precision the user sets is used as given, with
 a warning where the hardware lacks it.
 """
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 BF16 = ("bf16-mixed", "bf16-true", "bf16")
 
@@ -58,3 +59,15 @@ def bf16_warning(precision: Any, device_type: str) -> str | None:
     return (f"trainer.precision={precision} on a {device_type.upper()} without native bf16 matrix units: bf16 "
             f"matmuls are emulated there and can run many times slower than fp32 (measured 100x on an AVX2 CPU). "
             f"Leave trainer.precision unset to let litbert choose, or set 32-true.")
+
+
+def choose_precision(trainer: Any) -> None:
+    """An unset `trainer.precision` (of the parsed config) becomes the machine's fast one, said in one line; a bf16
+    precision set for hardware without bf16 units is kept, with a warning."""
+    device_type = accelerator_type(trainer.accelerator)
+    if trainer.precision is None:
+        trainer.precision, reason = default_precision(device_type)
+        rank_zero_info(f"litbert: trainer.precision={trainer.precision}: {reason}. Set trainer.precision to choose "
+                       f"another.")
+    elif warning := bf16_warning(trainer.precision, device_type):
+        rank_zero_warn(warning)

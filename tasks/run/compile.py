@@ -1,4 +1,4 @@
-"""`torch.compile` of the encoder, as an option: `--trainer.callbacks+=tasks.compile.CompileEncoder`.
+"""`torch.compile` of the encoder, as an option: `--trainer.callbacks+=tasks.run.compile.CompileEncoder`.
 
 Off by default because on this project's CPU it does not pay for training (bench/compile.py, BENCHMARKS.md): the
 eager step uses litbert's CPU fast paths (16-bit dropout masks, explicit attention with them, the unpadded path),

@@ -1,33 +1,28 @@
-"""Checkpoints a long run can rely on: the newest training state, the best model, and safe, atomic files.
+"""The checkpoints of a run: the newest training state, to resume from exactly, and the best model.
 
 - `LastCheckpoint` keeps `<dirpath>/last.ckpt` the newest training state: every `every_n_steps` optimizer steps or
   `every_n_minutes`, after each validation and epoch, at the end of training, and at the first step boundary after
   SIGTERM, SIGINT or (under SLURM with auto-requeue) the requeue signal, after which the run stops with a non-zero
-  exit. Each checkpoint also holds every random generator's state (torch, CUDA, numpy, Python; per rank), restored
-  just before the next training batch, and the W&B run id, so that a resumed run continues that run. With the data
-  position that `data.loading.ResumableLoader` adds, a resumed run on CPU logs exactly the losses the uninterrupted
-  run logs.
+  exit (`tasks.run.signals.RunInterrupted`). Each checkpoint also holds every random generator's state (torch, CUDA,
+  numpy, Python; per rank), restored just before the next training batch, and the W&B run id, so that a resumed run
+  continues that run. With the data position that `data.loading.ResumableLoader` adds, a resumed run on CPU logs
+  exactly the losses the uninterrupted run logs.
 - `ValidateFinalStep` validates the weights of the last step of a run that ends at `max_steps`, so that they can be
   the best checkpoint.
 - `BestCheckpoint` is Lightning's `ModelCheckpoint` on the task's own metric that never takes a non-finite value
   (a NaN loss, an undefined correlation) as the best.
-- `SafeCheckpointIO` writes a checkpoint to a temporary file beside the target, syncs it and renames it over the
-  target (POSIX rename is atomic), so a kill during a save leaves the previous checkpoint whole. It reads every
-  checkpoint, local or remote (http, https and fsspec URLs), with `torch.load(weights_only=True)`, which refuses to
-  unpickle code: a crafted checkpoint cannot execute anything.
+- `resume_path` and `data_seed`: where `--ckpt_path last` resumes from, and the data seed a resumed run goes on with.
+
+The files themselves are written and read by `tasks.run.checkpoint_io.SafeCheckpointIO`.
 """
 
 from __future__ import annotations
 
 import os
-import pickle
 import random
 import signal
-import tempfile
 import threading
 import time
-import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,101 +31,11 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from lightning.fabric.plugins.environments import SLURMEnvironment
-from lightning.fabric.utilities.cloud_io import get_filesystem
 from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint
-from lightning.pytorch.plugins.io import TorchCheckpointIO
-from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_warn
 
-from encoders.checkpoints import CheckpointError
-
-LAST = "last.ckpt"
-
-
-class RunInterrupted(Exception):
-    """The run stopped at a step boundary because of a signal; `checkpoint` holds its state (None if checkpointing
-    is off). `train.py` turns it into a message and the exit status 128 + signal number."""
-
-    def __init__(self, signum: int, step: int, checkpoint: str | None, requeued: bool = False) -> None:
-        self.signum, self.step, self.checkpoint, self.requeued = signum, step, checkpoint, requeued
-        name = signal.Signals(signum).name
-        where = f"saved to {checkpoint}" if checkpoint else "not saved (checkpointing is off)"
-        super().__init__(f"stopped by {name} at step {step}; the training state was {where}"
-                         + ("; the SLURM job was requeued" if requeued else ""))
-
-
-# ----------------------------------------------------------------------------------------------------- files
-
-
-def _is_remote(path: str | os.PathLike[str]) -> bool:
-    return "://" in str(path) and not str(path).startswith("file://")
-
-
-def load_checkpoint_file(path: str | os.PathLike[str], map_location: Any = "cpu") -> dict[str, Any]:
-    """A Lightning checkpoint read with `torch.load(weights_only=True)`, from a local path, an http(s) URL
-    (downloaded to a temporary file, never cached under its name) or another fsspec URL."""
-    path = str(path)
-    try:
-        if path.startswith(("http://", "https://")):
-            with tempfile.TemporaryDirectory() as folder:
-                local = Path(folder) / "download.ckpt"
-                with urllib.request.urlopen(path, timeout=60) as response, local.open("wb") as out:  # noqa: S310
-                    while chunk := response.read(1 << 20):
-                        out.write(chunk)
-                return torch.load(local, map_location=map_location, weights_only=True)
-        if _is_remote(path):
-            with get_filesystem(path).open(path, "rb") as handle:
-                return torch.load(handle, map_location=map_location, weights_only=True)
-        if not Path(path).is_file():
-            raise CheckpointError(f"Checkpoint {path} does not exist; check --ckpt_path (runs keep theirs in "
-                                  f"<default_root_dir>/checkpoints/, the newest as {LAST}).")
-        return torch.load(path, map_location=map_location, weights_only=True, mmap=True)
-    except pickle.UnpicklingError as error:
-        reason = str(error).splitlines()[0]
-        raise CheckpointError(
-            f"Checkpoint {path} holds objects other than tensors and plain data ({reason}). litbert reads "
-            f"checkpoints with torch.load(weights_only=True), which refuses to run code from a file; this one was "
-            f"not written by litbert, or was tampered with. Use a checkpoint from a run you trust."
-        ) from None
-    except (RuntimeError, EOFError, OSError) as error:
-        if isinstance(error, CheckpointError):
-            raise
-        raise CheckpointError(f"Checkpoint {path} cannot be read ({str(error).splitlines()[0]}); it is truncated or "
-                              f"corrupt. Resume from an earlier checkpoint of the run.") from None
-
-
-class SafeCheckpointIO(TorchCheckpointIO):
-    """Atomic local saves; `weights_only` loads of every checkpoint (see the module docstring)."""
-
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: str | os.PathLike[str],
-                        storage_options: Any | None = None) -> None:
-        if _is_remote(path):
-            return super().save_checkpoint(checkpoint, path, storage_options)
-        if storage_options is not None:
-            raise TypeError("SafeCheckpointIO.save_checkpoint takes no storage_options for local files.")
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        try:
-            with temporary.open("wb") as handle:
-                torch.save(checkpoint, handle)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(temporary, path)  # atomic: readers see the old file or the new one, never a part
-        finally:
-            temporary.unlink(missing_ok=True)
-        directory = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)  # the rename itself survives a power loss
-        finally:
-            os.close(directory)
-
-    def load_checkpoint(self, path: str | os.PathLike[str], map_location: Callable | None = None,
-                        weights_only: bool | None = None) -> dict[str, Any]:
-        if weights_only is False:
-            raise CheckpointError(f"Refusing to load {path} with weights_only=False: litbert never unpickles code "
-                                  f"from checkpoints.")
-        return load_checkpoint_file(path, map_location if map_location is not None else "cpu")
-
+from tasks.run.checkpoint_io import LAST
+from tasks.run.signals import RunInterrupted, requeue_slurm_job
 
 # ----------------------------------------------------------------------------------------------------- best
 
@@ -201,7 +106,7 @@ class LastCheckpoint(Checkpoint):
     """The newest training state in `<dirpath>/last.ckpt` (see the module docstring).
 
     A `Checkpoint`, so that Lightning runs it after the other callbacks (a save at the end of a validation then
-    holds the best checkpoint that validation chose). `saving = False` (train.py sets it for
+    holds the best checkpoint that validation chose). `saving = False` (`tasks.run.cli` sets it for
     `trainer.enable_checkpointing: false`) writes nothing; signals still stop the run at a step boundary.
 
     Args:
@@ -403,7 +308,7 @@ class LastCheckpoint(Checkpoint):
         requeued = False
         environment = trainer._accelerator_connector.cluster_environment
         if isinstance(environment, SLURMEnvironment) and signum == environment.requeue_signal:
-            requeued = _requeue_slurm_job() if trainer.is_global_zero else True
+            requeued = requeue_slurm_job() if trainer.is_global_zero else True
         raise RunInterrupted(signum, trainer.global_step, path, requeued)
 
 
@@ -430,18 +335,31 @@ def _validation_follows(trainer: L.Trainer) -> bool:
         return False
 
 
-def _requeue_slurm_job() -> bool:
-    """`scontrol requeue <job>`, as Lightning's own SLURM requeue does. True when it succeeded."""
-    import subprocess
+# ----------------------------------------------------------------------------------------------------- resuming
 
-    array_job = os.environ.get("SLURM_ARRAY_JOB_ID")
-    job = f"{array_job}_{os.environ['SLURM_ARRAY_TASK_ID']}" if array_job else os.environ.get("SLURM_JOB_ID", "")
-    if not job.replace("_", "").isdigit():
-        rank_zero_warn(f"SLURM job id {job!r} is not a number; the job was not requeued.")
-        return False
-    result = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        rank_zero_warn(f"`scontrol requeue {job}` failed ({result.returncode}): {result.stderr.strip()}")
-        return False
-    rank_zero_info(f"litbert: requeued SLURM job {job}")
-    return True
+
+def resume_path(ckpt_path: str | None, root: Path) -> str | None:
+    """The checkpoint `--ckpt_path` resumes from: `last` is `<root>/checkpoints/last.ckpt` when it exists, and None
+    (start afresh, for a requeued job that saved nothing yet) when it does not."""
+    if ckpt_path != "last":
+        return ckpt_path
+    last = root / "checkpoints" / LAST
+    if last.is_file():
+        print(f"litbert: resuming from {last}", flush=True)
+        return str(last)
+    print(f"litbert: --ckpt_path last: no {last} yet, so training starts from the beginning", flush=True)
+    return None
+
+
+def data_seed(config: Any, resumed: dict[str, Any]) -> int:
+    """The seed of an unset data.seed: the resumed checkpoint's (a run started with `seed_everything: true` draws
+    another seed when it is relaunched, and its batches must go on in the order they began; 0 for a checkpoint
+    written before the seed was kept), else the run's seed_everything, else 0 (`seed_everything: false`)."""
+    if resumed:
+        kept = resumed.get(config.data.class_path.rsplit(".", 1)[-1], {}).get("seed")  # Lightning's key: the class
+        if kept is None:  # written before the seed was kept, when an unset data.seed was 0
+            print("litbert: the checkpoint predates the kept data seed: its batches came from data.seed 0, and the "
+                  "resumed run goes on with it", flush=True)
+        return 0 if kept is None else kept
+    seed = config.seed_everything
+    return seed if isinstance(seed, int) and not isinstance(seed, bool) else 0

@@ -1,9 +1,9 @@
 """All of GLUE from one checkpoint: each task's shipped config through `train.py`, a results table, and the zip the
 GLUE server takes.
 
-    python -m tasks.glue_sweep run --pretrained path/to/checkpoint --out runs/glue-sweep [--tasks cola rte ...] \
+    python -m tasks.run.sweep run --pretrained path/to/checkpoint --out runs/glue-sweep [--tasks cola rte ...] \
         [--redo] [-- --trainer.max_epochs 2 ...]
-    python -m tasks.glue_sweep zip runs/glue-sweep
+    python -m tasks.run.sweep zip runs/glue-sweep
 
 `run` trains every task in turn into `<out>/<task>` (train.py validates the best checkpoint, predicts the test sets
 and writes `<out>/<task>/submission/*.tsv`), records each task's outcome in `<out>/<task>/sweep.json`, then writes
@@ -29,9 +29,9 @@ from pathlib import Path
 
 from data import GLUE_TASKS
 from tasks.base import validation_prefixes
-from tasks.checkpointing import LAST
+from tasks.run.checkpoint_io import LAST
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # Every file of a complete GLUE submission, by task (AX is predicted by the MNLI model).
 SUBMISSION_FILES = [name for task in GLUE_TASKS.values() for name in task.submission.values()]
 
@@ -47,7 +47,7 @@ def run_task(task: str, pretrained: str, out: Path, extra: list[str], redo: bool
         again = ["--overwrite", "true"]  # it stopped before any checkpoint, or --redo: nothing to go on from
     command = [sys.executable, str(REPO / "train.py"), "--config", str(REPO / "configs" / "glue" / f"{task}.yaml"),
                "--model.pretrained", pretrained, "--trainer.default_root_dir", str(root), *again, *extra]
-    print(f"glue_sweep: {task}: {' '.join(command)}", flush=True)
+    print(f"sweep: {task}: {' '.join(command)}", flush=True)
     start = time.perf_counter()
     done = subprocess.run(command, stderr=subprocess.PIPE, text=True, check=False)
     seconds = time.perf_counter() - start
@@ -80,7 +80,7 @@ def check_same_settings(out: Path, tasks: list[str], settings: dict) -> None:
         before = json.loads(record.read_text())
         old = {key: before.get(key) for key in settings}
         if old != settings:
-            raise SystemExit(f"glue_sweep: {record.parent} was trained with --pretrained {old['pretrained']} and "
+            raise SystemExit(f"sweep: {record.parent} was trained with --pretrained {old['pretrained']} and "
                              f"train.py arguments {old['extra']}; this sweep gives --pretrained "
                              f"{settings['pretrained']} and {settings['extra']}. Give another --out, or --redo to "
                              f"train the tasks again with these.")
@@ -117,7 +117,7 @@ def gather(out: Path) -> tuple[Path | None, list[str]]:
     found: dict[str, Path] = {}
     for path in sorted(out.glob("*/submission/*.tsv")):
         if path.name in found:
-            raise SystemExit(f"glue_sweep: {found[path.name]} and {path} are both {path.name}; the zip holds one. "
+            raise SystemExit(f"sweep: {found[path.name]} and {path} are both {path.name}; the zip holds one. "
                              f"Remove the one that is not this sweep's.")
         found[path.name] = path
     missing = [name for name in SUBMISSION_FILES if name not in found]
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         for task in args.tasks:
             record = out / task / "sweep.json"
             if not args.redo and record.is_file() and json.loads(record.read_text())["status"] == 0:
-                print(f"glue_sweep: {task}: finished in {record.parent} by an earlier sweep, kept (--redo trains it "
+                print(f"sweep: {task}: finished in {record.parent} by an earlier sweep, kept (--redo trains it "
                       f"again)", flush=True)
                 continue
             record.parent.mkdir(parents=True, exist_ok=True)
@@ -169,16 +169,16 @@ def main(argv: list[str] | None = None) -> int:
         (out / "results.md").write_text(results_table(results))
         status = int(any(result["status"] != 0 for result in results if result["task"] in args.tasks))
         print(results_table(results))
-        print(f"glue_sweep: results in {out / 'results.md'}")
+        print(f"sweep: results in {out / 'results.md'}")
     elif not out.is_dir():
-        print(f"glue_sweep: {args.out} is not a folder; give the --out of a sweep (`run`).", file=sys.stderr)
+        print(f"sweep: {args.out} is not a folder; give the --out of a sweep (`run`).", file=sys.stderr)
         return 2
     archive, missing = gather(out)
     if archive is None:
-        print(f"glue_sweep: no submission file under {out}/*/submission/: nothing to zip (a task writes its file "
+        print(f"sweep: no submission file under {out}/*/submission/: nothing to zip (a task writes its file "
               f"when train.py finishes it with --predict true)", file=sys.stderr)
         return status if args.command == "run" else 1
-    print(f"glue_sweep: {archive}" + (f"; missing for a complete GLUE submission: {', '.join(missing)}" if missing
+    print(f"sweep: {archive}" + (f"; missing for a complete GLUE submission: {', '.join(missing)}" if missing
                                        else " holds every file of a GLUE submission"))
     return status
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import netrc
 import os
+import sys
 import tempfile
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import urlparse
 
 import lightning as L
@@ -42,13 +43,13 @@ class WandbLogger(LightningWandbLogger):
     Args:
         project: W&B project.
         name: Display name of the run.
-        save_dir: Folder of the `wandb/` run files; train.py sets it to the trainer's `default_root_dir`.
+        save_dir: Folder of the `wandb/` run files; litbert sets it to the trainer's `default_root_dir`.
         mode: `auto` (online when logged in, else offline), `online` or `offline`.
         log_model: Upload checkpoints as artifacts: False, True (at the end) or `all` (each one as it is saved).
         entity: W&B team or user.
         group: Group of runs (e.g. a sweep).
         tags: Tags of the run.
-        id: Id of a run to continue; train.py sets it, when resuming from a checkpoint, to the run the checkpoint
+        id: Id of a run to continue; litbert sets it, when resuming from a checkpoint, to the run the checkpoint
             was saved by.
     """
 
@@ -87,12 +88,41 @@ class WandbLogger(LightningWandbLogger):
             return f"{folder} (offline; upload with `wandb sync {folder}`)"
         return str(getattr(run, "url", None) or Path(run.dir).parent)
 
-
     def finish(self) -> None:
         """End the W&B run, so that a later run in the same process starts its own instead of reusing it."""
         if self._experiment is not None:
             self._experiment.finish()
             self._experiment = None
+
+
+WANDB_LOGGER = f"{WandbLogger.__module__}.{WandbLogger.__name__}"  # the class path of the default logger
+
+
+def run_name(root: Path) -> str:
+    """The W&B run name when none is set: the run folder under `runs/`, `-` for `/` (runs/glue/rte -> glue-rte)."""
+    parts = root.parts[1:] if root.parts[:1] == ("runs",) else root.parts
+    return "-".join(parts) if parts and not root.is_absolute() else root.name or "run"
+
+
+def configure_wandb(loggers: Any, root: Path, resumed_id: str | None) -> None:
+    """Fill in the parsed config's W&B loggers: files in the run folder, the run named after it, and a resumed run
+    continuing the W&B run its checkpoint was saved by."""
+    for logger in loggers if isinstance(loggers, list) else [loggers]:
+        if getattr(logger, "class_path", None) != WANDB_LOGGER:
+            continue
+        if logger.init_args.save_dir is None:
+            logger.init_args.save_dir = str(root)
+        if logger.init_args.name is None:
+            logger.init_args.name = run_name(root)
+        if logger.init_args.id is None and resumed_id:
+            logger.init_args.id = resumed_id
+
+
+def finish_tracking(exit_code: int) -> None:
+    """End an open W&B run now, so that its closing lines come before litbert's message, not after it."""
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and getattr(wandb, "run", None) is not None:
+        wandb.finish(exit_code=exit_code)
 
 
 class LogConfigCallback(SaveConfigCallback):
@@ -107,8 +137,9 @@ class LogConfigCallback(SaveConfigCallback):
 class AttentionMaps(L.Callback):
     """After every validation, draws the attention probabilities of every layer and head for one fixed sentence
     (`encoders.plots.plot_attention`) and logs the picture to W&B as `attention/maps`, so a run shows how its
-    attention patterns form. Add it with `--trainer.callbacks+=tasks.tracking.AttentionMaps`; it needs matplotlib,
-    a W&B logger and a datamodule with a tokenizer, and says so at the start of training when one is missing.
+    attention patterns form. Add it with `--trainer.callbacks+=tasks.run.tracking.AttentionMaps`; it needs
+    matplotlib, a W&B logger and a datamodule with a tokenizer, and says so at the start of training when one is
+    missing.
 
     Args:
         sentence: The sentence drawn at every validation.

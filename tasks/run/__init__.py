@@ -1,0 +1,19 @@
+"""The run machinery of `train.py`, one module a job:
+
+- `cli`: the command line (LightningCLI over the task, datamodule and Trainer) and litbert's default callbacks;
+- `configs`: `--config` files, their `base:` includes and nested nulls;
+- `folders`: the run folder, `--overwrite`, and a run never destroying its own input;
+- `precision`: the training precision of a run that sets none;
+- `checkpoints`: the newest training state (exact resume) and the best checkpoint;
+- `checkpoint_io`: atomic checkpoint files, read without unpickling code;
+- `signals`: stopping on SIGTERM, SIGINT and SLURM's requeue signal;
+- `tracking`: Weights & Biases, the saved config, attention maps;
+- `throughput`: tokens/s, samples/s and MFU during training;
+- `progress`: the progress bar;
+- `compile`: `torch.compile` of the encoder, as an option;
+- `export`: the trained model saved with `save_pretrained`;
+- `predict`: the unlabelled test sets predicted into submission files;
+- `results`: metrics.json and the closing lines of a run;
+- `errors`: messages and exit statuses of runs that do not finish;
+- `sweep`: all of GLUE from one checkpoint (`python -m tasks.run.sweep`).
+"""

@@ -1,0 +1,95 @@
+"""Checkpoint files a run can trust: `SafeCheckpointIO` writes a checkpoint to a temporary file beside the target,
+syncs it and renames it over the target (POSIX rename is atomic), so a kill during a save leaves the previous
+checkpoint whole. It reads every checkpoint, local or remote (http, https and fsspec URLs), with
+`torch.load(weights_only=True)`, which refuses to unpickle code: a crafted checkpoint cannot execute anything.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.fabric.utilities.cloud_io import get_filesystem
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+
+from encoders.checkpoints import CheckpointError
+
+LAST = "last.ckpt"  # the newest training state of a run, in <default_root_dir>/checkpoints
+
+
+def _is_remote(path: str | os.PathLike[str]) -> bool:
+    return "://" in str(path) and not str(path).startswith("file://")
+
+
+def load_checkpoint_file(path: str | os.PathLike[str], map_location: Any = "cpu") -> dict[str, Any]:
+    """A Lightning checkpoint read with `torch.load(weights_only=True)`, from a local path, an http(s) URL
+    (downloaded to a temporary file, never cached under its name) or another fsspec URL."""
+    path = str(path)
+    try:
+        if path.startswith(("http://", "https://")):
+            with tempfile.TemporaryDirectory() as folder:
+                local = Path(folder) / "download.ckpt"
+                with urllib.request.urlopen(path, timeout=60) as response, local.open("wb") as out:  # noqa: S310
+                    while chunk := response.read(1 << 20):
+                        out.write(chunk)
+                return torch.load(local, map_location=map_location, weights_only=True)
+        if _is_remote(path):
+            with get_filesystem(path).open(path, "rb") as handle:
+                return torch.load(handle, map_location=map_location, weights_only=True)
+        if not Path(path).is_file():
+            raise CheckpointError(f"Checkpoint {path} does not exist; check --ckpt_path (runs keep theirs in "
+                                  f"<default_root_dir>/checkpoints/, the newest as {LAST}).")
+        return torch.load(path, map_location=map_location, weights_only=True, mmap=True)
+    except pickle.UnpicklingError as error:
+        reason = str(error).splitlines()[0]
+        raise CheckpointError(
+            f"Checkpoint {path} holds objects other than tensors and plain data ({reason}). litbert reads "
+            f"checkpoints with torch.load(weights_only=True), which refuses to run code from a file; this one was "
+            f"not written by litbert, or was tampered with. Use a checkpoint from a run you trust."
+        ) from None
+    except (RuntimeError, EOFError, OSError) as error:
+        if isinstance(error, CheckpointError):
+            raise
+        raise CheckpointError(f"Checkpoint {path} cannot be read ({str(error).splitlines()[0]}); it is truncated or "
+                              f"corrupt. Resume from an earlier checkpoint of the run.") from None
+
+
+class SafeCheckpointIO(TorchCheckpointIO):
+    """Atomic local saves; `weights_only` loads of every checkpoint (see the module docstring)."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: str | os.PathLike[str],
+                        storage_options: Any | None = None) -> None:
+        if _is_remote(path):
+            return super().save_checkpoint(checkpoint, path, storage_options)
+        if storage_options is not None:
+            raise TypeError("SafeCheckpointIO.save_checkpoint takes no storage_options for local files.")
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        try:
+            with temporary.open("wb") as handle:
+                torch.save(checkpoint, handle)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temporary, path)  # atomic: readers see the old file or the new one, never a part
+        finally:
+            temporary.unlink(missing_ok=True)
+        directory = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)  # the rename itself survives a power loss
+        finally:
+            os.close(directory)
+
+    def load_checkpoint(self, path: str | os.PathLike[str], map_location: Callable | None = None,
+                        weights_only: bool | None = None) -> dict[str, Any]:
+        if weights_only is False:
+            raise CheckpointError(f"Refusing to load {path} with weights_only=False: litbert never unpickles code "
+                                  f"from checkpoints.")
+        return load_checkpoint_file(path, map_location if map_location is not None else "cpu")
+

@@ -1,0 +1,137 @@
+"""How a run that does not finish ends: one message that says why and what to do, and the exit status.
+
+- 0: the run finished;
+- 1: training diverged or failed (`DivergenceError`);
+- 2: the configuration, data or a checkpoint is wrong: the last lines printed are litbert's message naming the
+  file, field or value, without a traceback (`LITBERT_TRACEBACK=1` shows it);
+- 128 + N: stopped by signal N, with the command that resumes the run where it saved its state.
+
+Any other error is a bug, and propagates with its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import sys
+import traceback
+from collections.abc import Sequence
+
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+from data.sources import DataError
+from encoders.checkpoints import CheckpointError
+from tasks.base import DivergenceError
+from tasks.run.folders import RunFolderError
+from tasks.run.signals import RunInterrupted
+from tasks.run.tracking import finish_tracking
+
+# Errors about the user's configuration, data or files: shown as litbert's message, without a traceback.
+USER_ERRORS = (DataError, CheckpointError, RunFolderError, ValueError, FileNotFoundError, NotADirectoryError,
+               PermissionError, IsADirectoryError)
+
+_PARSE_NOISE = ("Does not validate against any of the Union subtypes", "Subtypes:", "Errors:", "Given value type:",
+                "- Expected a <class 'NoneType'>", "- Problem with given class_path")
+
+
+def exit_status(error: BaseException, args: Sequence[str] | None) -> int | None:
+    """Print `error` as litbert's message and return the exit status of the run it ended, or None for an error
+    that is not the user's to fix (a bug, KeyboardInterrupt, SystemExit), which the caller re-raises. `args` is the
+    command line (None: sys.argv), for the command that resumes an interrupted run."""
+    if isinstance(error, RunInterrupted):
+        finish_tracking(1)
+        print(f"litbert: {error}{resume_hint(error, args)}", file=sys.stderr, flush=True)
+        return 128 + error.signum
+    if isinstance(error, SIGTERMException):  # outside the training steps: the sanity check, or the evaluation,
+        finish_tracking(1)  # export and predictions after fit
+        print("litbert: stopped by SIGTERM outside the training steps (in the sanity check, or in the evaluation, "
+              "export or test predictions after training); the run did not finish (metrics.json is written after "
+              "the evaluation and export, the predictions after it). Stopped after training, it has its final "
+              "state in the run's checkpoints/last.ckpt: resume with --ckpt_path last to evaluate, export and "
+              "predict. Stopped before its first step, it has nothing to resume: start it again.",
+              file=sys.stderr, flush=True)
+        return 128 + signal.SIGTERM
+    if isinstance(error, DivergenceError):
+        finish_tracking(1)
+        print(f"litbert: error: {error}\nNothing was exported and no metrics.json was written.", file=sys.stderr,
+              flush=True)
+        return 1
+    if isinstance(error, argparse.ArgumentError):
+        print(f"litbert: error in the configuration:\n{condense_parse_error(str(error))}", file=sys.stderr,
+              flush=True)
+        return 2
+    if isinstance(error, KeyboardInterrupt | SystemExit):
+        return None
+    own = own_error(error)
+    if not isinstance(own, USER_ERRORS) or os.environ.get("LITBERT_TRACEBACK"):
+        return None
+    finish_tracking(2)
+    print(f"litbert: error{_origin(own)}; LITBERT_TRACEBACK=1 shows the traceback:\n{own}", file=sys.stderr,
+          flush=True)
+    return 2
+
+
+def own_error(error: BaseException) -> BaseException:
+    """The error a constructor raised, under the wrapping that jsonargparse adds while instantiating classes
+    ("Does not validate against any of the Union subtypes" and an argument dump)."""
+    seen = []
+    current: BaseException | None = error
+    while current is not None and current not in seen:
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    for candidate in seen:
+        frames = traceback.extract_tb(candidate.__traceback__)
+        if frames and "jsonargparse" not in frames[-1].filename:
+            return candidate
+    return error
+
+
+def _origin(error: BaseException) -> str:
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames:
+        return ""
+    frame = frames[-1]
+    try:
+        where = os.path.relpath(frame.filename)
+    except ValueError:
+        where = frame.filename
+    return f" in {where}:{frame.lineno} ({frame.name})"
+
+
+def condense_parse_error(message: str) -> str:
+    """jsonargparse's report of a bad command-line or config value, nested once per level of the configuration and
+    ending in an argument dump, cut to the setting, the value given and what was expected."""
+    lines = [line.strip() for line in str(message).splitlines() if line.strip()]
+    path = [match.group(1) for line in lines if (match := re.match(r'(?:error: )?Parser key "([^"]+)":', line))]
+    given = next((line.removeprefix("Given value:").strip() for line in lines if line.startswith("Given value:")),
+                 None)
+    problems = []
+    for line in lines:
+        if line.startswith(_PARSE_NOISE) or line.startswith("Given value:") or re.match(r"(error: )?Parser key", line):
+            continue
+        line = re.sub(r"<class '([\w.]+)'>", r"\1", line.removeprefix("- "))
+        if line not in problems:
+            problems.append(line)
+    if not path:
+        return str(message).strip()
+    setting = ".".join(path)
+    value = f"={given}" if given is not None and not given.startswith("NestedArg") else ""
+    return (f"{setting}{value}: {'; '.join(problems) or 'not a valid value'}. `python train.py --config <config> "
+            f"--print_config` shows every setting and its current value; `--help` lists them.")
+
+
+def resume_hint(error: RunInterrupted, args: Sequence[str] | None) -> str:
+    """The command that resumes an interrupted run: its own command line with `--ckpt_path` the saved state."""
+    if not error.checkpoint:
+        return ""
+    kept, skip = [], False
+    for arg in sys.argv[1:] if args is None else args:
+        if skip:
+            skip = False
+        elif arg == "--ckpt_path":
+            skip = True
+        elif not arg.startswith("--ckpt_path="):
+            kept.append(arg)
+    return f"\nlitbert: resume with: python train.py {' '.join(kept)} --ckpt_path {error.checkpoint}"

@@ -1,0 +1,79 @@
+"""The run folder (`trainer.default_root_dir`): what a run writes there, and the rules that keep two runs apart.
+
+A second run into a used folder stops, or with `--overwrite true` replaces the first, instead of silently mixing
+its checkpoints, metrics and export with the earlier run's; resuming (`--ckpt_path`) continues the run in place. A
+run never removes or writes over its own input (a checkpoint or tokenizer inside the folder it would replace).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from tasks.run.checkpoint_io import LAST
+
+# What a run writes into its folder; any of them there means the folder holds a run.
+RUN_FILES = ("config.yaml", "metrics.json", "checkpoints", "submission")
+
+
+class RunFolderError(ValueError):
+    """The run folder already holds another run."""
+
+
+def run_root(config: Any) -> Path:
+    return Path(config.trainer.default_root_dir or ".")
+
+
+def export_path(config: Any) -> Path:
+    return Path(config.export_dir) if config.export_dir else run_root(config) / "model"
+
+
+def _remove(paths: list[Path]) -> None:
+    for path in paths:  # every rank of a job may get here: what another removed is gone
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
+def check_run_folder(config: Any, resume_path: str | None) -> None:
+    """Refuse a run into a folder that holds another, or clear it for `--overwrite`; nothing when resuming."""
+    if resume_path is not None:
+        return
+    root = run_root(config)
+    used = [root / name for name in RUN_FILES if (root / name).exists()]
+    export = export_path(config)
+    if config.export and export.exists() and any(export.iterdir()):
+        used.append(export)
+    if not used:
+        return
+    if config.ckpt_path == "last" and all(
+            path.name == "config.yaml" or path.name == "checkpoints" and not any(path.rglob("*.ckpt"))
+            for path in used):
+        # A relaunch (a requeued job) of a run that stopped before its first checkpoint: nothing to resume and
+        # nothing of value to keep, so it starts afresh instead of being refused for its own config.yaml.
+        _remove(used)
+        print(f"litbert: --ckpt_path last: the earlier attempt in {root} stopped before its first checkpoint; "
+              f"starting afresh", flush=True)
+        return
+    inputs = [(f"{part}.{name}", Path(value).resolve()) for part in ("model", "data")
+              for name, value in (config[part].init_args or {}).items()
+              if isinstance(value, str | Path) and value and Path(value).exists()]
+    for path in used:
+        for setting, given in inputs:
+            if given == path.resolve() or path.resolve() in given.parents:
+                raise RunFolderError(
+                    f"{setting}={given} lies in {path}, which this run would "
+                    f"{'remove (--overwrite)' if config.overwrite else 'write over'}: the run would destroy its "
+                    f"own input. Copy it elsewhere first, or choose another --trainer.default_root_dir"
+                    f"{' / --export_dir' if path == export else ''}.")
+    if not config.overwrite:
+        listing = ", ".join(str(path) for path in used)
+        raise RunFolderError(
+            f"trainer.default_root_dir={root} already holds a run ({listing}). Resume it with --ckpt_path "
+            f"{root / 'checkpoints' / LAST}, choose another --trainer.default_root_dir, or pass --overwrite true "
+            f"to replace it.")
+    _remove(used)
+    print(f"litbert: --overwrite: removed the earlier run's {', '.join(p.name for p in used)} from {root}",
+          flush=True)

@@ -1,0 +1,50 @@
+"""What a finished run leaves and says: `metrics.json` (every final metric) and the closing lines that name where
+each of its results is."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import lightning as L
+
+from encoders.checkpoints import LITBERT_CONFIG
+from tasks.run.checkpoints import LastCheckpoint
+from tasks.run.tracking import WandbLogger
+
+
+def write_metrics(path: Path, metrics: dict[str, float]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(finite_or_none(metrics), indent=2, allow_nan=False) + "\n")
+
+
+def finite_or_none(metrics: dict[str, float]) -> dict[str, float | None]:
+    """JSON has no NaN: an undefined metric (a correlation of constant predictions) is written as null."""
+    out: dict[str, float | None] = {}
+    for key, value in metrics.items():
+        out[key] = value if math.isfinite(value) else None
+        if out[key] is None:
+            print(f"litbert: {key} is {value} (undefined); metrics.json holds null for it", flush=True)
+    return out
+
+
+def print_summary(trainer: L.Trainer, config_path: Path, best: str, export_dir: Path | None,
+                  predictions: list[Path], metrics_path: Path) -> None:
+    """Rank 0's closing lines: the resolved config, the checkpoints, the export, the predictions, the W&B run and
+    metrics.json. Ends the W&B run."""
+    last = next((c.last_path for c in trainer.callbacks if isinstance(c, LastCheckpoint)), None)
+    print(f"litbert: resolved config  {config_path}")
+    print(f"litbert: best checkpoint  {best or '(none saved: no validation during fit; final weights used)'}")
+    print(f"litbert: last checkpoint  {last or '(none saved)'}")
+    if export_dir is not None:
+        kind = "litbert format: this configuration has no transformers equivalent" \
+            if (export_dir / LITBERT_CONFIG).exists() else "transformers format"
+        print(f"litbert: exported model   {export_dir} ({kind})")
+    for path in predictions:
+        print(f"litbert: test predictions {path}")
+    for logger in trainer.loggers:
+        if isinstance(logger, WandbLogger):
+            print(f"litbert: W&B run          {logger.describe()}")
+            logger.finish()
+    print(f"litbert: metrics          {metrics_path}")
