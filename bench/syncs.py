@@ -1,0 +1,168 @@
+"""Host synchronisations per training step, counted through `train.py`.
+
+A host synchronisation is an operation whose result the host must read back from the device before it can go on:
+`.item()`, `bool()`, `int()` or `.tolist()` of a tensor, `nonzero`, boolean-mask indexing, `unique`, `equal`. On a
+GPU each one stalls the host until the device has drained its queue, and a step that has any cannot be captured in
+a CUDA graph.
+
+`HostSyncs` is a callback. It counts the operations of each training step, from the start of one batch to the start
+of the next, and writes one record a step to a JSON file when training ends:
+
+- on CUDA through `torch.cuda.set_sync_debug_mode("warn")`, which warns at every synchronising CUDA call;
+- elsewhere through a `TorchDispatchMode` that counts the operations above (`SYNCING`) on the tensors it sees,
+  leaving out those run inside a DataLoader's collate function, which are host work on host tensors.
+
+Each record has the step, whether Lightning logged at it (every `log_every_n_steps`), the count, and where each sync
+came from (the innermost litbert, Lightning or torchmetrics frame).
+
+    python train.py --config configs/glue/stsb.yaml --model.pretrained <MiniLM-L6> --trainer.max_steps 40 \\
+        --trainer.callbacks+=bench.syncs.HostSyncs --trainer.callbacks.output syncs.json
+    python -m bench.syncs syncs.json   # the summary: median and max per steady step, and the places
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import traceback
+import warnings
+from collections import Counter
+from pathlib import Path
+
+import lightning as L
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+aten = torch.ops.aten
+# The ATen operations that read a device tensor's value back to the host.
+SYNCING = {
+    aten._local_scalar_dense.default,  # .item(), bool(), int(), float(), .tolist()
+    aten.is_nonzero.default,
+    aten.nonzero.default,
+    aten.masked_select.default,
+    aten.equal.default,
+    aten._unique2.default,
+    aten.unique_dim.default,
+    aten.unique_consecutive.default,
+    aten.repeat_interleave.Tensor,  # without output_size its size is data-dependent
+}
+_OWN = ("/encoders/", "/data/", "/tasks/", "/train.py", "/lightning/", "/torchmetrics/")
+
+
+def _place() -> str:
+    """The innermost frame of litbert, Lightning or torchmetrics on the stack: where a sync came from."""
+    for frame in reversed(traceback.extract_stack()[:-2]):
+        if any(part in frame.filename for part in _OWN) and "/bench/syncs.py" not in frame.filename:
+            short = frame.filename.split("/site-packages/")[-1]
+            return f"{short}:{frame.lineno} {frame.name}"
+    return "elsewhere"
+
+
+def _in_collate() -> bool:
+    return any(frame.name.startswith("collate") or "torch/utils/data" in frame.filename
+               for frame in traceback.extract_stack())
+
+
+def _boolean_index(func, args) -> bool:
+    return func is aten.index.Tensor and any(
+        isinstance(index, torch.Tensor) and index.dtype == torch.bool for index in (args[1] or []))
+
+
+class _DispatchCounter(TorchDispatchMode):
+    def __init__(self, places: Counter) -> None:
+        super().__init__()
+        self.places = places
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if (func in SYNCING or _boolean_index(func, args)) and not _in_collate():
+            self.places[f"{func.__name__}: {_place()}"] += 1
+        return func(*args, **(kwargs or {}))
+
+
+class _CudaCounter:
+    """`set_sync_debug_mode("warn")` with a warnings hook that counts its warnings instead of printing them."""
+
+    def __init__(self, places: Counter) -> None:
+        self.places = places
+
+    def __enter__(self) -> _CudaCounter:
+        self._catch = warnings.catch_warnings()
+        self._catch.__enter__()
+        warnings.simplefilter("always")
+        self._show = warnings.showwarning
+
+        def show(message, category, filename, lineno, file=None, line=None):
+            if "synchronizing" in str(message):
+                self.places[f"cuda sync: {_place()}"] += 1
+            else:
+                self._show(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show
+        torch.cuda.set_sync_debug_mode("warn")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        torch.cuda.set_sync_debug_mode("default")
+        warnings.showwarning = self._show
+        self._catch.__exit__(*exc)
+
+
+class HostSyncs(L.Callback):
+    """Count the host synchronisations of every training step; write them to `output` when training ends."""
+
+    def __init__(self, output: str = "syncs.json") -> None:
+        self.output = Path(output)
+        self.steps: list[dict] = []
+        self._places: Counter | None = None
+        self._counter = None
+
+    def _close(self) -> None:
+        if self._counter is not None:
+            self._counter.__exit__(None, None, None)
+            self.steps[-1]["syncs"] = sum(self._places.values())
+            self.steps[-1]["places"] = dict(self._places)
+            self._counter = None
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self._close()
+        loop = trainer.fit_loop.epoch_loop
+        logs = (loop._batches_that_stepped + 1) % trainer.log_every_n_steps == 0
+        self.steps.append({"step": trainer.global_step, "logs": logs})
+        self._places = Counter()
+        cuda = pl_module.device.type == "cuda"
+        self._counter = (_CudaCounter if cuda else _DispatchCounter)(self._places)
+        self._counter.__enter__()
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self._close()
+        if trainer.is_global_zero:
+            self.output.parent.mkdir(parents=True, exist_ok=True)
+            self.output.write_text(json.dumps(self.steps, indent=1) + "\n")
+
+    def on_exception(self, trainer, pl_module, exception) -> None:
+        self._close()
+
+
+def summary(steps: list[dict], first: int = 10, last: int = 30) -> dict:
+    """Median and max syncs over the steady steps `first`..`last` that do not log, and where they came from."""
+    complete = [s for s in steps if "syncs" in s]
+    steady = [s for s in complete if first <= s["step"] <= last and not s["logs"]] or complete
+    places: Counter = Counter()
+    for step in steady:
+        places.update(step["places"])
+    return {"steps": [s["step"] for s in steady][:1] + [s["step"] for s in steady][-1:],
+            "median": statistics.median(s["syncs"] for s in steady) if steady else None,
+            "max": max((s["syncs"] for s in steady), default=None),
+            "per_step": {place: count / len(steady) for place, count in places.most_common()} if steady else {}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Summarise a HostSyncs file: syncs per steady training step.")
+    parser.add_argument("file", type=Path)
+    args = parser.parse_args()
+    print(json.dumps(summary(json.loads(args.file.read_text())), indent=1))
+
+
+if __name__ == "__main__":
+    main()
