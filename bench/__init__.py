@@ -1,0 +1,1 @@
+"""Benchmarks behind BENCHMARKS.md, each run from the repository root as a module: `python -m bench.glue`."""

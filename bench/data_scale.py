@@ -11,9 +11,9 @@ memory-mapped cache files the process has touched; the kernel drops those under 
 throughput is documents per second of the first build, for `num_proc` 1 and 2, with the tokenizer's own threads
 on (its default) and off (`TOKENIZERS_PARALLELISM=false`), one run at a time, alternating.
 
-    LITBERT_DATA=../shared/data python bench/data_scale.py --write BENCHMARKS.md
+    LITBERT_DATA=../shared/data python -m bench.data_scale --write BENCHMARKS.md
 
-`--repo` points the children at another checkout (e.g. a worktree of an older commit) to compare.
+The measurements go to `bench/results/data-scale.json`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import MINILM, REPO, setup_run, write_section
+import torch
+
+from bench.common import MINILM, REPO, device_name, results_path, setup_run, write_section
 
 SECTION = "data-scale"
 COPIES = 10
@@ -86,13 +88,13 @@ def measure(command: list[str], env: dict[str, str] | None = None) -> tuple[dict
     return (json.loads(lines[-1]) if lines else {}), anon, hwm
 
 
-def data_command(repo: Path, files: list[Path], cache: Path, num_proc: int) -> list[str]:
-    return [sys.executable, str(Path(__file__).resolve()), "--child", "--repo", str(repo), "--cache", str(cache),
-            "--num-proc", str(num_proc), "--files", *map(str, files)]
+def data_command(files: list[Path], cache: Path, num_proc: int) -> list[str]:
+    return [sys.executable, "-m", "bench.data_scale", "--child", "--cache", str(cache), "--num-proc", str(num_proc),
+            "--files", *map(str, files)]
 
 
-def train_command(repo: Path, files: list[Path], cache: Path, root: Path) -> list[str]:
-    return [sys.executable, str(repo / "train.py"), "--config", str(repo / "configs" / "quickstart.yaml"),
+def train_command(files: list[Path], cache: Path, root: Path) -> list[str]:
+    return [sys.executable, str(REPO / "train.py"), "--config", str(REPO / "configs" / "quickstart.yaml"),
             "--data.dataset", "null", "--data.train_split", "train", "--data.train_files",
             json.dumps([str(f) for f in files]), "--data.train_tokenizer", "null", "--data.tokenizer", MINILM,
             "--data.cache_dir", str(cache), "--trainer.max_steps", "20", "--trainer.val_check_interval", "null",
@@ -102,7 +104,6 @@ def train_command(repo: Path, files: list[Path], cache: Path, root: Path) -> lis
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repo", type=Path, default=REPO, help="the checkout the measured processes run")
     parser.add_argument("--write", type=Path, help="BENCHMARKS.md: replace the section between its markers")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--files", type=Path, nargs="+", help=argparse.SUPPRESS)
@@ -110,7 +111,6 @@ def main() -> None:
     parser.add_argument("--num-proc", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        sys.path.insert(0, str(args.repo))
         setup_run()
         print(json.dumps(child_data(args)))
         return
@@ -121,17 +121,17 @@ def main() -> None:
         rows, rates = [], {}
         for size, corpus in (("1x", files[:1]), (f"{COPIES}x", files)):
             cache = folder / f"cache-{size}"
-            built, anon, hwm = measure(data_command(args.repo, corpus, cache, 1))
+            built, anon, hwm = measure(data_command(corpus, cache, 1))
             rows.append((size, "datamodule: build from an empty cache, 20 batches", built, anon, hwm))
             print(rows[-1], flush=True)
-            _, anon, hwm = measure(train_command(args.repo, corpus, cache, folder / f"run-{size}"))
+            _, anon, hwm = measure(train_command(corpus, cache, folder / f"run-{size}"))
             rows.append((size, "train.py: 20 training steps on the cached data", built, anon, hwm))
             print(rows[-1], flush=True)
         for repeat in range(2):  # tokenization throughput, the settings alternating, each from an empty cache
             for threads in ("true", "false"):
                 for num_proc in (1, 2):
                     cache = folder / f"rate-{num_proc}-{threads}-{repeat}"
-                    built, _, _ = measure(data_command(args.repo, files[:1], cache, num_proc),
+                    built, _, _ = measure(data_command(files[:1], cache, num_proc),
                                           {"TOKENIZERS_PARALLELISM": threads})
                     rates.setdefault((num_proc, threads), []).append(built["documents"] / built["seconds"])
                     print(f"num_proc {num_proc}, TOKENIZERS_PARALLELISM={threads}: "
@@ -146,8 +146,14 @@ def main() -> None:
               for (n, threads), values in sorted(rates.items(), key=lambda item: (item[0][1], item[0][0]))]
     text = "\n".join(table)
     print(text)
+    results_path(SECTION).write_text(json.dumps(
+        {"device": device_name(torch.device("cpu")),
+         "processes": [{"corpus": size, "process": what, **built, "peak_anonymous_mib": anon, "peak_rss_mib": hwm}
+                       for size, what, built, anon, hwm in rows],
+         "documents_per_second": [{"num_proc": n, "tokenizers_parallelism": threads, "per_repeat": values}
+                                  for (n, threads), values in rates.items()]}, indent=1) + "\n")
     if args.write:
-        write_section(args.write, SECTION, text + "\n\n    LITBERT_DATA=../shared/data python bench/data_scale.py "
+        write_section(args.write, SECTION, text + "\n\n    LITBERT_DATA=../shared/data python -m bench.data_scale "
                       "--write BENCHMARKS.md")
 
 

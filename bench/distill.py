@@ -15,20 +15,19 @@ is sized to it), so the budget fits this machine. Dev accuracy is train.py's fin
 checkpoint (`metrics.json`). Speed is inference as a user meets it: the two exported classifiers encode the 872 dev
 sentences in the datamodule's evaluation batches, same precision (fp32), eval mode, alternating, medians.
 
-    LITBERT_DATA=../shared/data python bench/distill.py --seeds 0 1 2 --json bench/results-distill-sst2.json \
-        --write BENCHMARKS.md README.md
-    python bench/distill.py --from-json bench/results-distill-sst2.json --write BENCHMARKS.md README.md
+    LITBERT_DATA=../shared/data python -m bench.distill --seeds 0 1 2 --write BENCHMARKS.md README.md
+    python -m bench.distill --from-json bench/results/distill-sst2.json --write BENCHMARKS.md README.md
 
 `--task mrpc` runs the same on a pair task at configs/glue/mrpc.yaml's budget (every training batch, 5 epochs),
 with the distilled student from configs/distill/mrpc.yaml, and reports accuracy and F1:
 
-    LITBERT_DATA=../shared/data python bench/distill.py --task mrpc --seeds 0 1 2 --students kd no-teacher \
-        --student-args '--model.optimization.learning_rate 5e-5' --json bench/results-distill-mrpc.json \
-        --write BENCHMARKS.md README.md
+    LITBERT_DATA=../shared/data python -m bench.distill --task mrpc --seeds 0 1 2 --students kd no-teacher \
+        --student-args '--model.optimization.learning_rate 5e-5' --write BENCHMARKS.md README.md
 
-`--write` replaces the text between the `distill-<section>` markers of each file (`--section`, the task by default)
-with the table and the command. `--teacher-dir` reuses an earlier run's teacher; `--student-args` adds train.py
-overrides to every student run (a variant of the recipe, written into its own section).
+Results go to `bench/results/distill-<section>.json` (`--json` elsewhere). `--write` replaces the text between the
+`distill-<section>` markers of each file (`--section`, the task by default) with the table and the command.
+`--teacher-dir` reuses an earlier run's teacher; `--student-args` adds train.py overrides to every student run (a
+variant of the recipe, written into its own section).
 
 `--general` measures DistilBERT's general distillation instead, sized for this machine: the README job's model
 (`configs/quickstart.yaml`, 4 layers; `--mlm-teacher`, trained first when missing) distils into a 2-layer student
@@ -37,8 +36,7 @@ run here, W&B in a user's run); then the teacher, the distilled student and the 
 distillation (`--model.pretrained_layers every_other` of the teacher) are each fine-tuned with
 `configs/quickstart-sst2.yaml` on SST-2 (1 epoch) and STS-B (3 epochs), random batches, seed by seed:
 
-    LITBERT_DATA=../shared/data python bench/distill.py --general --seeds 0 --json bench/results-distill-general.json \
-        --write BENCHMARKS.md README.md
+    LITBERT_DATA=../shared/data python -m bench.distill --general --seeds 0 --write BENCHMARKS.md README.md
 """
 
 from __future__ import annotations
@@ -56,7 +54,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from common import (
+
+from bench.common import (
     MINILM,
     REPO,
     alternate,
@@ -64,11 +63,11 @@ from common import (
     logged,
     mean_sd,
     print_table,
+    results_path,
     setup_run,
     train_py,
     write_section,
 )
-
 from data import GLUEDataModule
 from encoders import Encoder, SequenceClassificationHead
 from encoders.checkpoints import load_checkpoint
@@ -271,7 +270,7 @@ def section(results: dict) -> tuple[str, str]:
     seeds = " ".join(map(str, options["seeds"]))
     if options.get("general"):
         return "distill-general", (
-            f"`LITBERT_DATA=../shared/data python bench/distill.py --general --seeds {seeds}` on {results['device']} "
+            f"`LITBERT_DATA=../shared/data python -m bench.distill --general --seeds {seeds}` on {results['device']} "
             f"(fine-tuning seeds {seeds}; distillation {results['distillation']['seconds'] / 60:.1f} min):\n\n"
             f"{general_table(results).rstrip()}")
     extra = f" --student-args {shlex.quote(shlex.join(options['student_args']))}" \
@@ -283,11 +282,12 @@ def section(results: dict) -> tuple[str, str]:
         flags += f" --students {' '.join(results['students'])}"
     flags += "" if batches is None else f" --train-batches {batches}"
     flags += "" if epochs is None else f" --epochs {epochs}"
+    flags += "" if options.get("section", task) == task else f" --section {options['section']}"
     epochs_text = f"{epochs} epochs" if epochs is not None else f"the epochs of configs/glue/{task}.yaml"
     budget = f"{batches} random batches of 32 per epoch" if batches is not None else \
         f"every training batch, {epochs_text}"
     return f"distill-{options.get('section', task)}", (
-        f"`LITBERT_DATA=../shared/data python bench/distill.py{flags}{extra}` on "
+        f"`LITBERT_DATA=../shared/data python -m bench.distill{flags}{extra}` on "
         f"{results['device']} (student seeds {seeds}; one teacher, seed {options['seeds'][0]}; {budget}):\n\n"
         f"{table(results).rstrip()}")
 
@@ -310,7 +310,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--root", type=Path, default=None, help="where the runs go (default: a temporary folder)")
     parser.add_argument("--reuse", action="store_true",
                         help="keep the students an earlier run of the same command finished in --root")
-    parser.add_argument("--json", type=Path, default=None, help="write every run's results here")
+    parser.add_argument("--json", type=Path, default=None,
+                        help="write every run's results here (default: bench/results/distill-<section>.json)")
     parser.add_argument("--from-json", type=Path, default=None, help="rewrite the table from recorded results")
     parser.add_argument("--write", type=Path, nargs="*", default=[], help="files whose section to update")
     parser.add_argument("--section", default=None,
@@ -323,6 +324,8 @@ def main(argv: list[str] | None = None) -> dict:
     batches, epochs = TASKS[options.task][1]
     options.train_batches = batches if options.train_batches is None else options.train_batches
     options.epochs = epochs if options.epochs is None else options.epochs
+    if options.json is None:
+        options.json = results_path(f"distill-{'general' if options.general else options.section or options.task}")
 
     if options.from_json is not None:
         results = json.loads(options.from_json.read_text())
@@ -332,8 +335,7 @@ def main(argv: list[str] | None = None) -> dict:
             root = options.root or Path(scratch)
             results = {"device": device_name(torch.device("cpu")),
                        "options": {"seeds": options.seeds, "general": True}, **run_general(options, root)}
-        if options.json is not None:
-            options.json.write_text(json.dumps(results, indent=1) + "\n")
+        options.json.write_text(json.dumps(results, indent=1) + "\n")
     else:
         setup_run()
         with tempfile.TemporaryDirectory() as scratch:
@@ -366,8 +368,7 @@ def main(argv: list[str] | None = None) -> dict:
             student = root / f"{options.students[0]}-{options.seeds[0]}" / "model"
             results["inference_seconds"] = inference_seconds(options.task, {"teacher": teacher, "student": student},
                                                              options.repeats)
-        if options.json is not None:
-            options.json.write_text(json.dumps(results, indent=1) + "\n")
+        options.json.write_text(json.dumps(results, indent=1) + "\n")
     if results["options"].get("general"):
         print(general_table(results))
         figure(results, options.figure)

@@ -27,14 +27,15 @@ load from other processes falls on all alike. Each run trains in a fresh Python 
 `--max-train-examples` trains on a fixed random subset of a task's training set (the same for every run and seed)
 where a full set is too long for the machine.
 
-    LITBERT_DATA=../shared/data python bench/glue.py --tasks cola sst2 mrpc stsb rte wnli --seeds 0 1 2 \
-        --max-train-examples 4000 --write BENCHMARKS.md
-    LITBERT_DATA=../shared/data python bench/glue.py --tasks stsb --seeds 0 --runs litbert transformers \
-        transformers-padded transformers-grouped
+    LITBERT_DATA=../shared/data python -m bench.glue --tasks wnli rte mrpc stsb cola sst2 --seeds 0 1 2 \
+        --runs litbert transformers
+    python -m bench.glue --from-json bench/results/glue-cpu-avx2.json --write BENCHMARKS.md
 
-`--write` replaces the part of BENCHMARKS.md between the `glue-<section>` markers with the table and the command.
+Runs go to `bench/results/glue-<machine>.json` (`cpu-avx2`, `cpu-avx512-bf16`, `cpu-amx`, `h100`; `--json`
+elsewhere), and a sweep resumes from what that file holds. `--write` replaces the part of BENCHMARKS.md between the
+`glue-<machine>` markers (`--section`) with the table.
 
-MFU is each run's useful work per second against the machine's measured matmul peak (`tasks.throughput`, measured
+MFU is each run's useful work per second against the machine's measured matmul peak (`bench.common`, measured
 once per task before its runs, on the threads the runs use): the model FLOPs of the training set's real tokens, the
 same count for both libraries: the encoder's forward and backward over every layer and every real token
 (`Encoder.flops`, times the epochs), as transformers' model computes them. Padding is not counted; the last layer's
@@ -49,7 +50,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import importlib.util
 import io
 import json
 import os
@@ -65,25 +65,23 @@ import lightning as L
 import numpy as np
 import torch
 import transformers
-from common import MINILM, device_name, print_table, setup_run
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import f1_score, matthews_corrcoef
 from transformers import AutoModelForSequenceClassification, DataCollatorWithPadding, Trainer, TrainingArguments
 
-from tasks import allocator
-from tasks.throughput import matmul_dtype, measure_matmul_peak
-
-
-def _load_train_py():
-    """train.py, the entry script at the repository root (not a package module)."""
-    spec = importlib.util.spec_from_file_location("train", Path(__file__).resolve().parents[1] / "train.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["train"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-train = _load_train_py()
+import train
+from bench.common import (
+    MINILM,
+    REPO,
+    device_name,
+    machine_slug,
+    malloc,
+    matmul_dtype,
+    measure_matmul_peak,
+    print_table,
+    results_path,
+    setup_run,
+)
 
 RUNS = ("litbert", "transformers", "transformers-padded", "transformers-grouped", "transformers-fp32")
 TASKS = ("cola", "sst2", "mrpc", "stsb", "rte", "wnli")
@@ -188,8 +186,7 @@ def litbert_commit() -> str | None:
     """The checkout's commit, marked "-dirty" with uncommitted changes (None outside a git checkout): runs of one
     json may span commits, and a run's time belongs to the code that ran it."""
     def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=Path(__file__).resolve().parents[1], capture_output=True,
-                              text=True, check=True).stdout.strip()
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
     try:
         dirty = git("status", "--porcelain", "--untracked-files=no")
         return git("rev-parse", "--short=12", "HEAD") + ("-dirty" if dirty else "")
@@ -252,11 +249,11 @@ def run_in_fresh_process(task: str, run: str, seed: int,
     process: the commit is the checkout's when that process started and imported it (see `litbert_commit`). Runs
     that follow others in one process inherit their allocator's state: litbert's CoLA runs inside a sweep took
     131-140 s where the same run alone took 121 s. A fresh process per run times each library as a user's
-    `train.py` or script meets it, on the memory allocator each would start with (`run_environment`)."""
+    `train.py` or script meets it. Every run starts on this process's environment, so a preloaded allocator
+    (`LD_PRELOAD`) applies to both libraries alike; each run records the one it ran on."""
     with tempfile.TemporaryDirectory() as folder:
         result = Path(folder) / "result.json"
-        command = [sys.executable, str(Path(__file__).resolve()), "--tasks", task, "--one-run", run, str(seed),
-                   str(result)]
+        command = [sys.executable, "-m", "bench.glue", "--tasks", task, "--one-run", run, str(seed), str(result)]
         if args.max_train_examples is not None:
             command += ["--max-train-examples", str(args.max_train_examples)]
         if args.epochs:
@@ -264,25 +261,13 @@ def run_in_fresh_process(task: str, run: str, seed: int,
         if args.threads:
             command += ["--threads", str(args.threads)]
         command += ["--litbert-args", *args.litbert_args] if args.litbert_args else []
-        done = subprocess.run(command, env=run_environment(run), check=False)
+        done = subprocess.run(command, cwd=REPO, check=False)
         if done.returncode != 0:
             raise SystemExit(f"{task} seed {seed} {run}: its process ({' '.join(command)}) exited with "
                              f"{done.returncode}; the runs before it are kept" + (f" in {args.json}" if args.json
                                                                                     else ""))
         outcome = json.loads(result.read_text())
     return outcome["seconds"], outcome["metrics"], outcome["pid"], outcome["commit"], outcome["allocator"]
-
-
-def run_environment(run: str) -> dict[str, str]:
-    """The environment of `run`'s process: litbert's on the memory allocator train.py would preload
-    (`tasks.allocator`, from LITBERT_ALLOCATOR), the `Trainer`'s on this one's as it is (its default: the C
-    library's malloc, unless the user preloaded another for the whole sweep). Each run records the one it ran on."""
-    if run != "litbert":
-        return dict(os.environ)
-    library, note = allocator.plan(os.environ, allocator.running())
-    if note:
-        print(note, flush=True)
-    return allocator.preloading(os.environ, library)
 
 
 def one_run(args: argparse.Namespace, extra: list[str]) -> None:
@@ -299,7 +284,7 @@ def one_run(args: argparse.Namespace, extra: list[str]) -> None:
     else:
         seconds, metrics = transformers_run(task, settings, hf_train, hf_dev, tokenizer, seed, run)
     result.write_text(json.dumps({"seconds": seconds, "metrics": metrics, "pid": os.getpid(), "commit": commit,
-                                  "allocator": allocator.running()}))
+                                  "allocator": malloc()}))
 
 
 def run_precision(run: str, settings: dict) -> str:
@@ -334,20 +319,21 @@ def main() -> None:
     parser.add_argument("--litbert-args", nargs=argparse.REMAINDER, default=[],
                         help="more train.py overrides for the litbert runs (last on the command line)")
     parser.add_argument("--json", type=Path, default=None,
-                        help="also write every run's numbers here, after each run; the runs a file already holds "
-                             "(same task, run, seed, subset and epochs) are kept and not run again, so a sweep too "
-                             "long for one sitting resumes; a file holding another machine's or precision's runs "
-                             "is refused")
+                        help="write every run's numbers here, after each run (default: bench/results/"
+                             "glue-<machine>.json); the runs a file already holds (same task, run, seed, subset and "
+                             "epochs) are kept and not run again, so a sweep too long for one sitting resumes; a file "
+                             "holding another machine's or precision's runs is refused")
     parser.add_argument("--write", type=Path, default=None, help="replace the GLUE table in this Markdown file")
-    parser.add_argument("--section", default="accuracy",
-                        help="which table of the file --write replaces (between its glue-<section> markers)")
+    parser.add_argument("--section", default=None,
+                        help="which table of the file --write replaces, between its glue-<section> markers "
+                             "(default: the json's name after glue-, e.g. cpu-avx2)")
     parser.add_argument("--one-run", nargs=3, default=None, metavar=("RUN", "SEED", "RESULT"),
                         help=argparse.SUPPRESS)  # one run in this process (run_in_fresh_process' child)
     parser.add_argument("--from-json", type=Path, default=None,
                         help="train nothing: print (and --write) the table of the runs a --json file recorded")
     args = parser.parse_args()
     if args.from_json:
-        report(json.loads(args.from_json.read_text()), args.write, args.section)
+        report(json.loads(args.from_json.read_text()), args.write, args.section, args.from_json)
         return
     setup_run(args.threads)
     extra = list(args.litbert_args) + (["--trainer.max_epochs", str(args.epochs)] if args.epochs else [])
@@ -355,7 +341,8 @@ def main() -> None:
         one_run(args, extra)
         return
 
-    records = json.loads(args.json.read_text()) if args.json and args.json.exists() else []
+    args.json = args.json or results_path(f"glue-{machine_slug(run_device())}")
+    records = json.loads(args.json.read_text()) if args.json.exists() else []
     device, commit = device_name(run_device()), litbert_commit()
     print(f"device: {device}; litbert {commit}; torch {torch.__version__}, transformers {transformers.__version__}",
           flush=True)
@@ -390,30 +377,29 @@ def main() -> None:
                         record.setdefault("peak_flops", peaks[run_precision(run, settings)])
                     print(f"{task} seed {seed} {run}: in {args.json}, kept", flush=True)
                     continue
-                seconds, metrics, pid, run_commit, malloc = run_in_fresh_process(task, run, seed, args)
+                seconds, metrics, pid, run_commit, allocator = run_in_fresh_process(task, run, seed, args)
                 samples = len(train_set) * settings["epochs"]
                 own = run_precision(run, settings)
                 records.append({"task": task, "run": run, "seed": seed, "seconds": seconds,
                                 "samples_per_second": samples / seconds, "metrics": metrics,
                                 "examples": len(train_set), "epochs": settings["epochs"],
                                 "model_flops": model_flops, "peak_flops": peaks[own], "process": "fresh",
-                                "allocator": malloc, **machine,
+                                "allocator": allocator, **machine,
                                 **({"run_precision": own} if own != settings["precision"] else {}),
                                 **({"litbert_commit": run_commit} if run == "litbert" else {}),
                                 "versions": {"torch": torch.__version__, "transformers": transformers.__version__}})
                 shown = ", ".join(f"{k} {v:.4f}" for k, v in metrics.items())
                 print(f"{task} seed {seed} {run}: {seconds:.1f} s, {samples / seconds:.1f} samples/s, {shown} "
-                      f"(process {pid}, malloc {malloc})", flush=True)
-                if args.json:
-                    args.json.write_text(json.dumps(records, indent=1) + "\n")
-        if args.json:
-            args.json.write_text(json.dumps(records, indent=1) + "\n")
+                      f"(process {pid}, malloc {allocator})", flush=True)
+                args.json.write_text(json.dumps(records, indent=1) + "\n")
+        args.json.write_text(json.dumps(records, indent=1) + "\n")
     print()
-    report(records, args.write, args.section)
+    report(records, args.write, args.section, args.json)
 
 
-def report(records: list[dict], write: Path | None, section: str) -> None:
-    """Print the table of `records` (every run of every task, in the order they ran), and write it into `write`."""
+def report(records: list[dict], write: Path | None, section: str | None, source: Path) -> None:
+    """Print the table of `records` (every run of every task, in the order they ran), and write it into `write`
+    between the `glue-<section>` markers (by default the name of `source`, the json they came from)."""
     tasks = list(dict.fromkeys(r["task"] for r in records))
     runs = [run for run in RUNS if any(r["run"] == run for r in records)]
     rows = [row for task in tasks for row in task_rows(task, [r for r in records if r["task"] == task], runs)]
@@ -422,10 +408,10 @@ def report(records: list[dict], write: Path | None, section: str) -> None:
         machines = "; ".join(sorted({machine_of(r) for r in records}))
         mallocs = {run: sorted({r["allocator"] for r in records if r["run"] == run and "allocator" in r})
                    for run in runs}
-        if any(mallocs.values()):  # recorded since the runs' processes choose it (tasks/allocator.py)
+        if any(mallocs.values()):  # recorded since 2026-11-26
             machines += "; malloc: " + ", ".join(f"{run} {' / '.join(names) or 'not recorded'}"
                                                  for run, names in mallocs.items())
-        write_table(write, section, HEADERS, rows, " ".join(sys.argv[1:]), machines)
+        write_table(write, section or source.stem.removeprefix("glue-"), HEADERS, rows, source, machines)
 
 
 def task_rows(task: str, records: list[dict], runs: list[str]) -> list[list[str]]:
@@ -464,14 +450,14 @@ def percent(fraction: float) -> str:
     return f"{100 * fraction:.0f}%" if fraction >= 0.095 else f"{100 * fraction:#.2g}%"
 
 
-def write_table(path: Path, section: str, headers: list[str], rows: list[list[str]], command: str,
+def write_table(path: Path, section: str, headers: list[str], rows: list[list[str]], source: Path,
                 machines: str) -> None:
     begin, end = f"<!-- glue-{section}:begin -->", f"<!-- glue-{section}:end -->"
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
         print_table(headers, rows)
-    block = (f"{begin}\n`LITBERT_DATA=../shared/data python bench/glue.py {command}` on "
-             f"{machines}:\n\n{buffer.getvalue()}{end}")
+    shown = source.resolve().relative_to(REPO) if source.resolve().is_relative_to(REPO) else source
+    block = f"{begin}\n{machines} (`{shown}`):\n\n{buffer.getvalue()}{end}"
     text = path.read_text()
     if begin in text and end in text:
         text = text[: text.index(begin)] + block + text[text.index(end) + len(end):]

@@ -17,8 +17,11 @@ A speed-up target is out of reach for every implementation on this machine (its 
 alone is above the time the target allows: the `Trainer`'s time divided by the factor. The `Trainer`'s and
 litbert's times are the medians of the runs in the `--records` jsons (`bench/glue.py`) of this task, by run name.
 
-    LITBERT_DATA=../shared/data python bench/glue_ceiling.py --tasks wnli cola stsb \
-        --records bench/results-glue-avx2-seeds.json bench/results-glue-avx2.json
+    LITBERT_DATA=../shared/data python -m bench.glue_ceiling --tasks wnli cola stsb rte mrpc
+    python -m bench.glue_ceiling --from-json bench/results/glue-ceiling-cpu-avx2.json
+
+The timings go to `bench/results/glue-ceiling-<machine>.json` (`--json` elsewhere); the records are by default
+`bench/results/glue-<machine>.json`, this machine's (or, with `--from-json`, that file's machine's).
 """
 
 from __future__ import annotations
@@ -33,10 +36,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from common import device_name, print_table, setup_run
-from glue import TASKS, litbert_cli
 
-from tasks.throughput import measure_matmul_peak
+from bench.common import device_name, machine_slug, measure_matmul_peak, print_table, results_path, setup_run
+from bench.glue import TASKS, litbert_cli
 
 
 def linears(tokens: int, sequences: int, width: int, inner: int, layers: int) -> list[tuple[int, int, int]]:
@@ -125,10 +127,14 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--records", type=Path, nargs="*", default=[])
-    parser.add_argument("--json", type=Path, help="write the rows here")
+    parser.add_argument("--records", type=Path, nargs="*", default=None,
+                        help="bench.glue jsons whose litbert and Trainer times to compare (default: the machine's)")
+    parser.add_argument("--json", type=Path, help="write the rows here (default: bench/results/glue-ceiling-"
+                                                   "<machine>.json)")
     parser.add_argument("--from-json", type=Path, help="table the timings of an earlier run against --records")
     args = parser.parse_args()
+    machine = args.from_json.stem.removeprefix("glue-ceiling-") if args.from_json else machine_slug(torch.device("cpu"))
+    args.records = args.records if args.records is not None else [results_path(f"glue-{machine}")]
     if args.from_json:
         out = json.loads(args.from_json.read_text())
         for record in out:
@@ -164,8 +170,7 @@ def main() -> None:
                   "timing_seconds": time.perf_counter() - started, "device": device_name(torch.device("cpu"))}
         out.append(record)
         print(f"{task}: {len(timer.seconds)} shapes timed in {record['timing_seconds']:.0f} s", flush=True)
-    if args.json:
-        args.json.write_text(json.dumps(out, indent=1))
+    (args.json or results_path(f"glue-ceiling-{machine}")).write_text(json.dumps(out, indent=1) + "\n")
     table(out)
 
 

@@ -19,8 +19,9 @@ and writes its results as soon as it ends, so a run cut short still returns what
 - `mlm`: `bench.mlm`, bert-base masked-LM training steps against `BertForMaskedLM`, bf16-mixed and float32.
 
 Results: `$OUT/gpu.json` (every stage: status, seconds, results), `$OUT/gpu.md` (the same as tables for
-BENCHMARKS.md), `$OUT/gpu.log` (all output), `$OUT/glue.json` (`bench.glue`'s records). `--tiny` runs every stage
-at a toy size (32 training examples, bert-tiny MLM) so that the script is tested on a CPU in a few minutes.
+BENCHMARKS.md), `$OUT/gpu.log` (all output), `$OUT/glue.json` and `$OUT/mlm.json` (`bench.glue`'s and
+`bench.mlm`'s records). `--tiny` runs every stage at a toy size (32 training examples, bert-tiny MLM) so that the
+script is tested on a CPU in a few minutes.
 
 This module imports nothing beyond the standard library at the top: `run` must start before the wheels it
 installs are importable.
@@ -58,13 +59,14 @@ class Stage:
 
 
 def stages(out: Path, python: str, minilm: str, tiny: bool, cuda: bool) -> list[Stage]:
-    glue = ["bench/glue.py", "--seeds", "0", "--json", str(out / "glue.json")]
+    glue = ["-m", "bench.glue", "--seeds", "0", "--json", str(out / "glue.json")]
     # The Trainer's float32 default is its own run only where litbert's shipped precision is a mixed one.
     glue += ["--runs", "litbert", "transformers-fp32", "transformers"] if cuda else ["--runs", "litbert",
                                                                                      "transformers"]
     if tiny:
         glue += ["--max-train-examples", "32", "--epochs", "1"]
-    mlm = ["bench/mlm.py", "--sizes", "bert-tiny" if tiny else "bert-base", "--seq", "128",
+    mlm = ["-m", "bench.mlm", "--json", str(out / "mlm.json"), "--sizes", "bert-tiny" if tiny else "bert-base",
+           "--seq", "128",
            "--tokens", "512" if tiny else "32768", "--optimizer", "fused",
            "--repeats", "1" if tiny else "3", "--steps", "1" if tiny else "5", "--warmup", "1",
            "--precision", "bf16-mixed", "fp32", "--device", "cuda" if cuda else "cpu"]

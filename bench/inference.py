@@ -9,9 +9,10 @@ and padded to the longest of each batch; both sides encode the very same batches
 `torch.inference_mode()`, and their hidden states on real tokens must agree. Repeats (one pass over the texts
 each) alternate the two sides after a warm-up pass; medians are shown. Tokens/s and FLOPs count real tokens only.
 
-    LITBERT_DATA=../shared/data python bench/inference.py
+    LITBERT_DATA=../shared/data python -m bench.inference
 
-The last line is `ratio: <litbert / transformers tokens/s>` of the headline case (`--headline`).
+Each case's row goes into `bench/results/inference-<machine>.json` (`--json` elsewhere), replacing that case's
+earlier row. The last line is `ratio: <litbert / transformers tokens/s>` of the headline case (`--headline`).
 """
 
 from __future__ import annotations
@@ -24,20 +25,23 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from common import (
+from transformers import BertModel
+
+from bench.common import (
     MINILM,
     PRECISIONS,
     Timings,
     alternate,
     autocast,
+    machine_slug,
     peak_memory,
     print_table,
     report_machine,
+    results_path,
     setup_run,
     synchronize,
+    update_results,
 )
-from transformers import BertModel
-
 from data import load_tokenizer
 from encoders import Encoder, MaskedLMHead
 from tasks.distillation import student_from_teacher
@@ -117,6 +121,8 @@ def main() -> None:
     parser.add_argument("--headline", default="teacher,sst2-dev,bf16-mixed", help="model,corpus,precision")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--json", type=Path,
+                        help="update this json's rows (default: bench/results/inference-<machine>.json)")
     args = parser.parse_args()
     root = setup_run(args.threads)
     device = torch.device(args.device)
@@ -133,7 +139,7 @@ def main() -> None:
         print(f"{name}: {sum(len(b['input_ids']) for b in corpus)} texts in {len(corpus)} batches of "
               f"{args.batch_size}, {real:,} real tokens, {padded:,} with padding ({100 * real / padded:.0f}% real)")
 
-    rows, rates, ratios = [], {}, {}
+    rows, rates, ratios, records = [], {}, {}, {}
     for model_name, (ours, theirs) in pairs.items():
         encode = {"litbert": lambda b, ours=ours: ours(b["input_ids"], b["attention_mask"]),
                   "transformers": lambda b, theirs=theirs: theirs(**b).last_hidden_state}
@@ -148,6 +154,8 @@ def main() -> None:
                 rate = {side: sum(lengths) / timings.median(side) for side in encode}
                 rates[key] = rate
                 ratios[key] = rate["litbert"] / rate["transformers"]
+                records[key] = {"tokens_per_s": rate, "flops_per_token": flops / sum(lengths),
+                                "peak_flops": peaks[precision], "memory_mib": memory, "max_difference": difference}
                 peak_flops = peaks[precision]
                 rows.append([model_name, ours.config.num_layers, corpus_name, precision,
                              f"{rate['litbert']:,.0f}", f"{rate['transformers']:,.0f}", f"{ratios[key]:.2f}x",
@@ -171,6 +179,7 @@ def main() -> None:
     headline = args.headline if args.headline in ratios else next(reversed(ratios))
     print(f"headline: {headline}")
     print(f"ratio: {ratios[headline]:.2f}")
+    update_results(args.json or results_path(f"inference-{machine_slug(device)}"), records, device)
 
 
 if __name__ == "__main__":

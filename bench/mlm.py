@@ -14,10 +14,11 @@ table shows medians.
 FLOPs are model FLOPs, identical for both sides: the encoder (`Encoder.flops_per_token`, training) plus the MLM
 head on the masked tokens only, so MFU ranks the sides as tokens/s does.
 
-    LITBERT_DATA=../shared/data python bench/mlm.py --sizes bert-mini bert-base --seq 128 512 \\
+    LITBERT_DATA=../shared/data python -m bench.mlm --sizes bert-mini bert-base --seq 128 512 \\
         --precision fp32 bf16-mixed
 
-The last line is `ratio: <litbert / transformers tokens/s>` of the headline case (`--headline`).
+Each case's row goes into `bench/results/mlm-<machine>.json` (`--json` elsewhere), replacing that case's earlier
+row. The last line is `ratio: <litbert / transformers tokens/s>` of the headline case (`--headline`).
 """
 
 from __future__ import annotations
@@ -30,19 +31,22 @@ from pathlib import Path
 
 import pyarrow as pa
 import torch
-from common import (
+from transformers import BertForMaskedLM, DataCollatorForLanguageModeling
+
+from bench.common import (
     MINILM,
     PRECISIONS,
     alternate,
     autocast,
+    machine_slug,
     peak_memory,
     print_table,
     report_machine,
+    results_path,
     setup_run,
     synchronize,
+    update_results,
 )
-from transformers import BertForMaskedLM, DataCollatorForLanguageModeling
-
 from data import load_tokenizer, pack_blocks
 from tasks.base import EncoderSpec
 from tasks.mlm import MaskedLM
@@ -159,6 +163,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--json", type=Path, help="update this json's rows (default: bench/results/mlm-<machine>.json)")
     args = parser.parse_args()
     args.data_root = setup_run(args.threads)
     device = torch.device(args.device)
@@ -170,11 +175,13 @@ def main() -> None:
           f"memory: {'peak CUDA allocation' if device.type == 'cuda' else 'peak RSS growth'} over one step")
 
     cases = [Case(size, seq, precision) for size in args.sizes for seq in args.seq for precision in args.precision]
-    rows, ratios = [], {}
+    rows, ratios, records = [], {}, {}
     for case in cases:
         r = run_case(case, args, tokenizer, peaks, device)
         ours, theirs = r["litbert"], r["transformers"]
         ratios[case.key] = ours["tokens_per_s"] / theirs["tokens_per_s"]
+        records[case.key] = {"batch": r["batch"], "first_loss": r["first_loss"], "peak_flops": peaks[case.precision],
+                             "optimizer": args.optimizer, "litbert": ours, "transformers": theirs}
         rows.append([case.size, case.seq, case.precision, r["batch"],
                      f"{ours['tokens_per_s']:,.0f}", f"{theirs['tokens_per_s']:,.0f}", f"{ratios[case.key]:.2f}x",
                      f"{ours['flops_per_s'] / 1e12:.2f}", f"{100 * ours['mfu']:.1f}%",
@@ -191,6 +198,7 @@ def main() -> None:
     headline = args.headline if args.headline in ratios else cases[-1].key
     print(f"headline: {headline}")
     print(f"ratio: {ratios[headline]:.2f}")
+    update_results(args.json or results_path(f"mlm-{machine_slug(device)}"), records, device)
 
 
 if __name__ == "__main__":

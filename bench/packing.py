@@ -9,7 +9,7 @@ the run trains: whole blocks without the mask, documents kept apart with it), an
 logs (`train/tokens_per_sec`, median over the logged steps; start-up and validation excluded).
 
     LITBERT_DATA=../shared/data python train.py --config configs/quickstart.yaml     # the tokenizer, once
-    LITBERT_DATA=../shared/data python bench/packing.py --seeds 0 --write BENCHMARKS.md
+    LITBERT_DATA=../shared/data python -m bench.packing --seeds 0 --write BENCHMARKS.md
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ import tempfile
 from pathlib import Path
 
 import torch
-from common import REPO, device_name, logged, mean_sd, train_py, write_section
+
+from bench.common import REPO, device_name, logged, mean_sd, results_path, train_py, write_section
 
 SECTION = "packing"
 VARIANTS = {"plain packing": "false", "document_mask": "true"}
@@ -58,7 +59,7 @@ def table(results: dict) -> str:
         "|---|---|---|---|---|",
         *rows,
         "",
-        f"    LITBERT_DATA=../shared/data python bench/packing.py --seeds {' '.join(map(str, options['seeds']))}"
+        f"    LITBERT_DATA=../shared/data python -m bench.packing --seeds {' '.join(map(str, options['seeds']))}"
         f"{steps} --write BENCHMARKS.md",
     ])
 
@@ -69,7 +70,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--steps", type=int, help="pretraining steps (default: the config's)")
     parser.add_argument("--tokenizer", type=Path, default=REPO / "runs" / "quickstart" / "tokenizer",
                         help="the README job's trained tokenizer")
-    parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--json", type=Path, default=results_path("packing"), help="write the results here")
     parser.add_argument("--from-json", type=Path, help="rewrite the table from recorded results")
     parser.add_argument("--write", type=Path, help="BENCHMARKS.md: replace the section between its markers")
     options = parser.parse_args(argv)
@@ -89,8 +90,7 @@ def main(argv: list[str] | None = None) -> dict:
                     run = pretrain(VARIANTS[name], seed, options, Path(folder) / f"{seed}-{VARIANTS[name]}")
                     results["runs"][name].append({"seed": seed, **run})
                     print(f"seed {seed} {name}: {run}", flush=True)
-        if options.json is not None:
-            options.json.write_text(json.dumps(results, indent=1) + "\n")
+        options.json.write_text(json.dumps(results, indent=1) + "\n")
     text = table(results)
     print(text)
     if options.write:

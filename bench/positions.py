@@ -16,11 +16,12 @@ the table; the schemes alternate inside each seed), one run at a time:
    pretraining). The same fine-tunes of a randomly initialised encoder (RoPE's settings, or the first scheme's
    when RoPE is not studied; no pretraining) are the reference row: what the pretraining adds at this budget.
 
-Then the training step time of each scheme (`bench/mlm_shapes.py`'s measurement, schemes alternating) and the
+Then the training step time of each scheme (one random batch, fused AdamW, schemes alternating) and the
 table, the loss curves and loss against evaluation length (PNG, `--figures`). Results go to `--out` as JSON after
-every run, and a rerun with the same `--out` skips the runs already there.
+every run (`bench/results/positions.json` by default), and a rerun skips the runs that file holds whose models are
+still under `--root`.
 
-    LITBERT_DATA=../shared/data python bench/positions.py --seeds 0 1 --write BENCHMARKS.md
+    LITBERT_DATA=../shared/data python -m bench.positions --seeds 0 1 --write BENCHMARKS.md
 
 On a GPU the same command scales with `--steps`, `--eval-documents` and `--sst2-steps`.
 """
@@ -31,21 +32,18 @@ import argparse
 import json
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from common import logged, mean_sd, readme_job, train_py, write_section  # noqa: E402
-from mlm_shapes import step_time  # noqa: E402
-from quickstart import random_init_args  # noqa: E402
-
-from data import MLMDataModule, load_tokenizer  # noqa: E402
-from encoders import POSITIONS  # noqa: E402
-from encoders.plots import pyplot  # noqa: E402
-from tasks.mlm import MaskedLM  # noqa: E402
+from bench.common import REPO, logged, mean_sd, readme_job, results_path, train_py, write_section
+from bench.quickstart import random_init_args
+from data import MLMDataModule, load_tokenizer
+from encoders import POSITIONS
+from encoders.plots import pyplot
+from tasks.base import EncoderSpec
+from tasks.mlm import MaskedLM
 
 SCHEMES = ("learned", "sinusoidal", "sinusoidal-scaled", "sinusoidal-sqrt-d", "rope", "alibi", "t5", "none")
 # Rows that are a scheme with settings of its own: name -> (scheme, EncoderConfig overrides). The sinusoidal table
@@ -129,6 +127,26 @@ def random_reference(model_dir: Path, seed: int, options: argparse.Namespace, ro
     return {task: fine_tune(model_dir, task, seed, options, root / task, overrides) for task in ("sst2", "rte")}
 
 
+def step_time(batch: int, length: int, vocab: int, rate: float, repeats: int, **encoder) -> float:
+    """Median seconds of `repeats` training steps (forward, loss, backward, fused AdamW) of `MaskedLM` with the
+    `encoder` settings on one random batch, after 3 warm-up steps."""
+    torch.manual_seed(0)
+    model = MaskedLM(EncoderSpec(**encoder), vocab_size=vocab)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+    ids = torch.randint(5, vocab, (batch, length))
+    data = {"input_ids": ids, "attention_mask": torch.ones_like(ids),
+            "labels": torch.where(torch.rand(batch, length) < rate, ids, -100)}
+    times = []
+    for step in range(3 + repeats):
+        start = time.perf_counter()
+        model(data)[0].backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        if step >= 3:
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
 def step_times(schemes: list[str], vocab: int, rounds: int, repeats: int) -> dict[str, float]:
     """Median seconds per training step (batch 32 x 128) of each scheme, the schemes alternating."""
     times: dict[str, list[float]] = {scheme: [] for scheme in schemes}
@@ -178,7 +196,7 @@ def table(results: dict, options: argparse.Namespace) -> str:
     if reference:
         cells = ["-"] * (2 * len(lengths)) + [mean_sd([r[task] for r in reference]) for task in ("sst2", "rte")]
         lines.append(f"| random init ({reference[0]['scheme']}, not pretrained) | " + " | ".join(cells) + " | - |")
-    lines += ["", "    LITBERT_DATA=../shared/data python bench/positions.py " + options.command]
+    lines += ["", "    LITBERT_DATA=../shared/data python -m bench.positions " + options.command]
     return "\n".join(lines)
 
 
@@ -242,12 +260,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--timing-repeats", type=int, default=10, help="timed steps per scheme and round")
     parser.add_argument("--timing-rounds", type=int, default=2, help="rounds of the schemes in turn (median kept)")
     parser.add_argument("--root", type=Path, default=REPO / "runs" / "positions")
-    parser.add_argument("--out", type=Path, help="results JSON (default: <root>/results.json)")
+    parser.add_argument("--out", type=Path, default=results_path("positions"), help="results JSON")
     parser.add_argument("--figures", type=Path, help="folder for the PNG figures")
     parser.add_argument("--write", type=Path, help="BENCHMARKS.md: replace the section between its markers")
     options = parser.parse_args(argv)
     options.command = " ".join(argv if argv is not None else sys.argv[1:])
-    out = options.out or options.root / "results.json"
+    out = options.out
     results = json.loads(out.read_text()) if out.exists() else {"runs": {}}
     out.parent.mkdir(parents=True, exist_ok=True)
     finetune_seeds = options.seeds[:1] if options.finetune_seeds is None else options.finetune_seeds
@@ -256,8 +274,8 @@ def main(argv: list[str] | None = None) -> dict:
         order = options.schemes if seed % 2 == 0 else list(reversed(options.schemes))  # alternate the order
         for scheme in order:
             key = f"{scheme}-{seed}"
-            if key in results["runs"]:
-                continue
+            if key in results["runs"] and (options.root / key / "pretrain" / "model").exists():
+                continue  # finished by an earlier run whose models are still under --root
             root = options.root / key
             run = {"scheme": scheme, "seed": seed, **pretrain(scheme, seed, options, root / "pretrain")}
             run["eval"] = evaluate(root / "pretrain" / "model", options.root / "tokenizer", options.factors,
@@ -270,7 +288,8 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"{key}: " + ", ".join(f"{n}: {r['accuracy']:.3f}" if r else f"{n}: impossible"
                                          for n, r in run["eval"].items()), flush=True)
         reference = "rope" if "rope" in options.schemes else options.schemes[0]
-        if seed in finetune_seeds and str(seed) not in results.setdefault("random", {}):
+        if seed in finetune_seeds and (str(seed) not in results.setdefault("random", {})
+                                       or not (options.root / f"random-{seed}").exists()):
             results["random"][str(seed)] = {"scheme": reference, **random_reference(
                 options.root / f"{reference}-{seed}" / "pretrain" / "model", seed, options,
                 options.root / f"random-{seed}")}

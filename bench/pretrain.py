@@ -15,7 +15,9 @@ with `max_grad_norm=0`). Start-up (imports, tokenization, model building) is exc
 step counts and dividing the extra tokens by the extra seconds. Runs alternate sides, one process at a time; each
 side runs once beforehand to fill its tokenization cache.
 
-    LITBERT_DATA=../shared/data python bench/pretrain.py --write BENCHMARKS.md
+    LITBERT_DATA=../shared/data python -m bench.pretrain --write BENCHMARKS.md
+
+The rates go to `bench/results/pretrain-throughput.json`.
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import REPO, setup_run, write_section
+import torch
+
+from bench.common import REPO, device_name, results_path, setup_run, write_section
 
 SECTION = "pretrain-throughput"
 BATCH, LENGTH, MASKING, LR, VOCAB = 32, 128, 0.3, 3e-3, 4096
@@ -49,7 +53,7 @@ def litbert_command(tokenizer: Path, steps: int, root: Path) -> list[str]:
 
 
 def transformers_command(tokenizer: Path, steps: int, root: Path) -> list[str]:
-    return [sys.executable, str(Path(__file__).resolve()), "--transformers", "--tokenizer", str(tokenizer),
+    return [sys.executable, "-m", "bench.pretrain", "--transformers", "--tokenizer", str(tokenizer),
             "--child-steps", str(steps), "--root", str(root)]
 
 
@@ -109,7 +113,6 @@ def main() -> None:
     if args.transformers:
         run_transformers(data_root, args.tokenizer, args.child_steps, args.root)
         return
-    sys.path.insert(0, str(REPO))
     from data import MLMDataModule
     from data.tokenizers import TokenizerTraining
 
@@ -136,10 +139,11 @@ def main() -> None:
         *(f"| {side} | {statistics.median(values):,.0f} | {', '.join(f'{v:,.0f}' for v in values)} |"
           for side, values in rates.items()),
         "", f"ratio litbert / transformers: **{litbert / reference:.2f}x**", "",
-        f"    LITBERT_DATA=../shared/data python bench/pretrain.py --steps {few} {many} --repeats {args.repeats}"
+        f"    LITBERT_DATA=../shared/data python -m bench.pretrain --steps {few} {many} --repeats {args.repeats}"
         f"{' --write ' + str(args.write) if args.write else ''}"])
     print(table)
-    print(json.dumps({"litbert": rates["litbert"], "transformers": rates["transformers"]}))
+    results_path(SECTION).write_text(json.dumps({"device": device_name(torch.device("cpu")), "steps": args.steps,
+                                                 "tokens_per_second": rates}, indent=1) + "\n")
     if args.write:
         write_section(args.write, SECTION, table)
 

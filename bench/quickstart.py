@@ -8,12 +8,12 @@ held-out masked-token accuracy from its `metrics.json`. Each run's seconds are p
 accuracy is the point here, and timings are taken one thing at a time elsewhere).
 
     LITBERT_DATA=../shared/data python train.py --config configs/quickstart.yaml
-    LITBERT_DATA=../shared/data python bench/quickstart.py --seeds 0 1 2 --write BENCHMARKS.md
+    LITBERT_DATA=../shared/data python -m bench.quickstart --seeds 0 1 2 --write BENCHMARKS.md
 
 `--model` fine-tunes another pretraining run's model (e.g. `runs/imdb-30min/model`), `--sides pretrained` skips
 the random encoder, `--section` names the BENCHMARKS.md section to write, and train.py settings after `--` apply to
 both sides (a recipe search: `-- --model.pooling mean`). The random side takes the model's encoder settings except
-those the fine-tuning config sets itself (its dropout).
+those the fine-tuning config sets itself (its dropout). The runs go to `bench/results/<section>.json`.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 
 import yaml
-from common import REPO, train_py, write_section
+
+from bench.common import REPO, results_path, train_py, write_section
 
 SECTION = "quickstart-sst2"
 DEFAULT_MODEL = str(REPO / "runs" / "quickstart" / "model")
@@ -59,7 +59,6 @@ def random_init_args(model: Path, config: Path) -> list[str]:
 def encoder_settings(model: Path) -> dict[str, object]:
     """Every encoder setting of the exported model (read back through litbert's loader) but those the data links
     (vocabulary size, padding id) and the scheme settings its position scheme does not read."""
-    sys.path.insert(0, str(REPO))
     from encoders import POSITIONS, Encoder
 
     config = Encoder.from_pretrained(model).config
@@ -79,6 +78,7 @@ def main() -> None:
                         default=["pretrained", "random init"])
     parser.add_argument("--section", default=SECTION, help="the BENCHMARKS.md section --write replaces")
     parser.add_argument("--write", type=Path, help="BENCHMARKS.md: replace the section between its markers")
+    parser.add_argument("--json", type=Path, help="write the runs here (default: bench/results/<section>.json)")
     parser.add_argument("overrides", nargs="*", help="train.py settings for both sides, after `--`")
     args = parser.parse_args()
     model = Path(args.model)
@@ -95,6 +95,11 @@ def main() -> None:
                                                args.overrides))
                 print(f"seed {seed} {side}: accuracy {results[side][-1][0]:.4f} in {results[side][-1][1]:.0f} s",
                       flush=True)
+    (args.json or results_path(args.section)).write_text(json.dumps(
+        {"model": args.model, "pretraining": pretraining, "config": str(args.config), "overrides": args.overrides,
+         "runs": {side: [{"seed": seed, "val/accuracy": accuracy, "seconds": seconds}
+                         for seed, (accuracy, seconds) in zip(args.seeds, runs, strict=True)]
+                  for side, runs in results.items()}}, indent=1) + "\n")
     rows = []
     for side, runs in results.items():
         accuracies = [a for a, _ in runs]
@@ -120,7 +125,7 @@ def main() -> None:
         "|---|---|---|",
         *rows,
         "",
-        "    LITBERT_DATA=../shared/data python bench/quickstart.py " + command,
+        "    LITBERT_DATA=../shared/data python -m bench.quickstart " + command,
     ])
     print(table)
     if args.write:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -83,20 +82,11 @@ def train(config: str, root: Path, *overrides: str, env: dict[str, str] | None =
                           capture_output=True, text=True, timeout=timeout)
 
 
-def bench(script: str, *args: str, data: Path, cache: Path, timeout: float = 900) -> None:
-    """`python bench/<script> ...` to the end, as a user runs it, on the datasets under `data` with its caches in
-    `cache`; a failed run fails the test."""
+def bench(module: str, *args: str, data: Path, cache: Path, timeout: float = 900) -> None:
+    """`python -m bench.<module> ...` from the repository root to the end, as a user runs it, on the datasets under
+    `data` with its caches in `cache`; a failed run fails the test."""
     env = dict(os.environ, LITBERT_DATA=str(data), LITBERT_CACHE=str(cache))
-    subprocess.run([sys.executable, str(REPO / "bench" / script), *args], check=True, cwd=REPO, env=env,
-                   timeout=timeout)
-
-
-def bench_module(script: str):
-    """`bench/<script>` imported as a module (its `__main__` block does not run), for tests of its parts."""
-    spec = importlib.util.spec_from_file_location(Path(script).stem, REPO / "bench" / script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    subprocess.run([sys.executable, "-m", f"bench.{module}", *args], check=True, cwd=REPO, env=env, timeout=timeout)
 
 
 def launch(config: str, root: Path, *overrides: str, env: dict[str, str] | None = None) -> subprocess.Popen:

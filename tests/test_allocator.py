@@ -9,7 +9,7 @@ import sys
 
 import pytest
 import torch
-from runs import MINILM, REPO, bench_module, environment, train
+from runs import MINILM, REPO, environment, train
 
 from tasks import allocator
 from tasks.allocator import AllocatorError, plan
@@ -119,16 +119,3 @@ def test_train_py_on_its_allocator_trains_the_same_weights_as_on_the_c_librarys(
     else:
         assert "installing tcmalloc" in auto_log
     assert "memory allocator" not in system_log
-
-
-def test_bench_revisions_runs_each_side_on_the_allocator_named():
-    """bench/revisions.py --allocators: `system` drops a preloaded allocator from a run's LD_PRELOAD (and keeps the
-    other libraries there), `tcmalloc` puts it first, an unknown name is refused."""
-    revisions = bench_module("revisions.py")
-    env = {"LD_PRELOAD": "/opt/libtcmalloc_minimal.so.4 /opt/libother.so", "PATH": "/bin"}
-    assert revisions.allocator_environment(env, "system") == {"LD_PRELOAD": "/opt/libother.so", "PATH": "/bin"}
-    if TCMALLOC:
-        assert revisions.allocator_environment(env, "tcmalloc")["LD_PRELOAD"] == (
-            f"{TCMALLOC} /opt/libother.so")
-    with pytest.raises(SystemExit, match="--allocators glibc: LITBERT_ALLOCATOR='glibc' is not an allocator"):
-        revisions.allocator_environment(env, "glibc")

@@ -12,7 +12,7 @@ from runs import bench
 def test_the_distillation_study_runs_end_to_end(shared_data, tmp_path):
     target = tmp_path / "README.md"
     target.write_text("before\n<!-- distill-sst2:begin -->\nold\n<!-- distill-sst2:end -->\nafter\n")
-    bench("distill.py", "--seeds", "0", "--train-batches", "3", "--repeats", "1", "--root", str(tmp_path / "runs"),
+    bench("distill", "--seeds", "0", "--train-batches", "3", "--repeats", "1", "--root", str(tmp_path / "runs"),
           "--json", str(tmp_path / "results.json"), "--write", str(target), data=shared_data, cache=tmp_path / "cache")
     results = json.loads((tmp_path / "results.json").read_text())
     assert 0.4 < results["teacher"]["val/accuracy"] <= 1.0
@@ -38,7 +38,7 @@ def test_the_pair_task_study_reports_accuracy_and_f1(shared_data, tmp_path):
     args = ["--task", "mrpc", "--seeds", "0", "--students", "kd", "--train-batches", "3", "--epochs", "1",
             "--repeats", "1", "--root", str(tmp_path / "runs"), "--json", str(tmp_path / "results.json"),
             "--write", str(target)]
-    bench("distill.py", *args, data=shared_data, cache=tmp_path / "cache")
+    bench("distill", *args, data=shared_data, cache=tmp_path / "cache")
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["options"]["task"] == "mrpc" and set(results["students"]) == {"kd"}
     (run,) = results["students"]["kd"]
@@ -51,6 +51,6 @@ def test_the_pair_task_study_reports_accuracy_and_f1(shared_data, tmp_path):
     # A second run with --reuse takes the finished student from its result.json (the teacher from --teacher-dir).
     record = tmp_path / "runs" / "kd-0" / "result.json"
     record.write_text(json.dumps({**run, "val/f1": 0.123}))
-    bench("distill.py", *args, "--reuse", "--teacher-dir", str(tmp_path / "runs" / "teacher"), data=shared_data,
+    bench("distill", *args, "--reuse", "--teacher-dir", str(tmp_path / "runs" / "teacher"), data=shared_data,
           cache=tmp_path / "cache")
     assert json.loads((tmp_path / "results.json").read_text())["students"]["kd"][0]["val/f1"] == 0.123

@@ -8,7 +8,7 @@ import re
 import statistics
 
 import pytest
-from runs import MINILM, bench_module, environment, train
+from runs import MINILM, environment, train
 
 # transformers' Trainer, random batches, the shipped STS-B hyper-parameters, one epoch, full STS-B, 3 seeds on this
 # project's CPU (bench/glue.py --tasks stsb --seeds 0 1 2 --epochs 1): dev Pearson 0.492, 0.531, 0.558.
@@ -38,7 +38,7 @@ def test_the_glue_benchmark_resumes_a_sweep_from_its_json(shared_data, tmp_path)
     from runs import REPO
 
     results = tmp_path / "glue.json"
-    command = [sys.executable, str(REPO / "bench" / "glue.py"), "--tasks", "rte", "--max-train-examples", "32",
+    command = [sys.executable, "-m", "bench.glue", "--tasks", "rte", "--max-train-examples", "32",
                "--epochs", "1", "--json", str(results)]
     env = environment(LITBERT_DATA=str(shared_data), LITBERT_CACHE=str(tmp_path / "cache"))
     subprocess.run([*command, "--seeds", "0", "--runs", "litbert"], check=True, cwd=REPO, env=env, timeout=900)
@@ -53,11 +53,10 @@ def test_the_glue_benchmark_resumes_a_sweep_from_its_json(shared_data, tmp_path)
     processes = re.findall(r"^rte seed \d \S+: .* \(process (\d+), malloc \w+\)$", done.stdout, flags=re.MULTILINE)
     assert len(processes) == 3 and len(set(processes)) == 3, done.stdout[-2000:]
     records = json.loads(results.read_text())
-    # litbert's runs start on the allocator train.py preloads, the Trainer's on the sweep's own (the C library's).
-    from tasks import allocator
+    # Both libraries' runs start on the sweep's own allocator (this process's environment), and record it.
+    from bench.common import malloc
 
-    preloaded = "tcmalloc" if allocator.find("tcmalloc") else "system"
-    assert {r["run"]: r["allocator"] for r in records} == {"litbert": preloaded, "transformers": "system"}
+    assert {r["run"]: r["allocator"] for r in records} == {"litbert": malloc(), "transformers": malloc()}
     assert records[0]["seconds"] == first[0]["seconds"]  # kept, not run again
     assert records[0]["model_flops"] == first[0]["model_flops"] and records[0]["peak_flops"] > 1e9
     assert sorted((r["run"], r["seed"]) for r in records) == [("litbert", 0), ("litbert", 1), ("transformers", 0),
@@ -68,7 +67,7 @@ def test_the_glue_benchmark_resumes_a_sweep_from_its_json(shared_data, tmp_path)
     contended = next(r for r in records if (r["run"], r["seed"]) == ("transformers", 0))
     contended |= {"contended": True, "seconds": 1e6, "samples_per_second": 1e-3}
     results.write_text(json.dumps(records))
-    table = subprocess.run([sys.executable, str(REPO / "bench" / "glue.py"), "--from-json", str(results)], check=True,
+    table = subprocess.run([sys.executable, "-m", "bench.glue", "--from-json", str(results)], check=True,
                            cwd=REPO, env=env, timeout=300, capture_output=True, text=True).stdout
     row = next(line for line in table.splitlines() if "| transformers" in line)
     other = next(r for r in records if (r["run"], r["seed"]) == ("transformers", 1))
@@ -80,7 +79,9 @@ def test_the_glue_benchmark_resumes_a_sweep_from_its_json(shared_data, tmp_path)
     mfu = statistics.median(r["model_flops"] / r["seconds"] / r["peak_flops"] for r in records if r["run"] == "litbert")
     cells = next(cells for line in table.splitlines() if (cells := [c.strip() for c in line.split("|")])[3:4] == [
         "litbert"])
-    assert cells[7] == f"{mfu:.0%}"
+    from bench.glue import percent
+
+    assert cells[7] == percent(mfu)  # whole percents from 10%, two significant digits below
     # Each run records where it trained; a sweep does not resume into runs of another machine or precision.
     assert {(r["device"], r["precision"]) for r in records} == {(records[0]["device"], records[0]["precision"])}
     assert "threads on" in records[0]["device"] and records[0]["precision"] in ("32-true", "bf16-mixed")
@@ -105,7 +106,7 @@ def test_the_glue_benchmark_runs_the_trainer_at_its_float32_default_beside_a_mix
     from runs import REPO
 
     results = tmp_path / "glue.json"
-    command = [sys.executable, str(REPO / "bench" / "glue.py"), "--tasks", "rte", "--max-train-examples", "32",
+    command = [sys.executable, "-m", "bench.glue", "--tasks", "rte", "--max-train-examples", "32",
                "--epochs", "1", "--seeds", "0", "--runs", "transformers-fp32", "--json", str(results)]
     env = environment(LITBERT_DATA=str(shared_data), LITBERT_CACHE=str(tmp_path / "cache"))
     refused = subprocess.run([*command, "--litbert-args", "--trainer.precision", "32-true"], cwd=REPO, env=env,
@@ -122,169 +123,6 @@ def test_the_glue_benchmark_runs_the_trainer_at_its_float32_default_beside_a_mix
     peaks = re.search(r"matmul peak ([\d.]+) TFLOP/s \(bf16-mixed\), ([\d.]+) TFLOP/s \(32-true\)", done.stdout)
     assert peaks, done.stdout[-2000:]
     assert f"{record['peak_flops'] / 1e12:.3f}" == peaks[2] != peaks[1]
-
-
-@pytest.mark.slow  # two short MiniLM-L6 fits on RTE, each in a process of its own: about a minute on 2 CPU cores
-def test_the_revisions_benchmark_times_each_revision_with_its_own_code(shared_data, tmp_path):
-    """bench/revisions.py checks a named commit out into a worktree of its own and times it beside this checkout,
-    each run with its own revision's code, and leaves no worktree behind; an unknown revision is refused."""
-    import subprocess
-    import sys
-
-    from runs import REPO
-
-    env = environment(LITBERT_DATA=str(shared_data), LITBERT_CACHE=str(tmp_path / "cache"))
-    command = [sys.executable, str(REPO / "bench" / "revisions.py"), "--task", "rte", "--skip", "1", "--steps", "2",
-               "--repeats", "1"]
-    worktrees = subprocess.run(["git", "worktree", "list"], cwd=REPO, capture_output=True, text=True).stdout
-    done = subprocess.run([*command, "--revisions", "HEAD", "."], cwd=REPO, env=env, timeout=900,
-                          capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-3000:]
-    head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO, capture_output=True,
-                          text=True).stdout.strip()
-    rows = {cells[1]: cells for line in done.stdout.splitlines()
-            if len(cells := [c.strip() for c in line.split("|")]) > 4 and cells[1].startswith(("HEAD", "."))}
-    assert set(rows) == {f"HEAD ({head})", next(name for name in rows if name.startswith(f". ({head}"))}, rows
-    assert rows[f"HEAD ({head})"][4] == "1.00x" and all(float(cells[2]) > 0 for cells in rows.values())
-    assert subprocess.run(["git", "worktree", "list"], cwd=REPO, capture_output=True, text=True).stdout == worktrees
-
-    refused = subprocess.run([*command, "--revisions", "no-such-revision", "."], cwd=REPO, env=env, timeout=300,
-                             capture_output=True, text=True)
-    assert refused.returncode != 0 and "--revisions no-such-revision: not a commit of" in refused.stderr
-
-
-def test_the_alternation_benchmark_switches_variants_by_block_and_restores_the_code():
-    """bench/alternate.py: after `skip` steps, each variant's settings hold for `block` steps at a time, the order
-    reversing each round (A B, B A, ...); the steps' seconds go to the variant that ran them; settings are undone
-    before the next variant and at the end; the fit stops after the last round."""
-    import types
-
-    alternate = bench_module("alternate.py")
-    module = types.ModuleType("knobs")
-    module.size, module.mode = 8, "old"
-    variants = {"A": [], "B": [(module, "size", 2), (module, "mode", "new")]}
-    clock = alternate.Alternate(variants, skip=2, block=2, rounds=2)
-    trainer, seen = types.SimpleNamespace(global_step=0, should_stop=False), []
-    while not trainer.should_stop:
-        clock.on_train_batch_start(trainer, None, None, trainer.global_step)
-        if trainer.should_stop:
-            break
-        seen.append((module.size, module.mode))
-        clock.on_train_batch_end(trainer, None, None, None, trainer.global_step)
-        trainer.global_step += 1
-    # 2 steps before timing (the code as it is), then A A B B | B B A A; stopped at step 10.
-    assert trainer.global_step == 10
-    assert seen == [(8, "old")] * 4 + [(2, "new")] * 4 + [(8, "old")] * 2
-    assert [[seconds > 0 for seconds in turn] for turn in clock.seconds] == [[True, True], [True, True]]
-    clock.switch("B")
-    clock.teardown(trainer, None, "fit")
-    assert (module.size, module.mode) == (8, "old")
-
-
-def test_the_alternation_benchmark_refuses_a_setting_the_code_does_not_have():
-    alternate = bench_module("alternate.py")
-    setting = "encoders.kernels._compiled_flex_attention"
-    assert alternate.parse_variant(["fresh", f"{setting}=None"])[1][0][1:] == ("_compiled_flex_attention", None)
-    with pytest.raises(SystemExit, match="encoders.kernels has no attribute _compiled_flex;"):
-        alternate.parse_variant(["fresh", "encoders.kernels._compiled_flex=None"])
-    with pytest.raises(SystemExit, match="is not module.attribute=value"):
-        alternate.parse_variant(["fresh", "_compiled_flex_attention"])
-    with pytest.raises(SystemExit, match="'No ne' is not a Python literal"):
-        alternate.parse_variant(["fresh", f"{setting}=No ne"])
-    with pytest.raises(SystemExit, match="no module encoders.kernel "):
-        alternate.parse_variant(["fresh", "encoders.kernel._compiled_flex_attention=None"])
-
-
-@pytest.mark.slow  # a short MiniLM-L6 fit on WNLI: under a minute on 2 CPU cores
-def test_the_alternation_benchmark_times_both_variants_in_one_run(shared_data, tmp_path):
-    import subprocess
-    import sys
-
-    from runs import REPO
-
-    env = environment(LITBERT_DATA=str(shared_data), LITBERT_CACHE=str(tmp_path / "cache"))
-    done = subprocess.run([sys.executable, str(REPO / "bench" / "alternate.py"), "--task", "wnli", "--skip", "1",
-                           "--block", "1", "--rounds", "2", "--variant", "shipped", "--variant", "reset",
-                           "encoders.kernels._compiled_flex_attention=None"], cwd=REPO, env=env, timeout=900,
-                          capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-3000:]
-    rows = {cells[1]: cells for line in done.stdout.splitlines()
-            if len(cells := [c.strip() for c in line.split("|")]) > 5 and cells[1] in ("shipped", "reset")}
-    assert rows["shipped"][2:5:2] == ["as it is", "1.000x"], rows
-    assert rows["reset"][2] == "encoders.kernels._compiled_flex_attention=None" and float(rows["reset"][3]) > 0, rows
-    too_long = subprocess.run([sys.executable, str(REPO / "bench" / "alternate.py"), "--task", "wnli", "--rounds",
-                               "500", "--variant", "a", "--variant", "b"], cwd=REPO, env=env, timeout=900,
-                              capture_output=True, text=True)
-    assert too_long.returncode != 0 and "give fewer --rounds" in too_long.stderr, too_long.stderr[-2000:]
-
-
-def test_the_step_profile_leaves_the_warm_up_and_the_profiled_window_out_of_the_step_times(monkeypatch):
-    """bench/step_profile.py: a step's time is the interval from its start to the next step's start; the first
-    steps (warm-up) and the intervals that hold the profiler's start, its window and its stop are left out, and
-    counted apart in the fit's split; a window the epoch cuts short is closed and the run refused."""
-    from runs import REPO
-
-    monkeypatch.syspath_prepend(str(REPO / "bench"))  # its imports of bench/glue.py and bench/common.py
-    step_profile = bench_module("step_profile.py")
-    skip, clock, events = step_profile.SKIP, iter(float(n * n) for n in range(1000)), []
-
-    class Profiler:  # records when it starts and stops, at which step
-        def __enter__(self):
-            events.append(("start", len(steps.starts) - 1))
-
-        def __exit__(self, *exc):
-            events.append(("stop", len(steps.starts) - 1))
-
-    monkeypatch.setattr(step_profile.time, "perf_counter", lambda: next(clock))
-    monkeypatch.setattr(step_profile, "profile", lambda activities: Profiler())
-    steps = step_profile.Steps(profiled=True, at=skip + 2, window=2)
-    steps.begin()  # at 0 s; step n then starts at (n + 1)^2 s and lasts 2n + 3 s
-    for _ in range(skip + 6):
-        steps.tick()
-    steps.end("run")
-    assert events == [("start", skip + 2), ("stop", skip + 4)]
-    assert steps.intervals() == [2.0 * skip + 3, 2.0 * skip + 5]  # steps skip and skip + 1; skip + 5 is the last
-    split = steps.split()
-    assert split["set-up"] == 1.0 and split[f"first {skip} steps"] == (skip + 1) ** 2 - 1
-    assert split["profiled window"] == (skip + 6) ** 2 - (skip + 3) ** 2  # steps skip + 2 to skip + 4
-    assert split["total"] == (skip + 7) ** 2  # the end: the next tick of the clock after the last step's start
-    assert split["rest"] == (skip + 3) ** 2 - (skip + 1) ** 2 + (skip + 7) ** 2 - (skip + 6) ** 2  # timed steps
-
-    short = step_profile.Steps(profiled=True, at=skip + 2, window=8)
-    events.clear()
-    steps = short
-    for _ in range(skip + 5):
-        short.tick()
-    with pytest.raises(SystemExit, match=f"its epoch has {skip + 5} steps, and the profiled window needs"):
-        short.end("litbert")
-    assert events == [("start", skip + 2), ("stop", skip + 4)]  # closed, not left running into the next run
-
-
-@pytest.mark.slow  # two short MiniLM-L6 fits on MRPC, one profiled: about a minute on 2 CPU cores
-def test_the_step_profile_times_and_profiles_litbert_padded_and_unpadded(shared_data, tmp_path):
-    import subprocess
-    import sys
-
-    from runs import REPO
-
-    env = environment(LITBERT_DATA=str(shared_data), LITBERT_CACHE=str(tmp_path / "cache"))
-    command = [sys.executable, str(REPO / "bench" / "step_profile.py"), "--task", "mrpc"]
-    out = tmp_path / "profile.txt"
-    done = subprocess.run([*command, "--max-steps", "25", "--profile-at", "21", "--window", "2", "--runs", "litbert",
-                           "litbert-padded", "--profile", "litbert", "--sdpa", "flash", "efficient", "math", "--out",
-                           str(out)], cwd=REPO, env=env, timeout=900, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-3000:]
-    text = out.read_text()
-    assert "SDPA backends: flash efficient math" in text
-    times = dict(re.findall(r"^(litbert(?:-padded)?): 25 steps; seconds: set-up [\d.]+, .*median ([\d.]+)", text,
-                            re.MULTILINE))
-    assert set(times) == {"litbert", "litbert-padded"} and all(float(ms) > 0 for ms in times.values()), text[:2000]
-    # the profiled run's table: the encoder's matmuls and the fused AdamW's step among its rows
-    table = text[text.index("litbert, steps 21-22 under torch.profiler"):text.index("litbert-padded:")]
-    assert "aten::mm" in table and "Optimizer.step#AdamW.step" in table, table[:3000]
-    refused = subprocess.run([*command, "--profile-at", "5"], cwd=REPO, env=env, timeout=300, capture_output=True,
-                             text=True)
-    assert refused.returncode != 0 and "--profile-at 5: profile from step 21 on" in refused.stderr
 
 
 class SharedMasks:

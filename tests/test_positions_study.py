@@ -12,9 +12,10 @@ from runs import bench
 def test_the_position_study_runs_end_to_end(shared_data, tmp_path):
     target = tmp_path / "BENCHMARKS.md"
     target.write_text("before\n<!-- positions:begin -->\nold\n<!-- positions:end -->\nafter\n")
-    bench("positions.py", "--schemes", "learned", "alibi", "sinusoidal-scaled", "--seeds", "0", "--steps", "3",
+    bench("positions", "--schemes", "learned", "alibi", "sinusoidal-scaled", "--seeds", "0", "--steps", "3",
           "--max-documents", "150", "--eval-documents", "15", "--finetune-steps", "2", "--factors", "1", "2",
-          "--timing-repeats", "1", "--root", str(tmp_path / "runs"), "--figures", str(tmp_path / "figures"),
+          "--timing-repeats", "1", "--root", str(tmp_path / "runs"), "--out", str(tmp_path / "runs" / "results.json"),
+          "--figures", str(tmp_path / "figures"),
           "--write", str(target), data=shared_data, cache=tmp_path / "cache")
     results = json.loads((tmp_path / "runs" / "results.json").read_text())
     learned, alibi = results["runs"]["learned-0"], results["runs"]["alibi-0"]
