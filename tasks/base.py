@@ -514,7 +514,7 @@ class EncoderTask(L.LightningModule):
 
     def log_training(self, loss: torch.Tensor, batch: dict[str, torch.Tensor], **metrics: torch.Tensor) -> None:
         """Loss, learning rate and the task's own metrics. Tokens/s and MFU come from `tasks.throughput`."""
-        self.log("train/loss", loss, prog_bar=True)
+        self.log("train/loss", loss)  # shown by the progress bar at its refresh (tasks.run.progress)
         for name, value in metrics.items():
             self.log(f"train/{name}", value)
         if self.trainer is not None and self.trainer.optimizers:
