@@ -341,6 +341,7 @@ class EncoderTask(L.LightningModule):
         return {"encoder": config, "head": dict(getattr(self.head, "options", {}))}
 
     def on_save_checkpoint(self, checkpoint: dict[str, typing.Any]) -> None:
+        self.check_divergence()  # no checkpoint of a run that diverged (its weights stay finite, but it failed)
         checkpoint["litbert_architecture"] = self.architecture()
         teacher = getattr(self, "teacher", None)
         state = checkpoint.get("state_dict")
@@ -426,13 +427,16 @@ class EncoderTask(L.LightningModule):
         if self.trainer.world_size > 1 and dist.is_initialized():
             finite = finite.to(torch.int32)
             dist.all_reduce(finite, op=dist.ReduceOp.MIN)  # one rank's NaN stops every rank at the same step
-        # (step, loss, norm, learning rate) of the first non-finite step; step -1 while there is none.
+        # (step, loss, norm, learning rate, epoch, batch of the epoch) of the first non-finite step; step -1 while
+        # there is none. The host's numbers go in as fills, not copies, so that nothing waits.
         first = getattr(self, "_divergence", None)
         if first is None or first.device != norm.device:
-            first = torch.full((4,), -1.0, dtype=torch.float64, device=norm.device)
-        now = torch.stack([torch.full((), self.trainer.global_step + 1.0, dtype=torch.float64, device=norm.device),
-                           loss.double(), norm.double(),
-                           torch.full((), optimizer.param_groups[0]["lr"], dtype=torch.float64, device=norm.device)])
+            first = torch.full((6,), -1.0, dtype=torch.float64, device=norm.device)
+        trainer = self.trainer
+        known = (trainer.global_step + 1, optimizer.param_groups[0]["lr"], trainer.current_epoch,
+                 trainer.fit_loop.epoch_loop.batch_idx)
+        step, lr, epoch, batch = (torch.full((), float(v), dtype=torch.float64, device=norm.device) for v in known)
+        now = torch.stack([step, loss.double(), norm.double(), lr, epoch, batch])
         self._divergence = torch.where(~finite.bool() & (first[0] < 0), now, first)
         if _fused_adam(optimizer) and not scaled:
             optimizer.found_inf = (self._divergence[0] >= 0).float()
@@ -446,7 +450,7 @@ class EncoderTask(L.LightningModule):
         first = getattr(self, "_divergence", None)
         if first is None:
             return
-        step, loss, norm, lr = first.tolist()
+        step, loss, norm, lr, epoch, batch = first.tolist()
         if step < 0:
             return
         trainer = self.trainer
@@ -459,8 +463,9 @@ class EncoderTask(L.LightningModule):
                 f"Check the checkpoint's weights, the labels or targets of the data, and the loss settings (a "
                 f"temperature or weight out of range){fp32}.")
         raise DivergenceError(
-            f"Training diverged at step {int(step)} (epoch {trainer.current_epoch}): loss {loss:.4g}, gradient norm "
-            f"{norm:.4g}. Neither that optimizer step nor any after it was taken, so the weights are still finite. "
+            f"Training diverged at step {int(step)} (epoch {int(epoch)}, batch {int(batch)} of the epoch): loss "
+            f"{loss:.4g}, gradient norm {norm:.4g}. Neither that optimizer step nor any after it was taken, so the "
+            f"weights are still finite. "
             f"Lower the learning rate (then {lr:.3g}), lengthen the warmup, or clip gradients "
             f"(--trainer.gradient_clip_val 1.0){fp32}.")
 
