@@ -27,7 +27,7 @@ from torch import nn
 from encoders.checkpoints import Checkpoint, CheckpointError, load_checkpoint
 from encoders.choices import check_choice
 from encoders.config import EncoderConfig
-from encoders.layers import activation_spec, build_norm
+from encoders.layers import Dropout, activation_spec, build_norm
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +182,7 @@ class SequenceClassificationHead(ClassifierHead):
         self.pooler_activation, self.pooler_bias, self.pooler_norm = pooler_activation, pooler_bias, pooler_norm
         self.norm_eps = norm_eps
         self.pooler = dense_activation_norm(hidden_size, pooler_activation, pooler_bias, pooler_norm, norm_eps)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.classifier = nn.Linear(hidden_size, num_labels)
         _init_linears([self.pooler[0], self.classifier], initializer_range)
 
@@ -230,7 +230,7 @@ class TokenClassificationHead(ClassifierHead):
         self.transform_norm, self.norm_eps = transform_norm, norm_eps
         self.transform = None if transform_activation is None else dense_activation_norm(
             hidden_size, transform_activation, transform_bias, transform_norm, norm_eps)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.classifier = nn.Linear(hidden_size, num_labels)
         _init_linears([self.classifier] if self.transform is None else [self.transform[0], self.classifier],
                       initializer_range)

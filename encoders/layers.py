@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from encoders.choices import check_choice
-from encoders.kernels import ScoreMod, Unpadded, attend
+from encoders.kernels import Dropout, ScoreMod, Unpadded, attend
 
 if TYPE_CHECKING:  # annotations only: config.py imports the registries of this module and of positions.py
     from encoders.config import EncoderConfig
@@ -151,7 +151,7 @@ class Block(nn.Module):
         self.attention_norm = nn.Identity() if skip else build_norm(config)
         self.feed_forward = FeedForward(config)
         self.feed_forward_norm = build_norm(config)
-        self.dropout = nn.Dropout(config.hidden_dropout)
+        self.dropout = Dropout(config.hidden_dropout)
 
     def forward(self, x: torch.Tensor, inputs: AttentionInputs,
                 first_only: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -18,7 +18,7 @@ from torch import nn
 
 from encoders.checkpoints import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
 from encoders.config import EncoderConfig
-from encoders.kernels import Kernels, ScoreMod, Unpadded
+from encoders.kernels import Dropout, Kernels, ScoreMod, Unpadded
 from encoders.layers import AttentionInputs, Block, build_norm
 from encoders.positions import build_position
 
@@ -41,7 +41,7 @@ class Embeddings(nn.Module):
         self.word = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
         self.token_type = nn.Embedding(config.type_vocab_size, config.hidden_size) if config.type_vocab_size else None
         self.norm = build_norm(config)
-        self.dropout = nn.Dropout(config.hidden_dropout)
+        self.dropout = Dropout(config.hidden_dropout)
         self.scale = config.embedding_scale
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None) -> torch.Tensor:

@@ -201,31 +201,16 @@ def test_unpadded_path_equals_padded_path(position, norm_placement, window):
         torch.testing.assert_close(unpadded_grad, padded_grad, atol=1e-6, rtol=1e-4)
 
 
-def dropping_nothing(monkeypatch) -> list[float]:
-    """`F.dropout` replaced by one that drops nothing (and scales nothing); returns the rates it was called with."""
-    rates = []
-
-    def dropout(x, p=0.5, training=True, inplace=False):
-        rates.append(p)
-        return x
-
-    monkeypatch.setattr(F, "dropout", dropout)
-    return rates
-
-
 @pytest.mark.parametrize("position", SCHEMES)
 @pytest.mark.parametrize("norm_placement", ["post", "pre"])
 @pytest.mark.parametrize("window", WINDOWS)
 @pytest.mark.parametrize("path", ["padded", "unpadded", "documents", "explicit"])
-def test_first_token_only_equals_the_full_last_layer(position, norm_placement, window, path, monkeypatch):
+def test_first_token_only_equals_the_full_last_layer(position, norm_placement, window, path):
     """`first_token_only` (what BERT's pooler reads) gives the full encoder's first token and its gradients, padded,
     unpadded, with packed documents' (B, 1, T, T) mask, and on the explicit attention path (training on CPU with
-    attention dropout, here one that drops nothing)."""
+    attention dropout that rounds to nothing)."""
     torch.manual_seed(0)
-    overrides = {}
-    if path == "explicit":
-        dropping_nothing(monkeypatch)
-        overrides = {"attention_dropout": 0.1}
+    overrides = {"attention_dropout": 1e-9} if path == "explicit" else {}
     encoder = Encoder(tiny_config(position=position, norm_placement=norm_placement, **WINDOWS[window],
                                   **overrides)).double()
     if position == "t5":
@@ -326,24 +311,90 @@ def test_unpadded_path_is_taken_only_when_padding_is_large():
         assert encoder(ids, attention_mask).shape == (4, 20, 32)
 
 
-# --- the explicit attention path, the blocked vocabulary cross-entropy ---
+# --- dropout drawn 16 bits at a time, the explicit attention path, the blocked vocabulary cross-entropy ---
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("p", [0.1, 0.5])
+def test_dropout_drops_the_requested_fraction_and_keeps_the_expectation(dtype, p):
+    from encoders.kernels import dropout
+
+    torch.manual_seed(0)
+    x = torch.full((1000, 1000), 3.0, dtype=dtype, requires_grad=True)
+    y = dropout(x, p)
+    dropped = (y == 0).double().mean().item()
+    # 1M Bernoulli draws: the standard error of the fraction is at most 5e-4.
+    assert abs(dropped - p) < 3e-3
+    scale = 65536 / (65536 - round(p * 65536))
+    kept = y[y != 0].float()
+    assert torch.all(kept == torch.tensor(3.0 * scale, dtype=dtype).float())  # one exact factor, rounded once
+    y.backward(torch.ones_like(y))
+    # The gradient uses the forward's mask and scale: zero where dropped, the same factor where kept.
+    assert torch.equal(x.grad == 0, y == 0)
+    assert torch.all(x.grad[y != 0].float() == torch.tensor(scale, dtype=dtype).float())
+
+
+def test_dropout_is_reproducible_and_identity_when_off():
+    from encoders.kernels import Dropout, dropout
+
+    x = torch.randn(37, 11)  # an element count that is not a multiple of four
+    torch.manual_seed(1)
+    first = dropout(x, 0.3)
+    torch.manual_seed(1)
+    assert torch.equal(first, dropout(x, 0.3))
+    assert dropout(x, 0.3, training=False) is x and dropout(x, 0.0) is x
+    assert torch.equal(dropout(x, 1.0), torch.zeros_like(x))
+    module = Dropout(0.3).eval()
+    assert module(x) is x
+    with pytest.raises(ValueError, match="must be in"):
+        Dropout(1.5)
+    # A probability that rounds to no drop at all keeps every element, unscaled.
+    assert torch.equal(dropout(x, 1e-9), x)
+
+
+def test_successive_dropout_masks_are_independent():
+    """Each call draws a new mask: two draws at p = 0.1 agree on 0.9² + 0.1² = 0.82 of the elements, as independent
+    masks do (a mask drawn again, or reused, agrees on all of them)."""
+    from encoders.kernels import dropout
+
+    torch.manual_seed(0)
+    x = torch.ones(1000, 1000)
+    first, second = dropout(x, 0.1) != 0, dropout(x, 0.1) != 0
+    # 1M elements: the standard error of the agreement is 4e-4
+    assert abs((first == second).double().mean().item() - 0.82) < 2e-3
+    assert abs((first & second).double().mean().item() - 0.81) < 2e-3
+
+
+def test_dropout_masks_do_not_depend_on_the_thread_count():
+    """A resume on a machine with other cores gets the same dropout."""
+    from encoders.kernels import dropout
+
+    x = torch.ones(16, 12, 128, 128)  # 3.1M elements
+    threads = torch.get_num_threads()
+    masks = []
+    try:
+        for count in (1, 2, 3):
+            torch.set_num_threads(count)
+            torch.manual_seed(5)
+            masks.append(dropout(x, 0.1))
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(masks[0], masks[1]) and torch.equal(masks[0], masks[2])
+    assert abs((masks[0] == 0).double().mean().item() - 0.1) < 1e-3
+
 
 @pytest.mark.parametrize("position", SCHEMES)
 @pytest.mark.parametrize("window", WINDOWS)
-def test_explicit_attention_path_equals_sdpa(position, window, monkeypatch):
-    """Training on CPU with attention dropout runs attention as explicit matmuls; with a dropout that drops nothing,
-    it must give SDPA's output and gradients."""
+def test_explicit_attention_path_equals_sdpa(position, window):
+    """Training on CPU with attention dropout runs attention as explicit matmuls (to use litbert's dropout);
+    with a dropout that rounds to no drop at all, it must give SDPA's output and gradients."""
     torch.manual_seed(0)
-    rates = dropping_nothing(monkeypatch)
     # float64: exact comparison
-    encoder = Encoder(tiny_config(position=position, attention_dropout=0.1, **WINDOWS[window])).double()
+    encoder = Encoder(tiny_config(position=position, attention_dropout=1e-9, **WINDOWS[window])).double()
     ids = torch.randint(5, VOCAB, (3, 20))
     attention_mask = torch.ones_like(ids)
     attention_mask[1, 12:] = 0
     encoder.train()
     explicit = encoder(ids, attention_mask)
-    # the probabilities' dropout, on the explicit path (the hidden states' is 0 in the tiny config)
-    assert [rate for rate in rates if rate] == [0.1] * encoder.config.num_layers
     grads_explicit = torch.autograd.grad(explicit[attention_mask.bool()].square().sum(), list(encoder.parameters()))
     for block in encoder.blocks:
         block.attention.dropout = 0.0  # SDPA path

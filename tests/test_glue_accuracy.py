@@ -160,14 +160,15 @@ def _stsb_steps_of_both(shared_data, tmp_path, monkeypatch, steps, arguments, dr
     """`steps` steps of the shipped STS-B config from MiniLM-L6 (float32, seed 0, with `arguments` added) and of
     transformers' `Trainer` at the same hyper-parameters on the same batches in the same order, its classifier
     initialised as litbert's, its dropout rates `dropout`. With `masks` (litbert's, the `Trainer`'s), each side's
-    dropout draws its masks from its own: `F.dropout`, which both sides call, is replaced while the side trains.
-    Returns litbert's losses, the `Trainer`'s, both models and the classifier's initial weights."""
+    dropout draws its masks from its own: litbert's `kernels.dropout` and torch's `F.dropout` are replaced while the
+    side trains. Returns litbert's losses, the `Trainer`'s, both models and the classifier's initial weights."""
     import datasets
     import lightning as L
     import torch
     import transformers
 
     import train
+    from encoders import kernels
 
     monkeypatch.setenv("LITBERT_DATA", str(shared_data))
     monkeypatch.setenv("LITBERT_CACHE", str(tmp_path / "cache"))
@@ -192,7 +193,7 @@ def _stsb_steps_of_both(shared_data, tmp_path, monkeypatch, steps, arguments, dr
     cli.trainer.callbacks.append(Record())
     with monkeypatch.context() as patch:
         if masks:
-            patch.setattr(torch.nn.functional, "dropout", masks[0])
+            patch.setattr(kernels, "dropout", masks[0])
         cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     assert len(losses) == steps
 
@@ -267,7 +268,8 @@ def test_the_shipped_stsb_config_drops_out_where_the_trainer_does(shared_data, t
     STS-B training is the `Trainer`'s step for step: the same tensors are dropped, in the same order, at the same
     rates: embeddings, attention probabilities, attention and feed-forward outputs and the classifier's input. A
     dropout site one side has and the other lacks, or a different rate, changes the losses or the masks' sequence.
-    Both sides' masks and scaling are `SharedMasks`'. litbert runs its padded path here (`unpad_below 0`), where
+    Both sides' masks and scaling are `SharedMasks`'; litbert's own kernel (its rate rounding, scaling and masks'
+    independence) is tested in tests/test_fast_paths.py. litbert runs its padded path here (`unpad_below 0`), where
     the tensors have the `Trainer`'s shapes; the unpadded path runs the same blocks on the real tokens only."""
     steps = 8
     masks = SharedMasks(0), SharedMasks(0)
