@@ -50,13 +50,12 @@ SYNCING = {
 _OWN = ("/encoders/", "/data/", "/tasks/", "/train.py", "/lightning/", "/torchmetrics/")
 
 
-def _place() -> str:
-    """The innermost frame of litbert, Lightning or torchmetrics on the stack: where a sync came from."""
-    for frame in reversed(traceback.extract_stack()[:-2]):
-        if any(part in frame.filename for part in _OWN) and "/bench/syncs.py" not in frame.filename:
-            short = frame.filename.split("/site-packages/")[-1]
-            return f"{short}:{frame.lineno} {frame.name}"
-    return "elsewhere"
+def _place(depth: int = 1) -> str:
+    """The `depth` innermost frames of litbert, Lightning or torchmetrics on the stack: where a sync came from."""
+    frames = [f"{frame.filename.split('/site-packages/')[-1]}:{frame.lineno} {frame.name}"
+              for frame in reversed(traceback.extract_stack()[:-2])
+              if any(part in frame.filename for part in _OWN) and "/bench/syncs.py" not in frame.filename]
+    return " < ".join(frames[:depth]) or "elsewhere"
 
 
 def _in_collate() -> bool:
@@ -70,21 +69,21 @@ def _boolean_index(func, args) -> bool:
 
 
 class _DispatchCounter(TorchDispatchMode):
-    def __init__(self, places: Counter) -> None:
+    def __init__(self, places: Counter, depth: int) -> None:
         super().__init__()
-        self.places = places
+        self.places, self.depth = places, depth
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if (func in SYNCING or _boolean_index(func, args)) and not _in_collate():
-            self.places[f"{func.__name__}: {_place()}"] += 1
+            self.places[f"{func.__name__}: {_place(self.depth)}"] += 1
         return func(*args, **(kwargs or {}))
 
 
 class _CudaCounter:
     """`set_sync_debug_mode("warn")` with a warnings hook that counts its warnings instead of printing them."""
 
-    def __init__(self, places: Counter) -> None:
-        self.places = places
+    def __init__(self, places: Counter, depth: int) -> None:
+        self.places, self.depth = places, depth
 
     def __enter__(self) -> _CudaCounter:
         self._catch = warnings.catch_warnings()
@@ -94,7 +93,7 @@ class _CudaCounter:
 
         def show(message, category, filename, lineno, file=None, line=None):
             if "synchronizing" in str(message):
-                self.places[f"cuda sync: {_place()}"] += 1
+                self.places[f"cuda sync: {_place(self.depth)}"] += 1
             else:
                 self._show(message, category, filename, lineno, file, line)
 
@@ -109,10 +108,12 @@ class _CudaCounter:
 
 
 class HostSyncs(L.Callback):
-    """Count the host synchronisations of every training step; write them to `output` when training ends."""
+    """Count the host synchronisations of every training step; write them to `output` when training ends. Each is
+    placed by the `depth` innermost frames of litbert, Lightning or torchmetrics that led to it."""
 
-    def __init__(self, output: str = "syncs.json") -> None:
+    def __init__(self, output: str = "syncs.json", depth: int = 1) -> None:
         self.output = Path(output)
+        self.depth = depth
         self.steps: list[dict] = []
         self._places: Counter | None = None
         self._counter = None
@@ -131,7 +132,7 @@ class HostSyncs(L.Callback):
         self.steps.append({"step": trainer.global_step, "logs": logs})
         self._places = Counter()
         cuda = pl_module.device.type == "cuda"
-        self._counter = (_CudaCounter if cuda else _DispatchCounter)(self._places)
+        self._counter = (_CudaCounter if cuda else _DispatchCounter)(self._places, self.depth)
         self._counter.__enter__()
 
     def on_train_end(self, trainer, pl_module) -> None:

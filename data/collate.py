@@ -41,6 +41,10 @@ class PaddingCollator:
         if "input_ids" in batch and "attention_mask" not in batch:
             lengths = torch.tensor([len(example["input_ids"]) for example in examples])
             batch["attention_mask"] = (torch.arange(batch["input_ids"].shape[1]) < lengths[:, None]).long()
+        if "attention_mask" in batch:
+            # Where the real tokens sit among the batch's B * T, for the encoder to skip padding with. Read off the
+            # mask here, on the host: on the device a `nonzero` makes the host wait for the GPU (a host sync).
+            batch["unpad_index"] = batch["attention_mask"].flatten().nonzero().squeeze(1)
         return batch
 
     def _pad(self, column: str, values: list[Any]) -> torch.Tensor:

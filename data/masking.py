@@ -192,4 +192,7 @@ class MLMCollator:
         if "labels" not in batch:
             batch["input_ids"], batch["labels"] = self.mask(batch["input_ids"], batch["attention_mask"],
                                                             example_index=example_index)
+        # The masked positions among the B * T tokens, for the MLM head to project alone; built on the host for the
+        # reason of `unpad_index` (data.collate).
+        batch["masked_index"] = (batch["labels"].flatten() != -100).nonzero().squeeze(1)
         return batch

@@ -182,12 +182,18 @@ class Encoder(nn.Module):
 
         return biased_and_padded
 
-    def unpadded(self, attention_mask: torch.Tensor | None) -> Unpadded | None:
+    def unpadded(self, attention_mask: torch.Tensor | None,
+                 unpad_index: torch.Tensor | None = None) -> Unpadded | None:
         """The real tokens' layout when enough of the batch is padding to make skipping it pay
-        (`Kernels.unpad_below`).
+        (`Kernels.unpad_below`). `unpad_index`, the real tokens' flat positions as the collator computed them on
+        the host, spares the device a `nonzero` and the host the wait for it; without it they are read off the mask.
         Not under torch.compile: the token count would change the graph's shapes on every batch."""
         if attention_mask is None or torch.compiler.is_compiling():
             return None
+        if unpad_index is not None:  # its length is a shape, known to the host: no sync
+            if unpad_index.numel() >= self.kernels.unpad_below * attention_mask.numel():
+                return None
+            return Unpadded(unpad_index, *attention_mask.shape)
         keep = attention_mask.bool()
         if int(keep.sum()) >= self.kernels.unpad_below * keep.numel():
             return None
@@ -202,6 +208,7 @@ class Encoder(nn.Module):
         return_attentions: bool = False,
         document_ids: torch.Tensor | None = None,
         first_token_only: bool = False,
+        unpad_index: torch.Tensor | None = None,
     ) -> torch.Tensor | EncoderOutput:
         """Hidden states (B, T, C) for `input_ids` (B, T); `attention_mask` is 1 for real tokens, 0 for padding.
         Hidden states at padding are not meaningful: zeros when the blocks ran unpadded, else whatever the
@@ -209,7 +216,8 @@ class Encoder(nn.Module):
         packed row: a token attends to the tokens with its id only (each document of a row is encoded as if alone,
         up to the positions, which still count from the row's start).
 
-        With `return_hidden_states` or `return_attentions`, an `EncoderOutput` carrying them instead.
+        With `return_hidden_states` or `return_attentions`, an `EncoderOutput` carrying them instead. `unpad_index`:
+        see `unpadded`.
 
         With `first_token_only`, the last layer computes each sequence's first token only ([CLS], what BERT's pooler
         reads), attending over all tokens as before: (B, 1, C), equal to `[:, :1]` of the full result. The other
@@ -230,7 +238,7 @@ class Encoder(nn.Module):
             mask = self.attention_mask(attention_mask, seq_len, compute_dtype(x), document_ids)
         unpadded = None
         if not (return_hidden_states or return_attentions):
-            unpadded = self.unpadded(attention_mask)
+            unpadded = self.unpadded(attention_mask, unpad_index)
         if unpadded is not None:
             x = unpadded.unpad(x)  # (N, C)
         inputs = AttentionInputs(self.position, positions, mask, unpadded, return_attentions)

@@ -294,6 +294,10 @@ def _forget_grad_scale(optimizer: torch.optim.Optimizer, args: typing.Any, kwarg
     optimizer.__dict__.pop("grad_scale", None)
 
 
+def _fused_adam(optimizer: torch.optim.Optimizer) -> bool:
+    return bool(optimizer.defaults.get("fused")) and isinstance(optimizer, torch.optim.Adam | torch.optim.AdamW)
+
+
 class EncoderTask(L.LightningModule):
     """Base of every litbert task. Subclasses build `self.encoder` and `self.head`, and implement the steps."""
 
@@ -337,6 +341,7 @@ class EncoderTask(L.LightningModule):
         return {"encoder": config, "head": dict(getattr(self.head, "options", {}))}
 
     def on_save_checkpoint(self, checkpoint: dict[str, typing.Any]) -> None:
+        self.check_divergence()  # no checkpoint of a run that diverged (its weights stay finite, but it failed)
         checkpoint["litbert_architecture"] = self.architecture()
         teacher = getattr(self, "teacher", None)
         state = checkpoint.get("state_dict")
@@ -398,9 +403,14 @@ class EncoderTask(L.LightningModule):
         self._step_loss = loss.detach()
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
-        """Log the gradient norm, and stop with `DivergenceError` before the step when the loss or the norm is not
-        finite, so that no NaN reaches the weights. Under fp16 with a loss scaler, infinite gradients are the
-        scaler's business (it skips the step and lowers the scale); only the loss is checked then."""
+        """Log the gradient norm, and make sure no non-finite loss or norm reaches the weights. Under fp16 with a
+        loss scaler, infinite gradients are the scaler's business (it skips the step and lowers the scale); only the
+        loss is checked then.
+
+        With the fused AdamW (the default) the check stays on the device: a non-finite step, and every step after
+        it, is skipped by the optimizer's own `found_inf` (GradScaler's protocol), and the host reads the verdict
+        once per logging window (`check_divergence`), so a step does not wait for the GPU. Otherwise the host
+        reads it at once and stops before the step."""
         grads = [p.grad for p in self.parameters() if p.grad is not None]
         if not grads:
             return
@@ -417,24 +427,61 @@ class EncoderTask(L.LightningModule):
         if self.trainer.world_size > 1 and dist.is_initialized():
             finite = finite.to(torch.int32)
             dist.all_reduce(finite, op=dist.ReduceOp.MIN)  # one rank's NaN stops every rank at the same step
-        if not bool(finite):
-            trainer = self.trainer
-            lr = optimizer.param_groups[0]["lr"]
-            full_precision = str(trainer.precision).startswith(("32", "64"))
-            fp32 = "" if full_precision else ", or train in fp32 (--trainer.precision 32)"
-            if trainer.global_step == 0:  # no update yet (a resume restores its step count)
-                raise DivergenceError(
-                    f"The first training step gave loss {float(loss):.4g} and gradient norm {float(norm):.4g}, before "
-                    f"any update: the starting weights and this batch give a non-finite result, which no learning "
-                    f"rate causes. Check the checkpoint's weights, the labels or targets of the data, and the "
-                    f"loss settings (a temperature or weight out of range){fp32}.")
+        # (step, loss, norm, learning rate, epoch, batch of the epoch) of the first non-finite step; step -1 while
+        # there is none. The host's numbers go in as fills, not copies, so that nothing waits.
+        first = getattr(self, "_divergence", None)
+        if first is None or first.device != norm.device:
+            first = torch.full((6,), -1.0, dtype=torch.float64, device=norm.device)
+        trainer = self.trainer
+        known = (trainer.global_step + 1, optimizer.param_groups[0]["lr"], trainer.current_epoch,
+                 trainer.fit_loop.epoch_loop.batch_idx)
+        step, lr, epoch, batch = (torch.full((), float(v), dtype=torch.float64, device=norm.device) for v in known)
+        now = torch.stack([step, loss.double(), norm.double(), lr, epoch, batch])
+        self._divergence = torch.where(~finite.bool() & (first[0] < 0), now, first)
+        if _fused_adam(optimizer) and not scaled:
+            optimizer.found_inf = (self._divergence[0] >= 0).float()
+        else:
+            self.check_divergence()
+
+    def check_divergence(self) -> None:
+        """Stop with `DivergenceError` if a step so far had a non-finite loss or gradient norm (a host sync: called
+        once per logging window, before validation and checkpoints, at the end of training, and at once where the
+        optimizer cannot skip a step itself)."""
+        first = getattr(self, "_divergence", None)
+        if first is None:
+            return
+        step, loss, norm, lr, epoch, batch = first.tolist()
+        if step < 0:
+            return
+        trainer = self.trainer
+        full_precision = str(trainer.precision).startswith(("32", "64"))
+        fp32 = "" if full_precision else ", or train in fp32 (--trainer.precision 32)"
+        if step == 1:  # no update yet (a resume restores its step count, and counts on)
             raise DivergenceError(
-                f"Training diverged at step {trainer.global_step + 1} (epoch {trainer.current_epoch}, batch "
-                f"{trainer.fit_loop.epoch_loop.batch_idx} of the epoch): loss {float(loss):.4g}, gradient norm "
-                f"{float(norm):.4g}. The optimizer step was not taken, so the weights are still finite. Lower the "
-                f"learning rate (now {lr:.3g}), lengthen the warmup, or clip gradients (--trainer.gradient_clip_val "
-                f"1.0){fp32}."
-            )
+                f"The first training step gave loss {loss:.4g} and gradient norm {norm:.4g}, before any update: "
+                f"the starting weights and this batch give a non-finite result, which no learning rate causes. "
+                f"Check the checkpoint's weights, the labels or targets of the data, and the loss settings (a "
+                f"temperature or weight out of range){fp32}.")
+        raise DivergenceError(
+            f"Training diverged at step {int(step)} (epoch {int(epoch)}, batch {int(batch)} of the epoch): loss "
+            f"{loss:.4g}, gradient norm {norm:.4g}. Neither that optimizer step nor any after it was taken, so the "
+            f"weights are still finite. "
+            f"Lower the learning rate (then {lr:.3g}), lengthen the warmup, or clip gradients "
+            f"(--trainer.gradient_clip_val 1.0){fp32}.")
+
+    def on_train_batch_end(self, outputs: typing.Any, batch: typing.Any, batch_idx: int) -> None:
+        if self.trainer._logger_connector.should_update_logs:
+            self.check_divergence()
+
+    def on_validation_start(self) -> None:
+        if self.trainer.state.fn == "fit" and not self.trainer.sanity_checking:
+            self.check_divergence()
+
+    def on_train_epoch_end(self) -> None:
+        self.check_divergence()
+
+    def on_train_end(self) -> None:
+        self.check_divergence()
 
     def configure_gradient_clipping(self, optimizer: torch.optim.Optimizer, gradient_clip_val: float | None = None,
                                     gradient_clip_algorithm: str | None = None) -> None:
@@ -454,14 +501,13 @@ class EncoderTask(L.LightningModule):
             return
         norm = norm if norm is not None else torch.nn.utils.get_total_norm([p.grad for p in params])
         optimizer.__dict__.pop("grad_scale", None)
-        if optimizer.defaults.get("fused") and isinstance(optimizer, torch.optim.Adam | torch.optim.AdamW):
+        if _fused_adam(optimizer):
             # The fused kernel divides each gradient by the optimizer's `grad_scale` as it steps, and stores the
             # quotient back (torch.amp.GradScaler's protocol for fused optimizers): clipping there spares a pass
             # over every gradient (3 ms of a 146 ms CoLA step on CPU). The factor is clip_grad_norm_'s, inverted;
             # `_forget_grad_scale` removes it once the step is taken.
-            divisor = (norm + 1e-6) / gradient_clip_val
-            if bool(divisor > 1.0):
-                optimizer.grad_scale = divisor.to(torch.float32)
+            # 1 where the norm is within the bound: no branch, so the host never waits to read the norm.
+            optimizer.grad_scale = ((norm + 1e-6) / gradient_clip_val).clamp(min=1.0).to(torch.float32)
             return
         torch.nn.utils.clip_grads_with_norm_(params, gradient_clip_val, norm)
 
@@ -473,7 +519,7 @@ class EncoderTask(L.LightningModule):
 
     def log_training(self, loss: torch.Tensor, batch: dict[str, torch.Tensor], **metrics: torch.Tensor) -> None:
         """Loss, learning rate and the task's own metrics. Tokens/s and MFU come from `tasks.run.throughput`."""
-        self.log("train/loss", loss, prog_bar=True)
+        self.log("train/loss", loss)  # shown by the progress bar at its refresh (tasks.run.progress)
         for name, value in metrics.items():
             self.log(f"train/{name}", value)
         if self.trainer is not None and self.trainer.optimizers:

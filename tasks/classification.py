@@ -122,7 +122,7 @@ class SequenceClassification(EncoderTask):
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         mask = batch.get("attention_mask")
         hidden = self.encoder(batch["input_ids"], mask, batch.get("token_type_ids"),
-                              first_token_only=self.first_token_only)
+                              first_token_only=self.first_token_only, unpad_index=batch.get("unpad_index"))
         logits = self.head(hidden, mask)
         return logits.squeeze(-1) if self.regression else logits
 
@@ -159,7 +159,8 @@ class SequenceClassification(EncoderTask):
             self.log_training(loss, batch)
             return loss
         mask = batch.get("attention_mask")
-        _, teacher_logits = self.teacher(batch["input_ids"], mask, batch.get("token_type_ids"), mask)
+        _, teacher_logits = self.teacher(batch["input_ids"], mask, batch.get("token_type_ids"), mask,
+                                         unpad_index=batch.get("unpad_index"))
         losses = self.distillation_loss(logits, teacher_logits, batch["labels"])
         self.log_training(losses["loss"], batch, **{k: v for k, v in losses.items() if k != "loss"})
         return losses["loss"]
@@ -229,7 +230,8 @@ class TokenClassification(EncoderTask):
         return self.label_names
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        hidden = self.encoder(batch["input_ids"], batch.get("attention_mask"), batch.get("token_type_ids"))
+        hidden = self.encoder(batch["input_ids"], batch.get("attention_mask"), batch.get("token_type_ids"),
+                              unpad_index=batch.get("unpad_index"))
         return self.head(hidden)
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:

@@ -103,11 +103,13 @@ class Teacher(nn.Module):
     @torch.no_grad()
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
                 token_type_ids: torch.Tensor | None, *head_inputs: torch.Tensor,
-                document_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                document_ids: torch.Tensor | None = None,
+                unpad_index: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(hidden states, the head's output on them and `head_inputs`: the masked positions for an MLM head, the
         attention mask for a classifier)."""
         self.eval()
-        hidden = self.encoder(input_ids, attention_mask, token_type_ids, document_ids=document_ids)
+        hidden = self.encoder(input_ids, attention_mask, token_type_ids, document_ids=document_ids,
+                              unpad_index=unpad_index)
         return hidden, self.head(hidden, *head_inputs)
 
 
@@ -188,10 +190,14 @@ class Distillation(EncoderTask):
 
     def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         mask, types, documents = batch.get("attention_mask"), batch.get("token_type_ids"), batch.get("document_ids")
-        teacher_hidden, teacher_logits = self.teacher(batch["input_ids"], mask, types, batch["labels"] != -100,
-                                                      document_ids=documents)
-        student_hidden = self.encoder(batch["input_ids"], mask, types, document_ids=documents)
-        _, student_logits, targets = masked_lm_loss(self.head, student_hidden, batch["labels"])
+        masked = batch.get("masked_index")
+        if masked is None:
+            masked = (batch["labels"].flatten() != -100).nonzero().squeeze(1)
+        unpad = batch.get("unpad_index")
+        teacher_hidden, teacher_logits = self.teacher(batch["input_ids"], mask, types, masked,
+                                                      document_ids=documents, unpad_index=unpad)
+        student_hidden = self.encoder(batch["input_ids"], mask, types, document_ids=documents, unpad_index=unpad)
+        _, student_logits, targets = masked_lm_loss(self.head, student_hidden, batch["labels"], masked)
         losses = distillation_losses(student_logits, teacher_logits, targets, student_hidden, teacher_hidden, mask,
                                      self.temperature)
         losses["loss"] = sum(self.alphas[name] * losses[name] for name in self.alphas)

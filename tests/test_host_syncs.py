@@ -1,0 +1,40 @@
+"""A steady training step makes the host wait for the device nowhere: no `.item()`, `nonzero`, boolean-mask
+indexing, `unique` or `equal` between the start of one batch and the start of the next, except at the steps that
+log (every `log_every_n_steps`). Counted through `train.py` and the shipped configs, progress bar on, by
+`bench.syncs.HostSyncs` (a TorchDispatchMode on the CPU; the same code runs on CUDA, where each such call stalls
+the host until the GPU drains, and rules out CUDA graphs)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from runs import MINILM, REPO, environment
+
+RUNS = {
+    "glue": ["--config", "configs/glue/stsb.yaml", "--model.pretrained", MINILM],
+    "ner": ["--config", "configs/ner/conll2003.yaml", "--model.pretrained", MINILM],
+    # The README job's model, masking and data module, on WikiText-2's validation text (quicker to tokenize).
+    "mlm": ["--config", "configs/quickstart.yaml", "--trainer.max_time", "null", "--data.dataset", "wikitext",
+            "--data.dataset_config", "wikitext-2-raw-v1", "--data.train_split", "validation",
+            "--data.val_split", "validation"],
+}
+
+
+@pytest.mark.parametrize("task", sorted(RUNS))
+def test_a_steady_training_step_has_no_host_sync(task, shared_data, tmp_path):
+    output = tmp_path / "syncs.json"
+    extra = ["--data.tokenizer", str(tmp_path / "tokenizer")] if task == "mlm" else []
+    done = subprocess.run(
+        [sys.executable, "train.py", *RUNS[task], *extra, "--trainer.default_root_dir", str(tmp_path / "run"),
+         "--trainer.max_steps", "14", "--trainer.log_every_n_steps", "5", "--trainer.limit_val_batches", "0",
+         "--trainer.logger", "false", "--trainer.callbacks+=bench.syncs.HostSyncs",
+         "--trainer.callbacks.output", str(output), "--trainer.callbacks.depth", "3"],
+        cwd=REPO, env=environment(LITBERT_DATA=str(shared_data)),
+        capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    steps = json.loads(output.read_text())
+    assert [s["step"] for s in steps] == list(range(14))
+    assert [s["step"] for s in steps if s["logs"]] == [4, 9]
+    steady = {s["step"]: s["places"] for s in steps if s["step"] >= 2 and not s["logs"]}
+    assert steady and all(not places for places in steady.values()), steady
