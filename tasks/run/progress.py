@@ -3,6 +3,10 @@
 Lightning's rich bar reads `Epoch 0/2` for a run of three epochs; for a run bounded by `max_steps` or `max_time`
 (`max_epochs: -1`, the README job's) it read `Epoch 0/-2`. `ProgressBar` then reads `Epoch 0, step 412/1200`,
 the step counted as the run goes.
+
+The training metrics it shows (`SHOWN`) are read at the steps that log, every `log_every_n_steps`, not logged with
+`prog_bar=True`: Lightning turns every progress-bar metric into a Python number at the end of every batch, a host
+sync per metric and step that would make each step wait for the GPU (`bench.syncs`).
 """
 
 from __future__ import annotations
@@ -12,9 +16,23 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.callbacks import RichProgressBar
 
+SHOWN = {"train/loss": "loss", "train/tokens_per_sec": "tokens/s", "train/mfu": "MFU"}
+
 
 class ProgressBar(RichProgressBar):
-    """Lightning's `RichProgressBar`, whose training line counts steps when the epochs are unbounded."""
+    """Lightning's `RichProgressBar`, whose training line counts steps when the epochs are unbounded, and which
+    shows the training metrics as of the last step that logged."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._shown: dict[str, str] = {}
+
+    def get_metrics(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, Any]:
+        metrics = super().get_metrics(trainer, pl_module)
+        if trainer.training and trainer._logger_connector.should_update_logs:
+            logged = trainer.callback_metrics
+            self._shown = {label: f"{float(logged[key]):.4g}" for key, label in SHOWN.items() if key in logged}
+        return {**metrics, **self._shown}
 
     def _epochs_bounded(self) -> bool:
         return self.trainer.max_epochs is not None and self.trainer.max_epochs >= 0

@@ -91,10 +91,10 @@ class Throughput(L.Callback):
             elapsed = max(time.perf_counter() - self._started, 1e-9)
             lengths = [length for b in self._batches for length in sequence_lengths(b)]
             achieved = sum(pl_module.training_flops(b) for b in self._batches) / elapsed
-            pl_module.log("train/tokens_per_sec", sum(lengths) / elapsed, prog_bar=True)
+            pl_module.log("train/tokens_per_sec", sum(lengths) / elapsed)  # shown by tasks.run.progress
             pl_module.log("train/samples_per_sec", len(lengths) / elapsed)
             if self.peak_flops:
-                pl_module.log("train/mfu", achieved / self.peak_flops, prog_bar=True)
+                pl_module.log("train/mfu", achieved / self.peak_flops)
             pl_module.log("train/tflops", achieved / 1e12)
             self._reset()
             self._started = time.perf_counter()
