@@ -41,6 +41,9 @@ class TokenizedDataModule(L.LightningDataModule):
         data_root: Folder of local dataset copies (defaults to $LITBERT_DATA); without one, the hub is used.
         cache_dir: Folder for tokenized caches (defaults to $LITBERT_CACHE or ~/.cache/litbert).
         group_by_length: Batch similar lengths together (faster; changes the batches' composition).
+        pad_to_multiple_of: Pad each batch's length up to a multiple of this (never past max_length), so that a run
+            meets a handful of shapes: GPU attention kernels prepare a plan per shape, and compiled or graphed steps
+            need one each. Unset: 64 on CUDA, 1 elsewhere. Padding changes no result (it is masked).
         seed: Seed of the training order (for MLM also of the masks and segment split points). Unset, `train.py`
             gives it the run's `seed_everything`, so each seed of a sweep draws its own batches, as the
             `Trainer`'s `seed` does; 0 where nothing sets it. A checkpoint keeps it, and resuming with another is
@@ -51,7 +54,8 @@ class TokenizedDataModule(L.LightningDataModule):
 
     def __init__(self, tokenizer: str | None, *, max_length: int, batch_size: int = 32,
                  eval_batch_size: int | None = None, num_workers: int = 0, data_root: str | None = None,
-                 cache_dir: str | None = None, group_by_length: bool = False, seed: int | None = None) -> None:
+                 cache_dir: str | None = None, group_by_length: bool = False, pad_to_multiple_of: int | None = None,
+                 seed: int | None = None) -> None:
         super().__init__()
         if tokenizer is None:
             raise DataError(
@@ -72,6 +76,10 @@ class TokenizedDataModule(L.LightningDataModule):
         self.data_root = data_root
         self.cache_dir = cache_dir
         self.group_by_length = group_by_length
+        if pad_to_multiple_of is not None and pad_to_multiple_of < 1:
+            raise DataError(f"pad_to_multiple_of={pad_to_multiple_of} must be at least 1 (1 pads to the longest "
+                            f"sequence of each batch).")
+        self.pad_to_multiple_of = pad_to_multiple_of
         self.seed = 0 if seed is None else seed
         self.vocab_size: int = len(self.tokenizer)
         self.pad_token_id: int = self.tokenizer.pad_token_id
@@ -188,11 +196,24 @@ class TokenizedDataModule(L.LightningDataModule):
             return LengthGroupedBatchSampler(sampler, batch_size, drop_last=False, lengths=lengths)
         return Batches(sampler, batch_size, drop_last=False)
 
+    def on_cuda(self) -> bool:
+        return self.trainer is not None and self.trainer.strategy.root_device.type == "cuda"
+
+    def padding(self) -> PaddingCollator:
+        """The collator's padding, with the length multiple resolved for the device the run trains on."""
+        padding = getattr(self.collate, "pad", self.collate)  # MLMCollator pads with a PaddingCollator
+        multiple = self.pad_to_multiple_of
+        padding.pad_to_multiple_of = multiple if multiple is not None else 64 if self.on_cuda() else 1
+        padding.max_length = self.max_length
+        return padding
+
     def loader(self, dataset: datasets.Dataset, batches: ResumableBatches) -> ResumableLoader:
         # A generator of its own: creating an iterator draws worker seeds from it, and drawing them from torch's
-        # global generator would shift the model's dropout stream by a validation run or a resume.
+        # global generator would shift the model's dropout stream by a validation run or a resume. Pinned host
+        # memory lets the copy to a GPU run beside the step.
+        self.padding()
         return ResumableLoader(dataset, batch_sampler=batches, collate_fn=self.collate, num_workers=self.num_workers,
-                               generator=torch.Generator().manual_seed(self.seed))
+                               pin_memory=self.on_cuda(), generator=torch.Generator().manual_seed(self.seed))
 
     def _loader(self, split: str, train: bool) -> ResumableLoader:
         if split not in self.datasets:

@@ -548,8 +548,9 @@ class ClassificationDataModule(TokenizedDataModule):
 
     def predict_dataloader(self) -> DataLoader | list[DataLoader]:
         # Unshuffled and ungrouped so predictions come back in file order, as write_submission needs.
+        self.padding()
         loaders = [DataLoader(self._model_view(self.datasets[split]), batch_size=self.eval_batch_size, shuffle=False,
-                              collate_fn=self.collate, num_workers=self.num_workers)
+                              collate_fn=self.collate, num_workers=self.num_workers, pin_memory=self.on_cuda())
                    for split in self.test_split_names]
         return loaders[0] if len(loaders) == 1 else loaders
 
@@ -613,11 +614,12 @@ class GLUEDataModule(ClassificationDataModule):
         group_by_length: bool = False,
         num_workers: int = 0,
         cache_dir: str | None = None,
+        pad_to_multiple_of: int | None = None,
         seed: int | None = None,
     ) -> None:
         check_choice("truncation", truncation, PairTruncation, DataError)
         super().__init__(tokenizer, dataset=glue_task(task).name, max_length=max_length, truncation=truncation,
                          batch_size=batch_size, eval_batch_size=eval_batch_size, group_by_length=group_by_length,
                          num_workers=num_workers, data_root=data_root, data_dir=data_dir, cache_dir=cache_dir,
-                         seed=seed)
+                         pad_to_multiple_of=pad_to_multiple_of, seed=seed)
         self.save_hyperparameters()

@@ -27,8 +27,11 @@ class PaddingCollator:
     attention mask (it would be all ones before padding); it is made here from the lengths.
     """
 
-    def __init__(self, pad_token_id: int) -> None:
+    def __init__(self, pad_token_id: int, pad_to_multiple_of: int = 1, max_length: int | None = None) -> None:
         self.pad_token_id = pad_token_id
+        # Lengths padded up to a multiple of this, never past `max_length`: few shapes (`TokenizedDataModule`).
+        self.pad_to_multiple_of = pad_to_multiple_of
+        self.max_length = max_length
 
     def __call__(self, examples: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
         batch: dict[str, torch.Tensor] = {}
@@ -51,7 +54,10 @@ class PaddingCollator:
         if column not in PAD_VALUES:
             raise KeyError(f"Column {column!r} has no padding value; add it to data.collate.PAD_VALUES.")
         pad = self.pad_token_id if PAD_VALUES[column] == "pad" else PAD_VALUES[column]
-        length = max(len(value) for value in values)
+        longest = max(len(value) for value in values)
+        length = -(-longest // self.pad_to_multiple_of) * self.pad_to_multiple_of
+        if self.max_length is not None:
+            length = max(longest, min(length, self.max_length))
         out = torch.full((len(values), length), int(pad), dtype=torch.long)
         for row, value in enumerate(values):
             out[row, : len(value)] = torch.as_tensor(value, dtype=torch.long)

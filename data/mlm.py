@@ -322,6 +322,8 @@ class MLMDataModule(TokenizedDataModule):
             tokenized cache; the cache is the same whatever the number.
         data_root: Folder of local dataset copies (defaults to $LITBERT_DATA).
         cache_dir: Folder for tokenized caches (defaults to $LITBERT_CACHE or ~/.cache/litbert).
+        pad_to_multiple_of: See `TokenizedDataModule`: batches of unequal lengths (BERT segments, the last block of
+            a document) padded to a multiple of this; unset, 64 on CUDA, 1 elsewhere.
         seed: Seed of the training order, the masks (static or dynamic) and BERT's segment split points; unset,
             the run's `seed_everything` (see `TokenizedDataModule`).
         val_mask_seed: Seed of the fixed validation masks.
@@ -356,6 +358,7 @@ class MLMDataModule(TokenizedDataModule):
         num_proc: int = 1,
         data_root: str | None = None,
         cache_dir: str | None = None,
+        pad_to_multiple_of: int | None = None,
         seed: int | None = None,
         val_mask_seed: int = 1234,
     ) -> None:
@@ -402,7 +405,8 @@ class MLMDataModule(TokenizedDataModule):
             ensure_trained(tokenizer, train_tokenizer, lambda: self._stream(source),
                            fingerprint(identity, max_documents, text_column, blank_line_documents))
         super().__init__(tokenizer, max_length=max_length, batch_size=batch_size, eval_batch_size=eval_batch_size,
-                         num_workers=num_workers, data_root=data_root, cache_dir=cache_dir, seed=seed)
+                         num_workers=num_workers, data_root=data_root, cache_dir=cache_dir,
+                         pad_to_multiple_of=pad_to_multiple_of, seed=seed)
         self.save_hyperparameters()
         if self.mask_token_id is None:
             raise DataError(f"Tokenizer {tokenizer} has no mask token; MLM needs one ([MASK] or <mask>).")
@@ -601,6 +605,7 @@ class MLMDataModule(TokenizedDataModule):
             partial(BlockPacker, self.max_length, prefix, suffix, self.tokenizer.sep_token_id, self.document_mask),
             self.batch_size, self.collate, seed=self.seed, shuffle_buffer=self.shuffle_buffer,
             rank=sharding["rank"], world_size=sharding["num_replicas"])
+        self.padding()
         return StreamingLoader(stream, num_workers=self.num_workers, generator=torch.Generator().manual_seed(self.seed),
                                fetched_ahead=lambda: fetched_ahead(self.trainer))
 

@@ -282,6 +282,8 @@ FAMILIES = {
 SAME_RESULT = {
     "num_proc": "tests/test_data_mlm.py::test_tokenizing_in_two_processes_gives_the_same_data (shards on disk, "
                 "identical blocks)",
+    "pad_to_multiple_of": "tests/test_data_collate.py::test_bucketed_lengths_give_the_losses_of_unbucketed_ones "
+                          "(the shapes it gives, and equal losses)",
 }
 # Keys whose alternative differs by family, or that have none to try: the replacement values.
 SPECIFIC = {
