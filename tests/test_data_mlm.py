@@ -8,6 +8,7 @@ import datasets
 import numpy as np
 import pyarrow as pa
 import pytest
+import torch
 from lightning.fabric.utilities.data import _replace_dunder_methods
 from lightning.pytorch.utilities.data import _update_dataloader
 from runs import MINILM
@@ -131,7 +132,10 @@ def test_segments_keep_every_token_with_token_types(shared_data, minilm_tokenize
             assert len(seps) == 1 and set(types) == {0}
     assert pairs > 100
     batch = next(iter(dm.train_dataloader()))
-    assert set(batch) == {"input_ids", "attention_mask", "token_type_ids", "labels"}
+    assert set(batch) == {"input_ids", "attention_mask", "token_type_ids", "labels", "unpad_index", "masked_index"}
+    # The flat positions of the real and of the masked tokens, built on the host for the encoder and the MLM head.
+    assert torch.equal(batch["unpad_index"], batch["attention_mask"].flatten().nonzero().squeeze(1))
+    assert torch.equal(batch["masked_index"], (batch["labels"].flatten() != -100).nonzero().squeeze(1))
     padded = batch["attention_mask"] == 0
     assert padded.any() and (batch["labels"][padded] == -100).all()
 

@@ -174,6 +174,7 @@ def test_a_datamodule_without_tokenizer_says_where_to_get_one():
         GLUEDataModule("sst2")
 
 
+@pytest.mark.slow  # trains through train.py: .ci/run runs it with -m slow
 @pytest.mark.parametrize("kind", ["wordpiece", "byte_level_bpe"])
 def test_training_twice_gives_the_same_ids(kind, corpus, shared_data):
     """The same text and settings give the same tokenizer, ids included, with the special tokens first; also in

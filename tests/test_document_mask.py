@@ -91,6 +91,7 @@ def test_the_datamodule_batches_carry_documents(shared_data, tmp_path):
                       document_mask=True, data_root=str(shared_data), cache_dir=str(tmp_path))
 
 
+@pytest.mark.slow  # trains through train.py: .ci/run runs it with -m slow
 def test_document_masked_pretraining_through_train_py(shared_data, tmp_path, monkeypatch):
     """The README job's config with `--data.document_mask true` trains (loss falls), validates and exports."""
     monkeypatch.setenv("LITBERT_DATA", str(shared_data))

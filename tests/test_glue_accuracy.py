@@ -249,6 +249,7 @@ def _assert_trained_alike(losses, reference, ours, theirs, initial, moved):
     torch.testing.assert_close(weights, reference_weights, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow  # trains through train.py: .ci/run runs it with -m slow
 def test_the_shipped_stsb_config_trains_as_the_trainer_does_step_for_step(shared_data, tmp_path, monkeypatch):
     """Equal hyper-parameters give equal training: the shipped STS-B config from MiniLM-L6 and transformers'
     `Trainer` at the same settings (float32, dropout off on both sides, the same head initialisation, the same
@@ -263,6 +264,7 @@ def test_the_shipped_stsb_config_trains_as_the_trainer_does_step_for_step(shared
     _assert_trained_alike(losses, reference, ours, theirs, head, moved=3e-5)  # the 12 learning rates add to 1.2e-4
 
 
+@pytest.mark.slow  # trains through train.py: .ci/run runs it with -m slow
 def test_the_shipped_stsb_config_drops_out_where_the_trainer_does(shared_data, tmp_path, monkeypatch):
     """With dropout on (the checkpoint's 0.1 everywhere, as shipped) and the same masks on both sides, litbert's
     STS-B training is the `Trainer`'s step for step: the same tensors are dropped, in the same order, at the same

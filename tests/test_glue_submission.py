@@ -53,6 +53,7 @@ def test_every_test_set_with_data_writes_a_valid_submission(task, shared_data, t
         assert set(values) == set(spec.labels)
 
 
+@pytest.mark.slow  # trains through train.py: .ci/run runs it with -m slow
 def test_train_py_predicts_the_test_sets_and_the_sweep_zips_them(shared_data, tmp_path):
     """Two tasks from MiniLM through the sweep (train.py with the shipped configs, a few steps each): each run
     writes its submission file from its best checkpoint, the table has a row per task with its official metrics,
@@ -154,6 +155,7 @@ def test_the_diagnostic_set_goes_into_ax_from_the_mnli_model(shared_data, tmp_pa
         in caplog.text
 
 
+@pytest.mark.slow  # trains through train.py: .ci/run runs it with -m slow
 def test_trainer_predict_gives_every_test_set_whole_and_in_file_order(tmp_path, caplog):
     """The predictions go through `trainer.predict` (the task's predict_step over the datamodule's predict loaders):
     for each of MNLI's test sets (matched and mismatched, three batches each) the values predict_step gives batch by

@@ -21,6 +21,7 @@ RUNS = {
 }
 
 
+@pytest.mark.slow  # trains through train.py: .ci/run runs it with -m slow
 @pytest.mark.parametrize("task", sorted(RUNS))
 def test_a_steady_training_step_has_no_host_sync(task, shared_data, tmp_path):
     output = tmp_path / "syncs.json"

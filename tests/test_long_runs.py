@@ -77,6 +77,7 @@ def best_checkpoints(root: Path) -> list[str]:
 @pytest.mark.parametrize("task", [pytest.param("glue", marks=pytest.mark.slow), "mlm",
                                   pytest.param("mlm-streaming", marks=pytest.mark.slow),
                                   pytest.param("glue-accumulating", marks=pytest.mark.slow)])
+@pytest.mark.slow  # trains through train.py: .ci/run runs it with -m slow
 def test_kill_9_and_resume_repeats_the_uninterrupted_run_exactly(task, env, tokenizer, tmp_path):
     """An uninterrupted run, and the same run killed with SIGKILL once it has saved a checkpoint and resumed from
     it with --ckpt_path: every loss the resumed run logs (training and validation) equals the uninterrupted run's
@@ -150,6 +151,7 @@ def test_kill_9_and_resume_under_ddp_repeats_the_run_exactly(env, tmp_path):
 # ---------------------------------------------------------------------------------------------------- signals
 
 
+@pytest.mark.slow  # trains through train.py: .ci/run runs it with -m slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_saves_at_the_step_boundary_and_exits_non_zero(signum, env, tmp_path):
     process = launch(GLUE, tmp_path, *glue_args("--trainer.max_steps", "500", "--checkpoint.every_n_steps", "2"),
@@ -194,6 +196,7 @@ def test_a_resume_that_changes_what_the_weights_compute_is_refused(env, tmp_path
     assert checkpoint_step(last) == 3
 
 
+@pytest.mark.slow  # trains through train.py: .ci/run runs it with -m slow
 def test_slurm_requeue_signal_saves_requeues_and_the_job_resumes(env, tmp_path):
     """Under SLURM (auto-requeue), the requeue signal saves last.ckpt at the step boundary, calls
     `scontrol requeue <job>` and stops non-zero; the requeued job, run with `--ckpt_path last`, resumes there."""
@@ -225,6 +228,7 @@ def test_slurm_requeue_signal_saves_requeues_and_the_job_resumes(env, tmp_path):
 # ---------------------------------------------------------------------------------------------------- divergence
 
 
+@pytest.mark.slow  # trains through train.py: .ci/run runs it with -m slow
 def test_divergence_stops_with_the_step_and_exports_nothing(env, tmp_path):
     done = train(GLUE, tmp_path, *glue_args("--model.optimization.learning_rate", "1e6", "--model.optimization.warmup",
                                             "0", "--trainer.precision", "32"), env=env)
@@ -278,6 +282,7 @@ def test_a_malformed_conll_line_is_named(env, shared_data, tmp_path):
     assert last_lines(done.stderr, 1).startswith(f"{tmp_path / 'train.txt'}, line 11: 1 column(s)")
 
 
+@pytest.mark.slow  # trains through train.py: .ci/run runs it with -m slow
 def test_token_classification_without_a_test_file_says_so_and_finishes(env, shared_data, tmp_path):
     """Train and validation files only: training, validation, export and metrics.json, no testing (and a line
     saying so). The run's files hold no W&B key."""
@@ -337,6 +342,7 @@ def test_a_crafted_remote_checkpoint_never_runs(env, http_server, tmp_path):
     assert not marker.exists()
 
 
+@pytest.mark.slow  # trains through train.py: .ci/run runs it with -m slow
 def test_a_genuine_remote_checkpoint_resumes(env, http_server, tmp_path):
     served, url = http_server
     local = tmp_path / "first"
@@ -393,6 +399,7 @@ while True:
 """
 
 
+@pytest.mark.slow  # trains through train.py: .ci/run runs it with -m slow
 def test_kill_9_during_saves_never_leaves_a_half_written_checkpoint(tmp_path):
     path = tmp_path / LAST
     for delay in (0.05, 0.13, 0.29):

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import lightning as L
 import pyarrow as pa
+import pytest
 import torch
 from tiny import TINY, trainer
 from torch.utils.data import DataLoader
@@ -26,6 +27,7 @@ class Losses(L.Callback):
         self.values.append(outputs["loss"].item())
 
 
+@pytest.mark.slow  # trains through train.py: .ci/run runs it with -m slow
 def test_fifty_steps_follow_bert_for_masked_lm(shared_data: Path, minilm_tokenizer, tmp_path):
     tokenizer = minilm_tokenizer
     lines = (shared_data / "wikitext-2" / "wiki.valid.tokens").read_text(encoding="utf-8").splitlines()

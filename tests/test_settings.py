@@ -323,6 +323,7 @@ def as_argument(value: Any) -> str:
     return json.dumps(value) if isinstance(value, (list, tuple, dict)) else "null" if value is None else str(value)
 
 
+@pytest.mark.slow  # trains through train.py: .ci/run runs it with -m slow
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_every_setting_is_honoured_or_refused(family, assets, shared_data, tmp_path, monkeypatch):
     monkeypatch.setenv("LITBERT_DATA", str(shared_data))

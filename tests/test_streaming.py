@@ -4,6 +4,7 @@ without `max_steps`."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from runs import MINILM, environment, train
 
@@ -104,6 +105,7 @@ def test_streaming_refuses_what_it_cannot_do(shared_data, tmp_path):
         raise AssertionError("shuffle_buffer without streaming")
 
 
+@pytest.mark.slow  # trains through train.py: .ci/run runs it with -m slow
 def test_train_py_streams_with_max_steps_and_refuses_without(shared_data, tmp_path):
     env = environment(LITBERT_DATA=str(shared_data), LITBERT_CACHE=str(tmp_path / "cache"))
     args = ["--data.tokenizer", str(tmp_path / "tokenizer"), "--data.train_tokenizer.vocab_size", "2000",

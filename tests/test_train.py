@@ -357,6 +357,7 @@ def quickstart(env, tmp_path_factory):
     return root, cli
 
 
+@pytest.mark.slow  # trains through train.py: .ci/run runs it with -m slow
 def test_quickstart_trains_exports_and_tracks(quickstart):
     root, cli = quickstart
     history = wandb_history(root)
@@ -434,6 +435,7 @@ def sst2(env, minilm, tmp_path_factory):
     return root, cli
 
 
+@pytest.mark.slow  # trains through train.py: .ci/run runs it with -m slow
 def test_glue_fine_tuning_learns(sst2):
     root, cli = sst2
     assert_falls(series(wandb_history(root), "train/loss"), by=0.1)
@@ -442,6 +444,7 @@ def test_glue_fine_tuning_learns(sst2):
     assert metrics["val/accuracy"] > 0.7  # 872 dev sentences; the majority class is 50.9%
 
 
+@pytest.mark.slow  # trains through train.py: .ci/run runs it with -m slow
 def test_token_classification_learns(env, minilm, tmp_path):
     cli = run("configs/ner/conll2003.yaml", tmp_path, "--model.pretrained", minilm, "--trainer.max_steps", "40",
               "--trainer.log_every_n_steps", "2", "--trainer.limit_val_batches", "4",
@@ -454,6 +457,7 @@ def test_token_classification_learns(env, minilm, tmp_path):
     assert config["id2label"]["0"] == "O" and len(config["id2label"]) == 9
 
 
+@pytest.mark.slow  # trains through train.py: .ci/run runs it with -m slow
 def test_pos_tags_are_scored_by_accuracy(env, minilm, tmp_path):
     """CoNLL-2003's POS column (tags of single tokens, not chunks) through the NER config: scored and monitored by
     accuracy over each word's first sub-token; entity F1 would be 0 whatever the model predicts."""
@@ -515,6 +519,7 @@ def test_logit_distillation_from_a_fine_tuned_classifier(sst2, tmp_path):
     assert cli.model.encoder.config.num_layers == 4
 
 
+@pytest.mark.slow  # trains through train.py: .ci/run runs it with -m slow
 def test_half_depth_student_distils_through_the_shipped_config_and_exports_to_transformers(sst2, tmp_path):
     """configs/distill/sst2.yaml: a 3-layer student of the fine-tuned 6-layer teacher (every other layer, with its
     embeddings and classifier), trained against the teacher's logits; its export loads in transformers'
