@@ -245,11 +245,12 @@ def load(source: str, position: str | None = None) -> tuple[Encoder, Any]:
         raise FileNotFoundError(f"{source} is neither a checkpoint folder nor a preset ({', '.join(PRESETS)}).")
     if position is not None:
         raise ValueError(f"--position applies to a preset; the checkpoint {source} has its own scheme.")
-    from data.tokenizers import load_tokenizer
+    # transformers' loader, not litbert's data package: the encoder knows nothing of data (issue 46).
+    from transformers import AutoTokenizer
 
     encoder = Encoder.from_pretrained(source)
     try:
-        tokenizer = load_tokenizer(source)
+        tokenizer = AutoTokenizer.from_pretrained(source)
     except (OSError, ValueError):
         tokenizer = None
     return encoder, tokenizer

@@ -134,3 +134,21 @@ def test_only_pre_norm_can_leave_the_first_attention_input_alone():
     encoder = Encoder(EncoderConfig.from_name("modern", num_layers=3, first_attention_norm=False))
     norms = [type(block.attention_norm).__name__ for block in encoder.blocks]
     assert norms == ["Identity", "RMSNorm", "RMSNorm"]
+
+
+def test_the_encoder_package_imports_nothing_of_data_tasks_or_runs():
+    """The encoder knows nothing of data, losses, optimizers or runs (issue 46): no module of encoders/ imports
+    data, tasks, bench or train, at the top or inside a function."""
+    import ast
+    from pathlib import Path
+
+    import encoders
+
+    outside = {"data", "tasks", "bench", "train"}
+    found = []
+    for path in sorted(Path(encoders.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            found += [f"{path.name}: {name}" for name in names if name.split(".")[0] in outside]
+    assert found == []
