@@ -158,18 +158,6 @@ def matmul_peak(precision: str, device: torch.device, size: int = 4096, repeats:
     return measure_matmul_peak(device, torch.float32 if precision == "fp32" else torch.bfloat16, size, repeats)
 
 
-def matmul_dtype(precision: str) -> torch.dtype:
-    """The dtype of the matmuls under a Lightning precision setting."""
-    precision = str(precision)
-    if precision.startswith("bf16"):
-        return torch.bfloat16
-    if precision.startswith("16"):
-        return torch.float16
-    if precision.startswith("64"):
-        return torch.float64
-    return torch.float32
-
-
 def measure_matmul_peak(device: torch.device, dtype: torch.dtype, size: int | None = None, repeats: int = 3) -> float:
     """FLOP/s of the fastest of `repeats` (size x size) @ (size x size) matmuls after one warm-up; `size` defaults
     to 8192 on GPUs and 2048 elsewhere, less on a CPU where that dtype is slow (`cpu_peak_size`)."""

@@ -76,12 +76,12 @@ from bench.common import (
     device_name,
     machine_slug,
     malloc,
-    matmul_dtype,
     measure_matmul_peak,
     print_table,
     results_path,
     setup_run,
 )
+from tasks.run.throughput import matmul_dtype
 
 RUNS = ("litbert", "transformers", "transformers-padded", "transformers-grouped", "transformers-fp32")
 TASKS = ("cola", "sst2", "mrpc", "stsb", "rte", "wnli")
