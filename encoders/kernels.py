@@ -118,10 +118,6 @@ class Unpadded:
     batch_size: int
     seq_len: int
 
-    @classmethod
-    def of(cls, attention_mask: torch.Tensor) -> Unpadded:
-        return cls(attention_mask.flatten().nonzero().squeeze(1), *attention_mask.shape)
-
     def pad(self, tokens: torch.Tensor) -> torch.Tensor:
         """(N, F) -> (B, T, F), zeros at padding."""
         rows = tokens.new_zeros(self.batch_size * self.seq_len, tokens.shape[-1])

@@ -190,14 +190,11 @@ class Encoder(nn.Module):
         Not under torch.compile: the token count would change the graph's shapes on every batch."""
         if attention_mask is None or torch.compiler.is_compiling():
             return None
-        if unpad_index is not None:  # its length is a shape, known to the host: no sync
-            if unpad_index.numel() >= self.kernels.unpad_below * attention_mask.numel():
-                return None
-            return Unpadded(unpad_index, *attention_mask.shape)
-        keep = attention_mask.bool()
-        if int(keep.sum()) >= self.kernels.unpad_below * keep.numel():
+        if unpad_index is None:  # read off the mask on the device: the one host sync of this path
+            unpad_index = attention_mask.flatten().nonzero().squeeze(1)
+        if unpad_index.numel() >= self.kernels.unpad_below * attention_mask.numel():  # a shape: no sync
             return None
-        return Unpadded.of(keep)
+        return Unpadded(unpad_index, *attention_mask.shape)
 
     def forward(
         self,
