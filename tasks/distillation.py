@@ -24,7 +24,7 @@ from torchmetrics import MeanMetric
 from encoders import Encoder, Kernels, MaskedLMHead, SequenceClassificationHead
 from encoders.checkpoints import Checkpoint, load_checkpoint, select_layers
 from tasks.base import EncoderSpec, EncoderTask, Optimization, check_scheme_settings, sequence_lengths
-from tasks.mlm import masked_lm_loss, vocab_cross_entropy
+from tasks.mlm import masked_lm_loss, masked_positions, vocab_cross_entropy
 
 
 def student_from_teacher(teacher: Encoder, teacher_head: MaskedLMHead) -> tuple[Encoder, MaskedLMHead]:
@@ -190,9 +190,7 @@ class Distillation(EncoderTask):
 
     def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         mask, types, documents = batch.get("attention_mask"), batch.get("token_type_ids"), batch.get("document_ids")
-        masked = batch.get("masked_index")
-        if masked is None:
-            masked = (batch["labels"].flatten() != -100).nonzero().squeeze(1)
+        masked = masked_positions(batch)
         unpad = batch.get("unpad_index")
         teacher_hidden, teacher_logits = self.teacher(batch["input_ids"], mask, types, masked,
                                                       document_ids=documents, unpad_index=unpad)
@@ -205,7 +203,7 @@ class Distillation(EncoderTask):
 
     def training_flops(self, batch: dict[str, torch.Tensor]) -> int:
         """The student's encoder and MLM head (forward and backward), plus the teacher's forward pass."""
-        masked = int((batch["labels"] != -100).sum())
+        masked = masked_positions(batch).numel()
         student = super().training_flops(batch) + masked * self.head.flops_per_token(training=True)
         teacher = self.teacher.encoder.flops(sequence_lengths(batch)) + masked * self.teacher.head.flops_per_token()
         return student + teacher
@@ -216,7 +214,7 @@ class Distillation(EncoderTask):
         return losses["loss"]
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
-        self.val_loss.update(self(batch)["mlm"], weight=int((batch["labels"] != -100).sum()))
+        self.val_loss.update(self(batch)["mlm"], weight=masked_positions(batch).numel())
 
     def on_validation_epoch_end(self) -> None:
         loss = self.val_loss.compute()

@@ -61,14 +61,22 @@ def vocab_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Te
     return _VocabCrossEntropy.apply(logits, targets)
 
 
+def masked_positions(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The flat positions among the batch's B * T of the N tokens whose label is not -100: the collator's
+    `masked_index`, computed on the host (`data.masking.MLMCollator`), else read off the labels on the device, a
+    selection whose size the host must wait for."""
+    if "masked_index" in batch:
+        return batch["masked_index"]
+    return (batch["labels"].flatten() != -100).nonzero().squeeze(1)
+
+
 def masked_lm_loss(
     head: MaskedLMHead, hidden: torch.Tensor, labels: torch.Tensor, masked_index: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(mean cross-entropy, logits (N, V), targets (N,)) over the N positions whose label is not -100.
-    `masked_index`, their flat positions among the B * T as the collator computed them on the host
-    (`data.masking.MLMCollator`), spares a boolean selection on the device, whose size the host must wait for."""
+    """(mean cross-entropy, logits (N, V), targets (N,)) over the N positions whose label is not -100, at
+    `masked_index` when given (`masked_positions`)."""
     if masked_index is None:
-        masked_index = (labels.flatten() != -100).nonzero().squeeze(1)
+        masked_index = masked_positions({"labels": labels})
     logits = head(hidden, masked_index)
     targets = labels.flatten().index_select(0, masked_index)
     return vocab_cross_entropy(logits, targets), logits, targets
@@ -110,12 +118,11 @@ class MaskedLM(EncoderTask):
     def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         hidden = self.encoder(batch["input_ids"], batch.get("attention_mask"), batch.get("token_type_ids"),
                               document_ids=batch.get("document_ids"), unpad_index=batch.get("unpad_index"))
-        return masked_lm_loss(self.head, hidden, batch["labels"], batch.get("masked_index"))
+        return masked_lm_loss(self.head, hidden, batch["labels"], masked_positions(batch))
 
     def training_flops(self, batch: dict[str, torch.Tensor]) -> int:
         """The encoder, plus the MLM head on the masked tokens only (the unmasked ones are never projected)."""
-        masked = (batch["masked_index"].numel() if "masked_index" in batch
-                  else int((batch["labels"] != -100).sum()))
+        masked = masked_positions(batch).numel()
         return super().training_flops(batch) + masked * self.head.flops_per_token(training=True)
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
