@@ -97,7 +97,6 @@ def stages(out: Path, python: str, minilm: str, tiny: bool, cuda: bool) -> list[
 
 def pack(folder: Path, minilm: str, data: Path, wheels: bool) -> int:
     """Write what `run` needs into `folder` and return its size in bytes (refused over 64 MiB)."""
-    import torch
     from safetensors.torch import load_file, save_file
 
     if folder.exists():
@@ -110,7 +109,6 @@ def pack(folder: Path, minilm: str, data: Path, wheels: bool) -> int:
     weights = load_file(str(Path(minilm) / "model.safetensors"))
     save_file({k: v.half() if v.is_floating_point() else v for k, v in weights.items()},
               str(model / "model.float16.safetensors"), metadata={"format": "pt"})
-    del torch  # only the conversion needs it
     for name in GLUE_TASKS.values():
         shutil.copytree(data / "glue" / name, folder / "data" / "glue" / name)
     (folder / "data" / "wikitext-2").mkdir(parents=True)

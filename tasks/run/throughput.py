@@ -1,5 +1,5 @@
-"""Training throughput in the progress bar and the logger: real (non-padding) tokens per second, sequences per
-second and model FLOPs utilisation (MFU).
+"""Training throughput in the logger (and the progress bar, `tasks.run.progress`): real (non-padding) tokens per
+second, sequences per second and model FLOPs utilisation (MFU).
 
 MFU = achieved model FLOP/s / peak FLOP/s of one device. Model FLOPs come from the task (`EncoderTask.training_flops`:
 the encoder's matmuls for its own configuration, x3 for forward + backward, over real tokens only, plus the heads
@@ -36,9 +36,10 @@ def matmul_dtype(precision: str) -> torch.dtype:
 
 
 class Throughput(L.Callback):
-    """Logs `train/tokens_per_sec` and `train/mfu` (progress bar and logger) every `log_every_n_steps` optimizer
-    steps, and `train/samples_per_sec` and `train/tflops` (achieved) to the logger, averaged over the batches since
-    the last log and timed wall-clock (data loading and the optimizer included; validation excluded).
+    """Logs `train/tokens_per_sec`, `train/samples_per_sec`, `train/mfu` and `train/tflops` (achieved) every
+    `log_every_n_steps` optimizer steps, averaged over the batches since the last log and timed wall-clock (data
+    loading and the optimizer included; validation excluded). The progress bar shows tokens/s and MFU as of the
+    last log (`tasks.run.progress`).
 
     Figures are per device: under DDP each rank times its own batches and rank 0's are logged; the job's rate is
     the world size times that. `peak_flops` is one device's peak in FLOP/s; None takes it from Lightning's table
