@@ -16,7 +16,10 @@ and writes its results as soon as it ends, so a run cut short still returns what
   README job's masked-LM pretraining), under `torch.cuda.set_sync_debug_mode` (`bench.syncs.HostSyncs`);
 - `glue-stsb`, `glue-rte`: `bench.glue` on each task, seed 0: litbert at the shipped config against the `Trainer`
   in float32 (its default) and in bf16, each run in a fresh process; dev metric and training seconds;
-- `mlm`: `bench.mlm`, bert-base masked-LM training steps against `BertForMaskedLM`, bf16-mixed and float32.
+- `mlm`: `bench.mlm`, bert-base masked-LM training steps against `BertForMaskedLM`, bf16-mixed and float32;
+- `varlen`: the CUDA tests of packed attention (`tests/test_varlen.py`): `varlen_attn` against the padded path,
+  forward and gradients, and its steps without a host sync (last: it runs if time is left, or alone with
+  `--stages varlen`).
 
 Results: `$OUT/gpu.json` (every stage: status, seconds, results), `$OUT/gpu.md` (the same as tables for
 BENCHMARKS.md), `$OUT/gpu.log` (all output), `$OUT/glue.json` and `$OUT/mlm.json` (`bench.glue`'s and
@@ -83,12 +86,16 @@ def stages(out: Path, python: str, minilm: str, tiny: bool, cuda: bool) -> list[
     syncs = [[python, *run, "--trainer.default_root_dir", str(out / "runs" / name), *common,
               "--trainer.callbacks.output", str(out / f"syncs-{name}.json")]
              for name, run in (("stsb", stsb), ("mlm", mlm_run))]
+    # Without tests/conftest.py, which imports the MiniLM package the device lacks (these tests use no fixture of it).
+    varlen = [python, "-m", "pytest", "tests/test_varlen.py", "-q", "--noconftest", "-p", "no:cacheprovider",
+              "-k", "cuda and not flex"]
     # Limits for an H100 (the toy run's are for a busy 2-core CPU: it tests the script, not the speed).
     return [
         Stage("syncs", 400 if tiny else 110, syncs, ["syncs-stsb.json", "syncs-mlm.json"]),
         Stage("glue-stsb", 400 if tiny else 150, [[python, *glue, "--tasks", "stsb"]], ["glue.json"]),
         Stage("mlm", 300 if tiny else 75, [[python, *mlm]]),
         Stage("glue-rte", 400 if tiny else 110, [[python, *glue, "--tasks", "rte"]], ["glue.json"]),
+        Stage("varlen", 300 if tiny else 60, [varlen]),
     ]
 
 
@@ -193,6 +200,9 @@ def stage_results(stage: Stage, out: Path, output: str) -> tuple[dict, list[str]
         if litbert:
             for values in results.values():
                 values["litbert_speedup"] = round(values["seconds"] / litbert["seconds"], 2)
+    elif stage.name == "varlen":  # pytest's closing line: "N passed, N skipped in S s"
+        results = {"pytest": next((line.strip("= ") for line in reversed(output.splitlines())
+                                   if " passed" in line or " failed" in line or " skipped" in line), None)}
     elif stage.name == "mlm":
         table = [line for line in output.splitlines() if line.startswith("|")]
         results = {"ratio": next((line.split(":", 1)[1].strip() for line in output.splitlines()

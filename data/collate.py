@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+from encoders.kernels import cu_seqlens, sequence_starts
+
 # Padding value of each column; "pad" means the tokenizer's pad id. Columns not listed are not padded.
 PAD_VALUES: dict[str, int | str] = {
     "input_ids": "pad",
@@ -48,6 +50,10 @@ class PaddingCollator:
             # Where the real tokens sit among the batch's B * T, for the encoder to skip padding with. Read off the
             # mask here, on the host: on the device a `nonzero` makes the host wait for the GPU (a host sync).
             batch["unpad_index"] = batch["attention_mask"].flatten().nonzero().squeeze(1)
+            # Where each sequence (a row's real tokens, or a packed document) starts among them, for varlen_attn
+            # (`encoders.kernels.PackedAttention`); here on the host for the same reason.
+            starts = sequence_starts(batch["unpad_index"], batch["attention_mask"].shape[1], batch.get("document_ids"))
+            batch["cu_seqlens"] = cu_seqlens(starts)
         return batch
 
     def _pad(self, column: str, values: list[Any]) -> torch.Tensor:

@@ -1,11 +1,14 @@
 """The attention kernels and CPU fast paths the model's parts call: which attention kernel runs (`attend`),
-dropout with cheap masks on CPU, skipping padding tokens (`Unpadded`), and the FlexAttention wrapper. The model
+dropout with cheap masks on CPU, skipping padding tokens (`Unpadded`), attention over those tokens without padding
+them back (`PackedAttention`: torch's `varlen_attn` or FlexAttention), and the FlexAttention wrapper. The model
 reads the same without them; each is measured in BENCHMARKS.md (`bench/fast_paths.py`). The choices a run may make
 among them are `Kernels`, given to the `Encoder` beside its architecture (`EncoderConfig`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import inspect
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +32,16 @@ class Kernels:
     # goes to SDPA as a dense (B, H, T, T) float mask, which measured faster on an H100 (bert-base ALiBi training,
     # bf16, 32 x 512: 46 ms a step against 109 ms; T5's compiled kernel did not fit in shared memory).
     flex_attention: bool = False
+    # Attention over the real tokens packed into one sequence (`PackedAttention`), for batches the blocks run
+    # unpadded (see unpad_below) and for packed documents, instead of padding queries, keys and values back to
+    # (B, T) in every layer and masking documents with a dense (B, 1, T, T) mask. None: on CUDA where torch's
+    # `varlen_attn` (FlashAttention over cu_seqlens) applies: a torch whose varlen_attn has `window_size`, a scheme
+    # without a bias, float16 or bfloat16, head size a multiple of 8 up to 256, an Ampere or newer GPU, attention
+    # dropout off, no attentions or hidden states asked for; elsewhere today's path. True: always for those batches,
+    # with FlexAttention (compiled on CUDA) where varlen_attn does not apply, and on CPU computed densely over all
+    # N x N token pairs, exact but slow (a test bench); refused with attention dropout in training, with attentions
+    # or hidden states asked for, and under torch.compile. False: never. Not measured on a GPU yet.
+    varlen: bool | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.unpad_below <= 1.0:
@@ -118,13 +131,22 @@ class Unpadded:
     batch_size: int
     seq_len: int
 
+    @property
+    def whole(self) -> bool:
+        """Every token is real (packed documents without padding): `index` is 0..B*T-1 and no gather is needed."""
+        return self.index.numel() == self.batch_size * self.seq_len
+
     def pad(self, tokens: torch.Tensor) -> torch.Tensor:
         """(N, F) -> (B, T, F), zeros at padding."""
+        if self.whole:
+            return tokens.view(self.batch_size, self.seq_len, -1)
         rows = tokens.new_zeros(self.batch_size * self.seq_len, tokens.shape[-1])
         return rows.index_copy(0, self.index, tokens).view(self.batch_size, self.seq_len, -1)
 
     def unpad(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, F) -> (N, F)."""
+        if self.whole:
+            return x.reshape(-1, x.shape[-1])
         return x.reshape(-1, x.shape[-1]).index_select(0, self.index)
 
     @functools.cached_property
@@ -152,10 +174,12 @@ class Unpadded:
 _compiled_flex_attention = None
 
 
-def flex_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, score_mod, scale: float) -> torch.Tensor:
+def flex_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, score_mod, scale: float,
+                   block_mask=None) -> torch.Tensor:
     """`torch.nn.attention.flex_attention`, compiled once per process on GPUs (it only runs fused when compiled):
     the score modification (position bias, key padding) is evaluated inside the attention kernel, so no
-    (B, H, T, T) bias is read and the GPU keeps a flash-style kernel.
+    (B, H, T, T) bias is read and the GPU keeps a flash-style kernel; a `block_mask` skips the blocks of keys no
+    query of a block attends to.
 
     On CPU it runs uncompiled, which materialises the scores as SDPA's math path does: torch 2.13's compiled CPU
     kernel returned wrong outputs on an AVX2-only AMD EPYC (largest error 0.73 against SDPA at T=24, 1.08 at T=8;
@@ -166,14 +190,166 @@ def flex_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, score_mod,
     if q.device.type == "cpu":
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
-            return kernel(q, k, v, score_mod=score_mod, scale=scale)
+            return kernel(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
     if _compiled_flex_attention is None:
         _compiled_flex_attention = torch.compile(kernel)
-    return _compiled_flex_attention(q, k, v, score_mod=score_mod, scale=scale)
+    return _compiled_flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
 
 
 # FlexAttention's score modification: (score, batch index, head index, query index, key index) -> new score.
 ScoreMod = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def sequence_starts(index: torch.Tensor, seq_len: int, document_ids: torch.Tensor | None = None) -> torch.Tensor:
+    """(N,) True at each of the real tokens `index` (ascending among a (B, seq_len) batch's flat positions) that
+    starts a sequence of `PackedAttention`: a row's first real token, and with `document_ids` (B, T) also each token
+    whose document differs from the real token before it in its row. A document is thus a run of one id, as
+    packing numbers them (`data.mlm`). No host sync, wherever the tensors are."""
+    rows = torch.div(index, seq_len, rounding_mode="floor")
+    starts = torch.ones_like(index, dtype=torch.bool)
+    changed = rows[1:] != rows[:-1]
+    if document_ids is not None:
+        documents = document_ids.flatten().index_select(0, index)
+        changed |= documents[1:] != documents[:-1]
+    starts[1:] = changed
+    return starts
+
+
+def cu_seqlens(starts: torch.Tensor) -> torch.Tensor:
+    """(S + 1,) int32: where each of the S sequences `starts` marks begins among the N tokens, then N, as
+    `varlen_attn` takes them. `nonzero` makes the host wait for a GPU: the collator computes it on the host
+    (`data.collate`), the encoder only for batches that came without it."""
+    ends = torch.tensor([starts.numel()], device=starts.device)
+    return torch.cat([starts.nonzero().squeeze(1), ends]).int()
+
+
+@functools.lru_cache(maxsize=8)
+def _flash_capable(device_index: int) -> bool:
+    """FlashAttention, which `varlen_attn` calls, runs on Ampere (compute capability 8.0) and newer."""
+    return torch.cuda.get_device_capability(device_index) >= (8, 0)
+
+
+@functools.lru_cache(maxsize=1)
+def varlen_kernel() -> Callable | None:
+    """torch's `varlen_attn` where this torch has it with a sliding window (`window_size`), else None."""
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return None
+    return varlen_attn if "window_size" in inspect.signature(varlen_attn).parameters else None
+
+
+def varlen_applies(device: torch.device, dtype: torch.dtype, head_dim: int) -> bool:
+    """Whether torch's `varlen_attn` (FlashAttention) can compute attention over queries of this device, dtype and
+    head size (a position bias is the caller's to rule out)."""
+    if device.type != "cuda" or dtype not in (torch.float16, torch.bfloat16) or varlen_kernel() is None:
+        return False
+    if head_dim % 8 or head_dim > 256:
+        return False
+    return _flash_capable(device.index if device.index is not None else torch.cuda.current_device())
+
+
+_compiled_create_block_mask = None
+
+
+def block_mask(mask_mod, length: int, device: torch.device):
+    """FlexAttention's block mask of `mask_mod` over `length` queries and keys. Compiled once per process on GPUs,
+    where the uncompiled function would first build the whole (length, length) mask (and its integer intermediates:
+    gigabytes at 16k tokens); uncompiled on CPU, for the reason of `flex_attention`."""
+    global _compiled_create_block_mask
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    if device.type == "cpu":
+        return create_block_mask(mask_mod, None, None, length, length, device=device)
+    if _compiled_create_block_mask is None:
+        _compiled_create_block_mask = torch.compile(create_block_mask)
+    return _compiled_create_block_mask(mask_mod, None, None, length, length, device=device)
+
+
+@dataclass(frozen=True)
+class PackedAttention:
+    """Self-attention over the N tokens of an `Unpadded` batch as one packed sequence of shorter sequences (each
+    row's real tokens, or each document of a row), with no padding between them and no (B, T, T) mask: a token
+    attends to the tokens of its own sequence (within `window` positions of it in a local layer), its scores biased
+    by `score_mod` taken at the tokens' positions in their rows, the positions the padded path gives them.
+
+    Kernels (`kernel`): "varlen", torch's `varlen_attn` over `cu_seqlens` (CUDA; no bias, no dropout; its window
+    counts tokens, which are the positions since each sequence is a run of contiguous real tokens); "flex",
+    FlexAttention with a block mask of the sequences (compiled on CUDA); "dense", the same mask and bias evaluated for
+    all N x N pairs and given to SDPA, which on CPU is what uncompiled FlexAttention computes anyway, and has a
+    backward pass there (FlexAttention has none on CPU)."""
+
+    kernel: str  # "varlen", "flex" or "dense"
+    num_heads: int
+    sequences: torch.Tensor  # (N,) each token's sequence number, ascending
+    positions: torch.Tensor  # (N,) each token's position in its row
+    cu_seqlens: torch.Tensor | None  # (S + 1,) int32, see `cu_seqlens`: needed by "varlen" only
+    max_seqlen: int  # at least the longest sequence (the row length: a shape, so no host sync)
+    score_mod: ScoreMod | None = None  # the position scheme's bias over row positions (ALiBi, T5)
+    window: int | None = None  # a local layer's: keys at most this many positions away
+
+    def local(self, window: int) -> PackedAttention:
+        """The same for the local layers: within `window` positions."""
+        return dataclasses.replace(self, window=window)
+
+    def mask_mod(self):
+        """FlexAttention's mask_mod over token numbers among the N: same sequence, and within the window. (Closures
+        over tensors, as the other score_mods: what torch.compile takes as inputs rather than constants.)"""
+        sequences, positions, window = self.sequences, self.positions, self.window
+
+        def same_sequence(batch, head, query, key):
+            return sequences[query] == sequences[key]
+
+        def same_sequence_within_window(batch, head, query, key):
+            near = (positions[query] - positions[key]).abs() <= window
+            return (sequences[query] == sequences[key]) & near
+
+        return same_sequence if window is None else same_sequence_within_window
+
+    def row_score_mod(self) -> ScoreMod | None:
+        """The position scheme's score_mod taken at the row positions of tokens `query` and `key`."""
+        position_mod, positions = self.score_mod, self.positions
+        if position_mod is None:
+            return None
+
+        def at_row_positions(score, batch, head, query, key):
+            return position_mod(score, batch, head, positions[query], positions[key])
+
+        return at_row_positions
+
+    @functools.cached_property
+    def block_mask(self):
+        """The block mask of `mask_mod`, built once per forward and shared by the layers."""
+        return block_mask(self.mask_mod(), self.sequences.numel(), self.sequences.device)
+
+    @functools.cached_property
+    def dense_mask(self) -> torch.Tensor:
+        """(N, N) boolean `mask_mod`, or the (H, N, N) bias with the masked pairs at its dtype's minimum."""
+        index = torch.arange(self.sequences.numel(), device=self.sequences.device)
+        keep = self.mask_mod()(0, None, index[:, None], index[None, :])
+        if self.score_mod is None:
+            return keep
+        heads = torch.arange(self.num_heads, device=index.device)[:, None, None]
+        zero = torch.zeros((), device=index.device)
+        bias = self.row_score_mod()(zero, 0, heads, index[None, :, None], index[None, None, :])
+        return bias.masked_fill(~keep, torch.finfo(bias.dtype).min)
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """softmax(q k^T / sqrt(D) + bias) v within each sequence, for (1, H, N, D) queries, keys and values;
+        (N, H * D)."""
+        _, heads, n, head_dim = q.shape
+        if self.kernel == "varlen":
+            window = {} if self.window is None else {"window_size": (self.window, self.window)}
+            q, k, v = (t[0].transpose(0, 1) for t in (q, k, v))  # each (N, H, D)
+            y = varlen_kernel()(q, k, v, self.cu_seqlens, self.cu_seqlens, self.max_seqlen, self.max_seqlen, **window)
+            return y.reshape(n, heads * head_dim)
+        if self.kernel == "flex":
+            y = flex_attention(q, k, v, self.row_score_mod(), head_dim**-0.5, block_mask=self.block_mask)
+        else:
+            mask = self.dense_mask
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask if mask.dtype == torch.bool else
+                                               mask.to(q.dtype))
+        return y[0].transpose(0, 1).reshape(n, heads * head_dim)  # (N, H * D)
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | ScoreMod | None,

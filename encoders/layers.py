@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from encoders.choices import check_choice
-from encoders.kernels import Dropout, ScoreMod, Unpadded, attend
+from encoders.kernels import Dropout, PackedAttention, ScoreMod, Unpadded, attend
 
 if TYPE_CHECKING:  # annotations only: config.py imports the registries of this module and of positions.py
     from encoders.config import EncoderConfig
@@ -82,9 +82,12 @@ class AttentionInputs:
 
     scheme: PositionScheme  # the position scheme: rotates queries and keys (RoPE), or is already in `mask`
     positions: torch.Tensor  # (T,) the token positions 0..T-1
-    mask: torch.Tensor | ScoreMod | None  # see `kernels.attend`: padding, position bias, or a FlexAttention score_mod
+    # See `kernels.attend`: padding, position bias, or a FlexAttention score_mod. With `packed`, the first query's
+    # row only, (B, H or 1, 1, T), for a layer that computes the first token only.
+    mask: torch.Tensor | ScoreMod | None
     unpadded: Unpadded | None = None  # set when the blocks carry the (N, C) real tokens only
     return_attention: bool = False  # also return each layer's (B, H, T, T) attention probabilities
+    packed: PackedAttention | None = None  # attention over the N tokens without padding them back (Kernels.varlen)
 
     def first(self, x: torch.Tensor) -> torch.Tensor:
         """Each sequence's first token of a block's input, (B, 1, C)."""
@@ -110,6 +113,11 @@ class Attention(nn.Module):
         if first_only:
             return self.first_query(x, inputs)
         qkv = self.qkv(x)
+        if inputs.packed is not None:
+            N = qkv.shape[0]
+            q, k, v = qkv.view(N, 3, self.num_heads, self.head_dim).permute(1, 2, 0, 3).unsqueeze(1)  # (1, H, N, D)
+            q, k = inputs.scheme.rotate(q, k, inputs.packed.positions)
+            return self.out(inputs.packed.attend(q, k, v)), None  # (N, C)
         if inputs.unpadded is not None:
             qkv = inputs.unpadded.pad(qkv)  # (B, T, 3C): attention works on whole sequences
         B, T, C = qkv.shape[0], qkv.shape[1], qkv.shape[2] // 3

@@ -18,7 +18,16 @@ from torch import nn
 
 from encoders.checkpoints import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
 from encoders.config import EncoderConfig
-from encoders.kernels import Dropout, Kernels, ScoreMod, Unpadded
+from encoders.kernels import (
+    Dropout,
+    Kernels,
+    PackedAttention,
+    ScoreMod,
+    Unpadded,
+    cu_seqlens,
+    sequence_starts,
+    varlen_applies,
+)
 from encoders.layers import AttentionInputs, Block, build_norm
 from encoders.positions import build_position
 
@@ -67,11 +76,13 @@ def real_documents(document_ids: torch.Tensor, attention_mask: torch.Tensor | No
     return torch.where(attention_mask.bool(), document_ids, -1)
 
 
-def same_document(document_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
-    """(B, T, T) True where query and key are in the same document. Padding is a document of its own, so real
-    tokens never attend to it and every padding query still has keys (no all-masked row, no NaN)."""
+def same_document(document_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                  queries: int | None = None) -> torch.Tensor:
+    """(B, T, T) True where query and key are in the same document (the first `queries` query rows only, when
+    given). Padding is a document of its own, so real tokens never attend to it and every padding query still has
+    keys (no all-masked row, no NaN)."""
     documents = real_documents(document_ids, attention_mask)
-    return documents[:, :, None] == documents[:, None, :]
+    return documents[:, :queries, None] == documents[:, None, :]
 
 
 class Encoder(nn.Module):
@@ -111,16 +122,17 @@ class Encoder(nn.Module):
 
     def attention_mask(
         self, attention_mask: torch.Tensor | None, seq_len: int, dtype: torch.dtype | None = None,
-        document_ids: torch.Tensor | None = None,
+        document_ids: torch.Tensor | None = None, queries: int | None = None,
     ) -> torch.Tensor | None:
         """The mask `Attention` receives: None (attend everywhere), boolean (B, 1, 1, T) padding or, with
         `document_ids`, (B, 1, T, T) same-document pairs, or, when the position scheme adds a bias, a float
-        (B or 1, H, T, T) bias in `dtype` (default: the bias's own) with the masked keys at that dtype's minimum."""
-        bias = self.position.bias(seq_len, seq_len)
+        (B or 1, H, T, T) bias in `dtype` (default: the bias's own) with the masked keys at that dtype's minimum.
+        With `queries`, the rows of the first `queries` queries only (T of the T x T become `queries`)."""
+        bias = self.position.bias(seq_len if queries is None else queries, seq_len)
         if bias is not None and dtype is not None:
             bias = bias.to(dtype)
         if document_ids is not None:
-            keep = same_document(document_ids, attention_mask)[:, None]  # (B, 1, T, T)
+            keep = same_document(document_ids, attention_mask, queries)[:, None]  # (B, 1, T, T)
         elif attention_mask is None:
             return None if bias is None else bias[None]
         else:
@@ -129,14 +141,16 @@ class Encoder(nn.Module):
             return keep
         return bias[None].masked_fill(~keep, torch.finfo(bias.dtype).min)  # (B, H, T, T)
 
-    def windowed(self, mask: torch.Tensor | ScoreMod | None, seq_len: int, device: torch.device):
-        """`mask` (see `attention_mask` and `score_mod`) restricted to the keys within `local_window` of each query,
-        for the local layers. In a boolean mask every query keeps its own position, so no row of a padded batch is
-        all masked (a padding query far from every real token would otherwise give NaN); a float mask holds the
-        dtype's minimum, not -inf, and FlexAttention gives fully masked rows zeros."""
+    def windowed(self, mask: torch.Tensor | ScoreMod | None, seq_len: int, device: torch.device,
+                 queries: int | None = None):
+        """`mask` (see `attention_mask` and `score_mod`, of the first `queries` queries when given) restricted to the
+        keys within `local_window` of each query, for the local layers. In a boolean mask every query keeps its own
+        position, so no row of a padded batch is all masked (a padding query far from every real token would
+        otherwise give NaN); a float mask holds the dtype's minimum, not -inf, and FlexAttention gives fully masked
+        rows zeros."""
         window = self.config.local_window
         index = torch.arange(seq_len, device=device)
-        distance = (index[:, None] - index[None, :]).abs()
+        distance = (index[:queries, None] - index[None, :]).abs()
         near = distance <= window  # (T, T)
         if mask is None:
             return near[None, None]
@@ -182,19 +196,75 @@ class Encoder(nn.Module):
 
         return biased_and_padded
 
-    def unpadded(self, attention_mask: torch.Tensor | None,
-                 unpad_index: torch.Tensor | None = None) -> Unpadded | None:
+    def unpadded(self, attention_mask: torch.Tensor | None, unpad_index: torch.Tensor | None = None,
+                 always: bool = False) -> Unpadded | None:
         """The real tokens' layout when enough of the batch is padding to make skipping it pay
-        (`Kernels.unpad_below`). `unpad_index`, the real tokens' flat positions as the collator computed them on
-        the host, spares the device a `nonzero` and the host the wait for it; without it they are read off the mask.
-        Not under torch.compile: the token count would change the graph's shapes on every batch."""
+        (`Kernels.unpad_below`), or `always` where there is a mask. `unpad_index`, the real tokens' flat positions as
+        the collator computed them on the host, spares the device a `nonzero` and the host the wait for it; without
+        it they are read off the mask. Not under torch.compile: the token count would change the graph's shapes on
+        every batch."""
         if attention_mask is None or torch.compiler.is_compiling():
             return None
         if unpad_index is None:  # read off the mask on the device: the one host sync of this path
             unpad_index = attention_mask.flatten().nonzero().squeeze(1)
-        if unpad_index.numel() >= self.kernels.unpad_below * attention_mask.numel():  # a shape: no sync
+        if not always and unpad_index.numel() >= self.kernels.unpad_below * attention_mask.numel():  # a shape
             return None
         return Unpadded(unpad_index, *attention_mask.shape)
+
+    def packed_kernel(self, dtype: torch.dtype, device: torch.device, biased: bool, outputs: bool) -> str | None:
+        """The `PackedAttention` kernel, as `Kernels.varlen` chooses it, of a forward computing in `dtype` on `device`
+        whose position scheme adds a bias (`biased`) or not and that returns hidden states or attentions (`outputs`)
+        or not; None for the padded path."""
+        choice = self.kernels.varlen
+        if choice is None:  # where torch's varlen_attn applies, and only there
+            dropout = self.training and self.config.attention_dropout > 0
+            if outputs or dropout or biased or torch.compiler.is_compiling():
+                return None
+            return "varlen" if varlen_applies(device, dtype, self.config.head_dim) else None
+        if not choice:
+            return None
+        if outputs:
+            raise ValueError("Kernels.varlen=True packs the batch's real tokens and returns neither per-layer hidden "
+                             "states nor attention probabilities; to get them set --model.kernels.varlen null "
+                             "(packs only where nothing is asked of it) or false.")
+        if self.training and self.config.attention_dropout > 0:
+            raise ValueError(f"Kernels.varlen=True, but neither varlen_attn nor FlexAttention has dropout and this "
+                             f"encoder trains with attention_dropout={self.config.attention_dropout}; set "
+                             f"attention_dropout=0, or varlen null (packs only where it can) or false.")
+        if torch.compiler.is_compiling():
+            raise ValueError("Kernels.varlen=True packs each batch's own number of tokens, which torch.compile would "
+                             "recompile for; set --model.kernels.varlen null or false with a compiled encoder.")
+        if not biased and varlen_applies(device, dtype, self.config.head_dim):
+            return "varlen"
+        return "flex" if device.type == "cuda" else "dense"
+
+    def packed(self, x: torch.Tensor, attention_mask: torch.Tensor | None, document_ids: torch.Tensor | None,
+               unpad_index: torch.Tensor | None, given_cu_seqlens: torch.Tensor | None,
+               outputs: bool) -> tuple[Unpadded, PackedAttention] | None:
+        """The layout of the real tokens and the attention over them packed (`Kernels.varlen`), for a batch the
+        blocks run unpadded and for packed documents (padding or not); else None. `x` (B, T, C) gives the shapes
+        and the compute dtype; `outputs`: hidden states or attentions are to be returned. `given_cu_seqlens`
+        (`kernels.cu_seqlens`), built by the collator on the host, spare varlen_attn a `nonzero` on the device."""
+        if self.kernels.varlen is False or (attention_mask is None and document_ids is None):
+            return None  # nothing to pack: every row is one sequence without padding
+        if self.kernels.varlen is None and x.device.type != "cuda":
+            return None  # varlen_attn is CUDA's; asked now, T5 would build its bias table for nothing
+        batch, seq_len = x.shape[:2]
+        score_mod = self.position.score_mod(seq_len, seq_len)
+        kernel = self.packed_kernel(compute_dtype(x), x.device, score_mod is not None, outputs)
+        if kernel is None:
+            return None
+        unpadded = self.unpadded(attention_mask, unpad_index, always=document_ids is not None)
+        if unpadded is None and document_ids is not None:  # documents without padding: every token
+            unpadded = Unpadded(torch.arange(batch * seq_len, device=x.device), batch, seq_len)
+        if unpadded is None:
+            return None
+        starts = sequence_starts(unpadded.index, seq_len, document_ids)
+        if kernel == "varlen" and given_cu_seqlens is None:
+            given_cu_seqlens = cu_seqlens(starts)  # a host sync: the collator gives them
+        return unpadded, PackedAttention(
+            kernel, self.config.num_heads, sequences=starts.cumsum(0), positions=unpadded.index % seq_len,
+            cu_seqlens=given_cu_seqlens, max_seqlen=seq_len, score_mod=score_mod)
 
     def forward(
         self,
@@ -206,43 +276,53 @@ class Encoder(nn.Module):
         document_ids: torch.Tensor | None = None,
         first_token_only: bool = False,
         unpad_index: torch.Tensor | None = None,
+        cu_seqlens: torch.Tensor | None = None,
     ) -> torch.Tensor | EncoderOutput:
         """Hidden states (B, T, C) for `input_ids` (B, T); `attention_mask` is 1 for real tokens, 0 for padding.
         Hidden states at padding are not meaningful: zeros when the blocks ran unpadded, else whatever the
         padding tokens computed. `document_ids` (B, T), when given, keeps attention within each document of a
         packed row: a token attends to the tokens with its id only (each document of a row is encoded as if alone,
-        up to the positions, which still count from the row's start).
+        up to the positions, which still count from the row's start). Each document's tokens are one run of its
+        row, as packing gives them: the packed kernels (`Kernels.varlen`) take a document to be such a run.
 
         With `return_hidden_states` or `return_attentions`, an `EncoderOutput` carrying them instead. `unpad_index`:
-        see `unpadded`.
+        see `unpadded`; `cu_seqlens`: see `packed`.
 
         With `first_token_only`, the last layer computes each sequence's first token only ([CLS], what BERT's pooler
         reads), attending over all tokens as before: (B, 1, C), equal to `[:, :1]` of the full result. The other
         tokens' last-layer work is skipped (its query side, attention output and feed-forward: 1/num_layers of
         the encoder's FLOPs, less their key and value projections), forward and backward.
         """
-        if first_token_only and (return_hidden_states or return_attentions):
+        outputs = return_hidden_states or return_attentions
+        if first_token_only and outputs:
             raise ValueError("first_token_only skips the last layer's other tokens, so it cannot return every "
                              "token's hidden states or attentions; ask for one or the other.")
         seq_len = input_ids.shape[1]
         positions = torch.arange(seq_len, device=input_ids.device)
         x = self.position.embed(self.embeddings(input_ids, token_type_ids), positions)
         x = self.embeddings.dropout(self.embeddings.norm(x))
+        layout = self.packed(x, attention_mask, document_ids, unpad_index, cu_seqlens, outputs)
+        unpadded, packed = layout if layout is not None else (None, None)
         # A float bias is cast to the blocks' compute dtype once here; left in float32, every layer would cast it
         # again (autocast casts each call's float arguments to bfloat16).
-        mask = self.score_mod(attention_mask, seq_len, return_attentions, document_ids)
-        if mask is None:
-            mask = self.attention_mask(attention_mask, seq_len, compute_dtype(x), document_ids)
-        unpadded = None
-        if not (return_hidden_states or return_attentions):
-            unpadded = self.unpadded(attention_mask, unpad_index)
+        queries = None
+        if packed is not None:  # the packed kernels need no mask; a first-token-only layer reads its first row
+            queries = 1
+            mask = self.attention_mask(attention_mask, seq_len, compute_dtype(x), document_ids, queries)
+        else:
+            mask = self.score_mod(attention_mask, seq_len, return_attentions, document_ids)
+            if mask is None:
+                mask = self.attention_mask(attention_mask, seq_len, compute_dtype(x), document_ids)
+            if not outputs:
+                unpadded = self.unpadded(attention_mask, unpad_index)
         if unpadded is not None:
             x = unpadded.unpad(x)  # (N, C)
-        inputs = AttentionInputs(self.position, positions, mask, unpadded, return_attentions)
+        inputs = AttentionInputs(self.position, positions, mask, unpadded, return_attentions, packed)
         local = inputs
         if self.config.local_window:
             local = AttentionInputs(self.local_position or self.position, positions,
-                                    self.windowed(mask, seq_len, input_ids.device), unpadded, return_attentions)
+                                    self.windowed(mask, seq_len, input_ids.device, queries), unpadded,
+                                    return_attentions, packed and packed.local(self.config.local_window))
         hidden_states, attentions = [x], []
         last = len(self.blocks) - 1
         for i, block in enumerate(self.blocks):
@@ -252,7 +332,7 @@ class Encoder(nn.Module):
         x = self.final_norm(x)
         if unpadded is not None:  # zeros at padding, as everywhere on the unpadded path
             return unpadded.first_real(x) if first_token_only else unpadded.pad(x)
-        if not (return_hidden_states or return_attentions):
+        if not outputs:
             return x
         hidden_states[-1] = x
         return EncoderOutput(

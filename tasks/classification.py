@@ -68,7 +68,8 @@ class SequenceClassification(EncoderTask):
                 the same knob as `Distillation.temperature`.
             alpha_kd: weight alpha of the teacher's term (0.5 when unset), as `Distillation.alpha_kd`.
             kernels: how the encoder computes, not what (`encoders.Kernels`): when it skips padding tokens
-                (`unpad_below`), FlexAttention for ALiBi and T5 (`flex_attention`); chosen per run, never stored.
+                (`unpad_below`), FlexAttention for ALiBi and T5 (`flex_attention`), attention over the tokens
+                packed without padding (`varlen`); chosen per run, never stored.
             optimization: AdamW and learning-rate schedule.
         """
         super().__init__(optimization)
@@ -122,7 +123,8 @@ class SequenceClassification(EncoderTask):
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         mask = batch.get("attention_mask")
         hidden = self.encoder(batch["input_ids"], mask, batch.get("token_type_ids"),
-                              first_token_only=self.first_token_only, unpad_index=batch.get("unpad_index"))
+                              first_token_only=self.first_token_only, unpad_index=batch.get("unpad_index"),
+                              cu_seqlens=batch.get("cu_seqlens"))
         logits = self.head(hidden, mask)
         return logits.squeeze(-1) if self.regression else logits
 
@@ -160,7 +162,7 @@ class SequenceClassification(EncoderTask):
             return loss
         mask = batch.get("attention_mask")
         _, teacher_logits = self.teacher(batch["input_ids"], mask, batch.get("token_type_ids"), mask,
-                                         unpad_index=batch.get("unpad_index"))
+                                         unpad_index=batch.get("unpad_index"), cu_seqlens=batch.get("cu_seqlens"))
         losses = self.distillation_loss(logits, teacher_logits, batch["labels"])
         self.log_training(losses["loss"], batch, **{k: v for k, v in losses.items() if k != "loss"})
         return losses["loss"]
@@ -207,7 +209,8 @@ class TokenClassification(EncoderTask):
             pad_token_id: the tokenizer's padding id; linked from the datamodule: a new encoder's padding row.
             classifier_dropout: dropout before the classifier.
             kernels: how the encoder computes, not what (`encoders.Kernels`): when it skips padding tokens
-                (`unpad_below`), FlexAttention for ALiBi and T5 (`flex_attention`); chosen per run, never stored.
+                (`unpad_below`), FlexAttention for ALiBi and T5 (`flex_attention`), attention over the tokens
+                packed without padding (`varlen`); chosen per run, never stored.
             optimization: AdamW and learning-rate schedule.
         """
         super().__init__(optimization)
@@ -231,7 +234,7 @@ class TokenClassification(EncoderTask):
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         hidden = self.encoder(batch["input_ids"], batch.get("attention_mask"), batch.get("token_type_ids"),
-                              unpad_index=batch.get("unpad_index"))
+                              unpad_index=batch.get("unpad_index"), cu_seqlens=batch.get("cu_seqlens"))
         return self.head(hidden)
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:

@@ -103,13 +103,13 @@ class Teacher(nn.Module):
     @torch.no_grad()
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
                 token_type_ids: torch.Tensor | None, *head_inputs: torch.Tensor,
-                document_ids: torch.Tensor | None = None,
-                unpad_index: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                document_ids: torch.Tensor | None = None, unpad_index: torch.Tensor | None = None,
+                cu_seqlens: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(hidden states, the head's output on them and `head_inputs`: the masked positions for an MLM head, the
         attention mask for a classifier)."""
         self.eval()
         hidden = self.encoder(input_ids, attention_mask, token_type_ids, document_ids=document_ids,
-                              unpad_index=unpad_index)
+                              unpad_index=unpad_index, cu_seqlens=cu_seqlens)
         return hidden, self.head(hidden, *head_inputs)
 
 
@@ -152,8 +152,8 @@ class Distillation(EncoderTask):
             alpha_mlm: weight of the student's own MLM loss.
             alpha_cos: weight of the hidden-state cosine loss.
             kernels: how the student and the teacher compute, not what (`encoders.Kernels`): when they skip padding
-                tokens (`unpad_below`), FlexAttention for ALiBi and T5 (`flex_attention`); chosen per run, never
-                stored.
+                tokens (`unpad_below`), FlexAttention for ALiBi and T5 (`flex_attention`), attention over the tokens
+                packed without padding (`varlen`); chosen per run, never stored.
             optimization: AdamW and learning-rate schedule.
         """
         super().__init__(optimization)
@@ -191,10 +191,10 @@ class Distillation(EncoderTask):
     def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         mask, types, documents = batch.get("attention_mask"), batch.get("token_type_ids"), batch.get("document_ids")
         masked = masked_positions(batch)
-        unpad = batch.get("unpad_index")
+        layout = {"unpad_index": batch.get("unpad_index"), "cu_seqlens": batch.get("cu_seqlens")}
         teacher_hidden, teacher_logits = self.teacher(batch["input_ids"], mask, types, masked,
-                                                      document_ids=documents, unpad_index=unpad)
-        student_hidden = self.encoder(batch["input_ids"], mask, types, document_ids=documents, unpad_index=unpad)
+                                                      document_ids=documents, **layout)
+        student_hidden = self.encoder(batch["input_ids"], mask, types, document_ids=documents, **layout)
         _, student_logits, targets = masked_lm_loss(self.head, student_hidden, batch["labels"], masked)
         losses = distillation_losses(student_logits, teacher_logits, targets, student_hidden, teacher_hidden, mask,
                                      self.temperature)

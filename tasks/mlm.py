@@ -99,7 +99,8 @@ class MaskedLM(EncoderTask):
             vocab_size: the tokenizer's vocabulary size; linked from the datamodule.
             pad_token_id: the tokenizer's padding id; linked from the datamodule: a new encoder's padding row.
             kernels: how the encoder computes, not what (`encoders.Kernels`): when it skips padding tokens
-                (`unpad_below`), FlexAttention for ALiBi and T5 (`flex_attention`); chosen per run, never stored.
+                (`unpad_below`), FlexAttention for ALiBi and T5 (`flex_attention`), attention over the tokens
+                packed without padding (`varlen`); chosen per run, never stored.
             optimization: AdamW and learning-rate schedule.
         """
         super().__init__(optimization)
@@ -117,7 +118,8 @@ class MaskedLM(EncoderTask):
 
     def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         hidden = self.encoder(batch["input_ids"], batch.get("attention_mask"), batch.get("token_type_ids"),
-                              document_ids=batch.get("document_ids"), unpad_index=batch.get("unpad_index"))
+                              document_ids=batch.get("document_ids"), unpad_index=batch.get("unpad_index"),
+                              cu_seqlens=batch.get("cu_seqlens"))
         return masked_lm_loss(self.head, hidden, batch["labels"], masked_positions(batch))
 
     def training_flops(self, batch: dict[str, torch.Tensor]) -> int:

@@ -132,7 +132,8 @@ def test_segments_keep_every_token_with_token_types(shared_data, minilm_tokenize
             assert len(seps) == 1 and set(types) == {0}
     assert pairs > 100
     batch = next(iter(dm.train_dataloader()))
-    assert set(batch) == {"input_ids", "attention_mask", "token_type_ids", "labels", "unpad_index", "masked_index"}
+    assert set(batch) == {"input_ids", "attention_mask", "token_type_ids", "labels", "unpad_index", "cu_seqlens",
+                          "masked_index"}
     # The flat positions of the real and of the masked tokens, built on the host for the encoder and the MLM head.
     assert torch.equal(batch["unpad_index"], batch["attention_mask"].flatten().nonzero().squeeze(1))
     assert torch.equal(batch["masked_index"], (batch["labels"].flatten() != -100).nonzero().squeeze(1))
