@@ -30,6 +30,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from data.sources import DataError
 from data.tokenizers import load_tokenizer
 from encoders.checkpoints import CheckpointError
+from encoders.hub import local_path
 from tasks.base import EncoderTask, validation_prefixes
 from tasks.run.checkpoint_io import SafeCheckpointIO, load_checkpoint_file
 from tasks.run.checkpoints import BestCheckpoint, LastCheckpoint, ValidateFinalStep, data_seed, resume_path
@@ -82,12 +83,12 @@ class LitbertCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         config = self.config
         model, data = config.model.init_args, config.data.init_args
-        for name in ("pretrained", "teacher"):  # read before the tokenizer that may come from them: name the setting
-            if model.get(name) is not None and not Path(model[name]).is_dir():
-                raise CheckpointError(
-                    f"model.{name}={model[name]} is not a folder. litbert loads checkpoints from local folders (a "
-                    f"transformers save_pretrained folder or a litbert export); download a hub model first (e.g. "
-                    f"`huggingface-cli download NAME --local-dir DIR`) and give that folder.")
+        for name in ("pretrained", "teacher"):  # found before the tokenizer that may come from them: name the setting
+            if model.get(name) is not None:
+                found = local_path(model[name], setting=f"model.{name}")  # a folder, or a hub id's snapshot
+                if not found.is_dir():
+                    raise CheckpointError(f"model.{name}={model[name]} is a file; give the checkpoint's folder (a "
+                                          f"transformers save_pretrained folder or a litbert export) or a hub id.")
         # Fine-tuning from a checkpoint folder uses the tokenizer saved in it unless the config names one.
         if "tokenizer" in data and data.tokenizer is None:
             data.tokenizer = model.get("pretrained") or model.get("teacher")
