@@ -1,14 +1,16 @@
-"""Hugging Face Hub ids for checkpoints and tokenizers (`encoders.hub`), without a network: the hub cache is laid
-out here as `huggingface_hub` lays it out, filled with the MiniLM-L6 package's files, and read under
-HF_HUB_OFFLINE=1."""
+"""Hugging Face Hub ids for checkpoints and tokenizers (`encoders.hub`), and the model card and push of a run
+(`tasks.run.publish`), all without a network: the hub cache is laid out here as `huggingface_hub` lays it out, filled
+with the MiniLM-L6 package's files, and read under HF_HUB_OFFLINE=1; uploads are intercepted."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
-from huggingface_hub import constants
+from huggingface_hub import HfApi, constants
 from runs import MINILM, REPO, environment, last_lines, train
 
 import train as train_py
@@ -150,6 +152,123 @@ def test_only_the_files_litbert_reads_are_downloaded(tmp_path, monkeypatch):
     assert len(asked) == 4  # resolved once a process
 
 
+# ----------------------------------------------------------------------------------------------------- push
+
+
+@pytest.fixture
+def glue_args(shared_data, tmp_path, monkeypatch) -> list[str]:
+    """A two-step fine-tune of a tiny checkpoint on 64 RTE pairs into tmp_path/run, with the hub online (and
+    never reached)."""
+    monkeypatch.setenv("LITBERT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    tiny = tiny_checkpoint(tmp_path / "tiny", seed=0)
+    rte = tmp_path / "RTE"
+    rte.mkdir()
+    for name, rows in (("train.tsv", 64), ("dev.tsv", 16), ("test.tsv", 8)):
+        lines = (shared_data / "glue" / "RTE" / name).read_text().splitlines()
+        (rte / name).write_text("\n".join(lines[:rows + 1]) + "\n")
+    return ["--config", str(REPO / "configs/glue/rte.yaml"), "--model.pretrained", str(tiny),
+            "--data.data_dir", str(rte), "--trainer.precision", "32-true", "--data.max_length", "64",
+            "--trainer.default_root_dir", str(tmp_path / "run"), "--trainer.logger", "false",
+            "--trainer.enable_progress_bar", "false", "--trainer.max_steps", "2", "--trainer.limit_val_batches", "1",
+            "--trainer.num_sanity_val_steps", "0", "--data.batch_size", "4", "--data.eval_batch_size", "8",
+            "--predict", "false"]
+
+
+class FakeHub:
+    """HfApi's calls of a push, recorded; the upload records the folder's files as they are when uploaded."""
+
+    def __init__(self, monkeypatch):
+        self.calls: list[tuple] = []
+        self.files: dict[str, bytes] = {}
+        for name in ("create_repo", "update_repo_settings", "create_branch"):
+            monkeypatch.setattr(HfApi, name, self._record(name))
+        monkeypatch.setattr(HfApi, "upload_folder", self._upload())
+
+    def _record(self, name):
+        def call(api, repo_id, **kwargs):
+            self.calls.append((name, repo_id, kwargs))
+        return call
+
+    def _upload(self):
+        def upload_folder(api, *, repo_id, folder_path, **kwargs):
+            self.calls.append(("upload_folder", repo_id, kwargs))
+            self.files = {str(p.relative_to(folder_path)): p.read_bytes() for p in Path(folder_path).rglob("*")
+                          if p.is_file()}
+            return SimpleNamespace(commit_url=f"https://huggingface.co/{repo_id}/commit/0123abc")
+        return upload_folder
+
+
+def test_a_push_uploads_the_export_with_its_card_and_metrics_table(glue_args, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("HF_TOKEN", "hf_test")
+    fake = FakeHub(monkeypatch)
+    cli = train_py.main([*glue_args, "--push_to_hub", "me/tiny-rte@trial", "--hub_private", "true"])
+    export = tmp_path / "run" / "model"
+    assert [call[0] for call in fake.calls] == ["create_repo", "update_repo_settings", "create_branch",
+                                                "upload_folder"]
+    assert fake.calls[0][1:] == ("me/tiny-rte", {"private": True, "exist_ok": True})
+    assert fake.calls[1][2] == {"private": True} and fake.calls[2][2] == {"branch": "trial", "exist_ok": True}
+    upload = fake.calls[3][2]
+    assert upload["revision"] == "trial" and "*.safetensors" in upload["delete_patterns"]
+    # The export folder as it is: weights, config, tokenizer and card.
+    assert set(fake.files) == {path.name for path in export.iterdir()}
+    assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "README.md"} <= set(
+        fake.files)
+    card = fake.files["README.md"].decode()
+    assert card == (export / "README.md").read_text()
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics == pytest.approx(cli.metrics) and set(metrics) == {"val/accuracy", "val/loss"}
+    table = card.split("| Metric | Value |\n|---|---|\n")[1].split("\n\n")[0].splitlines()
+    assert table == [f"| {key} | {value:.4f} |" for key, value in metrics.items()]
+    assert card.startswith("---\nlibrary_name: transformers\npipeline_tag: text-classification\n")
+    assert "# me/tiny-rte@trial" in card
+    assert f"| Base model | `{tmp_path / 'tiny'}` (a local folder) |" in card
+    assert "| Format | transformers (`BertForSequenceClassification`) |" in card
+    parameters = sum(p.numel() for p in {id(p): p for p in cli.model.parameters()}.values())
+    assert f"| Parameters | {parameters:,} (of which the head's " in card
+    assert "2 layers, hidden size 128, 2 heads, feed-forward 512 (gelu)" in card and "- `task`: rte" in card
+    assert "python train.py --config " in card and "--push_to_hub me/tiny-rte@trial --hub_private true" in card
+    assert "2 optimizer steps" in card and f"    pretrained: {tmp_path / 'tiny'}\n" in card  # the resolved config
+    assert "from_pretrained('me/tiny-rte')" in card
+    assert "litbert: pushed to hub    https://huggingface.co/me/tiny-rte/commit/0123abc" in capsys.readouterr().out
+
+
+def test_a_failed_upload_says_how_to_retry_it(tmp_path, monkeypatch):
+    from huggingface_hub.errors import HfHubHTTPError
+
+    from tasks.run.publish import push
+
+    def refuse(api, **kwargs):
+        raise HfHubHTTPError("403 Forbidden: no write access to me/x", response=SimpleNamespace(headers={},
+                                                                                                request=None))
+
+    FakeHub(monkeypatch)
+    monkeypatch.setattr(HfApi, "upload_folder", refuse)
+    with pytest.raises(HubError, match=rf"--push_to_hub me/x@b: the upload failed \(403 Forbidden: no write access "
+                                       rf"to me/x\). The model stays in {tmp_path}: upload it with `hf upload me/x "
+                                       rf"{tmp_path} --revision b`"):
+        push(tmp_path, "me/x@b", None)
+
+
+def test_a_push_without_a_token_is_refused_before_training(glue_args, tmp_path, monkeypatch):
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
+    fake = FakeHub(monkeypatch)
+    with pytest.raises(ValueError, match=r"--push_to_hub me/x uploads at the end of the run, but no Hugging Face "
+                                         r"token is found .* `hf auth login`; or drop --push_to_hub and upload the "
+                                         r"export later with `hf upload me/x .*run/model`"):
+        train_py.make_cli([*glue_args, "--push_to_hub", "me/x"])
+    monkeypatch.setenv("HF_TOKEN", "hf_test")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(ValueError, match="HF_HUB_OFFLINE is set: unset it, or drop --push_to_hub"):
+        train_py.make_cli([*glue_args, "--push_to_hub", "me/x"])
+    for extra, message in ((["--push_to_hub", "me/x", "--export", "false"], "but --export is false"),
+                           (["--push_to_hub", "x"], "--push_to_hub x: not a Hugging Face Hub id"),
+                           (["--hub_private", "true"], "but --push_to_hub is not set")):
+        with pytest.raises(ValueError, match=message):
+            train_py.make_cli([*glue_args, *extra])
+    assert fake.calls == [] and not (tmp_path / "run").exists()
+
 
 @pytest.mark.slow  # trains MiniLM through train.py: .ci/run runs it with -m slow
 def test_train_py_fine_tunes_a_hub_id_from_the_offline_cache_and_cards_it(shared_data, tmp_path):
@@ -168,6 +287,12 @@ def test_train_py_fine_tunes_a_hub_id_from_the_offline_cache_and_cards_it(shared
     assert "    pretrained: org/minilm\n" in (tmp_path / "run" / "config.yaml").read_text()
     assert load_tokenizer(export).get_vocab() == load_tokenizer(MINILM).get_vocab()  # the id's tokenizer
     assert Encoder.from_pretrained(export).config == Encoder.from_pretrained(MINILM).config
+    card = (export / "README.md").read_text()
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert card.startswith("---\nbase_model: org/minilm\nlibrary_name: transformers\n")
+    assert "| Base model | [org/minilm](https://huggingface.co/org/minilm) |" in card
+    assert "--model.pretrained org/minilm" in card and "- `tokenizer`: org/minilm" in card
+    assert f"| val/accuracy | {metrics['val/accuracy']:.4f} |" in card
     # Not cached: refused before anything is built, with the id, HF_HUB_OFFLINE and how to fetch it.
     done = train("configs/glue/rte.yaml", tmp_path / "absent", "--model.pretrained", "org/absent@v1", *short,
                  env=env)
