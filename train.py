@@ -6,8 +6,9 @@ machinery, one module a job.
 
 One run: fit (or resume with `--ckpt_path`), validate the best checkpoint, test it where the data has labelled
 test sets, export the trained model with `save_pretrained` (to `<default_root_dir>/model` unless `--export_dir`
-says otherwise; `--export false` skips it), write every final metric to `<default_root_dir>/metrics.json`, and
-predict the unlabelled test sets (GLUE's) into `<default_root_dir>/submission` (`--predict false` skips it).
+says otherwise; `--export false` skips it) with a model card (README.md), write every final metric to
+`<default_root_dir>/metrics.json`, predict the unlabelled test sets (GLUE's) into `<default_root_dir>/submission`
+(`--predict false` skips it), and upload the export to the Hugging Face Hub where `--push_to_hub org/name` asks.
 
 A run that does not finish says so and exits non-zero: 128 + the signal number when stopped by a signal (with the
 checkpoint to resume from), 1 when training diverges or fails, 2 when the configuration, data or a checkpoint is
@@ -30,6 +31,7 @@ from tasks.run.errors import exit_status
 from tasks.run.export import export
 from tasks.run.folders import export_path
 from tasks.run.predict import predict_test_sets
+from tasks.run.publish import push, write_card
 from tasks.run.results import print_summary, write_metrics
 from tasks.run.signals import LateSignals
 
@@ -81,7 +83,9 @@ def _run(cli: LitbertCLI, signals: LateSignals) -> dict[str, float]:
     root = Path(trainer.default_root_dir)
     signals.check(trainer)
     if config.export:
-        export(trainer, model, export_path(config), data.tokenizer)
+        exported = export(trainer, model, export_path(config), data.tokenizer)
+        if exported is not None:  # rank 0
+            write_card(export_path(config), exported, cli, metrics, trainer)
     signals.check(trainer)
     if trainer.is_global_zero:  # before predicting: the run's results are kept whatever prediction meets
         write_metrics(root / "metrics.json", metrics)
@@ -92,10 +96,13 @@ def _run(cli: LitbertCLI, signals: LateSignals) -> dict[str, float]:
         if predictions and trainer.is_global_zero:
             submission = data.write_submission(predictions, root / "submission")
 
+    pushed = None
+    if config.push_to_hub and trainer.is_global_zero:  # last: a failed upload leaves every other result written
+        pushed = push(export_path(config), config.push_to_hub, config.hub_private)
     config_dir = trainer.log_dir  # a collective call under DDP: every rank makes it
     if trainer.is_global_zero:
         print_summary(trainer, Path(config_dir or root) / "config.yaml", best,
-                      export_path(config) if config.export else None, submission, root / "metrics.json")
+                      export_path(config) if config.export else None, submission, root / "metrics.json", pushed)
     return metrics
 
 

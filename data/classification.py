@@ -202,7 +202,7 @@ class ClassificationDataModule(TokenizedDataModule):
     files.
 
     Args:
-        tokenizer: Path to a tokenizer folder or tokenizer.json; train.py defaults it to the folder of
+        tokenizer: A tokenizer folder, tokenizer.json or hub id (`org/name[@revision]`); train.py defaults it to
             `model.pretrained`.
         dataset: A known dataset (`imdb`, a GLUE task such as `sst2` or `rte`) or a hub name (with `dataset_config`);
             None to read local files.
@@ -592,7 +592,7 @@ class GLUEDataModule(ClassificationDataModule):
 
     Args:
         task: Task name (`cola`, `sst2`, `mrpc`, `stsb`, `qqp`, `mnli`, `qnli`, `rte`, `wnli`; folder names work).
-        tokenizer: Path to a tokenizer folder or tokenizer.json; train.py defaults it to the folder of
+        tokenizer: A tokenizer folder, tokenizer.json or hub id (`org/name[@revision]`); train.py defaults it to
             `model.pretrained`.
         max_length: Longest sequence, special tokens included.
         data_root: Folder holding `glue/<TASK>/` (defaults to $LITBERT_DATA); without one, the hub is used.

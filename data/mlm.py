@@ -283,7 +283,8 @@ class MLMDataModule(TokenizedDataModule):
     """Masked-language-model pretraining data from local text files or a (local copy of a) hub dataset.
 
     Args:
-        tokenizer: Path to a tokenizer folder or tokenizer.json; with `train_tokenizer`, the folder to train it into.
+        tokenizer: A tokenizer folder, tokenizer.json or hub id (`org/name[@revision]`); with `train_tokenizer`, the
+            folder to train it into.
         train_tokenizer: Train the tokenizer on the training documents when the `tokenizer` folder does not exist
             yet (reused when it holds one trained with the same settings on the same data).
         train_files: Local training files: .txt/.tokens (a document per line), .csv/.tsv/.json/.jsonl (`text_column`).

@@ -74,7 +74,7 @@ class TokenClassificationDataModule(TokenizedDataModule):
     """Sentences of a CoNLL-style column file, tokenized with per-token labels.
 
     Args:
-        tokenizer: Path to a tokenizer folder or tokenizer.json; train.py defaults it to the folder of
+        tokenizer: A tokenizer folder, tokenizer.json or hub id (`org/name[@revision]`); train.py defaults it to
             `model.pretrained`.
         dataset: `conll2003` (or `eriktks/conll2003`), read from the data root; or None to read local files.
         train_file: Local CoNLL column file for training.

@@ -38,6 +38,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from data.sources import DataError
+from encoders.hub import local_path
 
 log = logging.getLogger(__name__)
 
@@ -240,10 +241,9 @@ def _recipe_settings_of(tokenizer: Tokenizer) -> dict[str, Any]:
 
 
 def load_tokenizer(path: str | os.PathLike[str]) -> PreTrainedTokenizerFast:
-    """A transformers tokenizer folder (e.g. MiniLM's, or one from `save_tokenizer`) or a bare `tokenizer.json`."""
-    path = Path(path).expanduser()
-    if not path.exists():
-        raise FileNotFoundError(f"Tokenizer {path} does not exist; pass a tokenizer folder or tokenizer.json file.")
+    """A transformers tokenizer folder (e.g. MiniLM's, or one from `save_tokenizer`), a bare `tokenizer.json`, or
+    a Hugging Face Hub id (`encoders.hub`)."""
+    path = local_path(path, weights=False)
     if path.is_file():
         if path.suffix != ".json":
             raise DataError(f"Tokenizer file {path} is not a tokenizer.json; pass the folder that holds it instead.")

@@ -27,6 +27,7 @@ from torch import nn
 
 from encoders.choices import check_choice
 from encoders.config import EncoderConfig, global_every
+from encoders.hub import local_path
 from encoders.positions import sinusoidal_table
 
 log = logging.getLogger(__name__)
@@ -529,16 +530,13 @@ def _from_litbert(directory: Path) -> Checkpoint:
 
 
 def load_checkpoint(directory: str | Path | Checkpoint) -> Checkpoint:
-    """Read a checkpoint directory; a `Checkpoint` already read is returned as is, so callers that build an
-    encoder and its heads from one directory read its weights once."""
+    """Read a checkpoint directory, or the hub model an id names (`encoders.hub`); a `Checkpoint` already read is
+    returned as is, so callers that build an encoder and its heads from one directory read its weights once."""
     if isinstance(directory, Checkpoint):
         return directory
-    directory = Path(directory)
+    directory = local_path(directory)  # a local folder, or a hub id's cached snapshot
     if not directory.is_dir():
-        raise CheckpointError(
-            f"Checkpoint directory {directory} does not exist. litbert loads local directories only; download a "
-            f"hub model first (e.g. `huggingface-cli download NAME --local-dir DIR`)."
-        )
+        raise CheckpointError(f"Checkpoint {directory} is a file; a checkpoint is the folder that holds it.")
     if (directory / LITBERT_CONFIG).exists():
         checkpoint = _from_litbert(directory)
     elif (directory / "config.json").exists():

@@ -51,7 +51,8 @@ class SequenceClassification(EncoderTask):
             validation_names: the log prefix of each validation set, e.g. ("val", "val_mismatched") for MNLI.
             label_names: the labels in id order, stored with the exported model; linked from the datamodule.
             encoder: preset and overrides for a new encoder (ignored when `pretrained` is given).
-            pretrained: a litbert or transformers-format checkpoint directory to fine-tune.
+            pretrained: a litbert or transformers-format checkpoint directory to fine-tune, or a Hugging Face
+                Hub id (`org/name[@revision]`, `encoders.hub`).
             pretrained_layers: keep only these layers of `pretrained`, in order: "every_other" makes DistilBERT's
                 half-depth student of it (layers 0, 2, 4, ...), e.g. of a fine-tuned teacher; or a list of indices.
             vocab_size: the tokenizer's vocabulary size; linked from the datamodule.
@@ -61,8 +62,8 @@ class SequenceClassification(EncoderTask):
             pooler_activation: the pooler's activation; unset, the pretrained checkpoint family's (BERT's and
                 RoBERTa's tanh, DistilBERT's ReLU, ModernBERT's GELU) or the fine-tuned classifier's own, else tanh.
             classifier_dropout: dropout before the classifier.
-            teacher: a fine-tuned classifier checkpoint directory to distil from (logit KD): the loss becomes
-                alpha * T^2 * KL(teacher || student at temperature T) + (1 - alpha) * cross-entropy with the
+            teacher: a fine-tuned classifier checkpoint directory (or hub id) to distil from (logit KD): the loss
+                becomes alpha * T^2 * KL(teacher || student at temperature T) + (1 - alpha) * cross-entropy with the
                 labels; for regression alpha * MSE(student, teacher) + (1 - alpha) * MSE(student, labels).
             temperature: temperature T of the teacher's soft targets (2.0 when a teacher is given and this is unset);
                 the same knob as `Distillation.temperature`.
@@ -202,7 +203,8 @@ class TokenClassification(EncoderTask):
         Args:
             label_names: the tag set in id order (IOB2, e.g. O, B-PER, I-PER, ...); linked from the datamodule.
             encoder: preset and overrides for a new encoder (ignored when `pretrained` is given).
-            pretrained: a litbert or transformers-format checkpoint directory to fine-tune.
+            pretrained: a litbert or transformers-format checkpoint directory to fine-tune, or a Hugging Face
+                Hub id (`org/name[@revision]`, `encoders.hub`).
             pretrained_layers: keep only these layers of `pretrained`, in order: "every_other" makes DistilBERT's
                 half-depth student of it (layers 0, 2, 4, ...), e.g. of a fine-tuned teacher; or a list of indices.
             vocab_size: the tokenizer's vocabulary size; linked from the datamodule.

@@ -144,7 +144,8 @@ class Distillation(EncoderTask):
     ) -> None:
         """
         Args:
-            teacher: a litbert or transformers-format MLM checkpoint directory (it must hold the MLM head).
+            teacher: a litbert or transformers-format MLM checkpoint directory or hub id (`org/name[@revision]`);
+                it must hold the MLM head.
             student: a fresh student: a preset and overrides, or overrides of the teacher's configuration when no preset
                 is named (e.g. `num_layers: 3`); None initialises it from every other teacher layer.
             temperature: softmax temperature T of the soft targets.

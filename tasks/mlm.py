@@ -95,7 +95,8 @@ class MaskedLM(EncoderTask):
         """
         Args:
             encoder: preset and overrides for a new encoder (ignored when `pretrained` is given).
-            pretrained: a litbert or transformers-format checkpoint directory to continue from.
+            pretrained: a litbert or transformers-format checkpoint directory, or a Hugging Face Hub id
+                (`org/name[@revision]`), to continue from.
             vocab_size: the tokenizer's vocabulary size; linked from the datamodule.
             pad_token_id: the tokenizer's padding id; linked from the datamodule: a new encoder's padding row.
             kernels: how the encoder computes, not what (`encoders.Kernels`): when it skips padding tokens

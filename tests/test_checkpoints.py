@@ -11,6 +11,7 @@ from runs import MINILM
 
 from encoders import Encoder, EncoderConfig, MaskedLMHead, SequenceClassificationHead, TokenClassificationHead
 from encoders.checkpoints import CheckpointError, load_checkpoint
+from encoders.hub import HubError
 
 SIZES = dict(vocab_size=101, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=40,
              max_position_embeddings=40)
@@ -580,7 +581,7 @@ def test_litbert_format_round_trip(tmp_path, preset):
 
 
 def test_load_errors_are_clear(tmp_path):
-    with pytest.raises(CheckpointError, match="does not exist. litbert loads local directories only"):
+    with pytest.raises(HubError, match="bert-base-uncased does not exist .* or a Hugging Face Hub id"):
         Encoder.from_pretrained(tmp_path / "bert-base-uncased")
     with pytest.raises(CheckpointError, match="neither litbert.json"):
         Encoder.from_pretrained(tmp_path)

@@ -675,9 +675,9 @@ def test_a_modernbert_teacher_distils_through_train_py_into_a_modernbert_student
 def test_a_pretrained_folder_that_does_not_exist_is_named_by_its_setting(env, tmp_path):
     """The tokenizer of a fine-tuning run comes from model.pretrained's folder, so a wrong path is reported as the
     setting the user gave, not as a missing tokenizer."""
-    from encoders.checkpoints import CheckpointError
+    from encoders.hub import HubError
 
-    with pytest.raises(CheckpointError, match=f"model.pretrained={tmp_path / 'nope'} is not a folder. litbert loads"):
+    with pytest.raises(HubError, match=f"model.pretrained={tmp_path / 'nope'} does not exist"):
         make_cli(["--config", "configs/glue/rte.yaml", "--model.pretrained", str(tmp_path / "nope"),
                         "--trainer.logger", "false", "--trainer.default_root_dir", str(tmp_path / "run")])
 

@@ -12,6 +12,7 @@
 - `progress`: the progress bar;
 - `compile`: `torch.compile` of the encoder, as an option;
 - `export`: the trained model saved with `save_pretrained`;
+- `publish`: its model card, and its push to the Hugging Face Hub (`--push_to_hub`);
 - `predict`: the unlabelled test sets predicted into submission files;
 - `results`: metrics.json and the closing lines of a run;
 - `errors`: messages and exit statuses of runs that do not finish;

@@ -30,13 +30,15 @@ from lightning.pytorch.utilities import rank_zero_warn
 from data.sources import DataError
 from data.tokenizers import load_tokenizer
 from encoders.checkpoints import CheckpointError
+from encoders.hub import local_path
 from tasks.base import EncoderTask, validation_prefixes
 from tasks.run.checkpoint_io import SafeCheckpointIO, load_checkpoint_file
 from tasks.run.checkpoints import BestCheckpoint, LastCheckpoint, ValidateFinalStep, data_seed, resume_path
 from tasks.run.configs import expand
-from tasks.run.folders import check_run_folder, run_root
+from tasks.run.folders import check_run_folder, export_path, run_root
 from tasks.run.precision import choose_precision
 from tasks.run.progress import ProgressBar
+from tasks.run.publish import check_push
 from tasks.run.throughput import Throughput
 from tasks.run.tracking import WANDB_LOGGER, LogConfigCallback, configure_wandb
 
@@ -66,6 +68,13 @@ class LitbertCLI(LightningCLI):
                             help="Save the trained model with save_pretrained at the end of the run.")
         parser.add_argument("--export_dir", type=str | None, default=None,
                             help="Where to export the model; by default <trainer.default_root_dir>/model.")
+        parser.add_argument("--push_to_hub", type=str | None, default=None,
+                            help="Upload the exported model, its tokenizer and model card to this Hugging Face Hub "
+                                 "repo at the end of the run: org/name, or org/name@branch. Needs a token (HF_TOKEN "
+                                 "or `hf auth login`), checked before training.")
+        parser.add_argument("--hub_private", type=bool | None, default=None,
+                            help="The visibility of the --push_to_hub repo: true private, false public; unset, a new "
+                                 "repo gets the hub's default and an existing one keeps its own.")
         parser.add_argument("--predict", type=bool, default=True,
                             help="Predict the unlabelled test sets of the data (GLUE) with the best checkpoint and "
                                  "write the files the benchmark's server takes to <default_root_dir>/submission.")
@@ -82,12 +91,12 @@ class LitbertCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         config = self.config
         model, data = config.model.init_args, config.data.init_args
-        for name in ("pretrained", "teacher"):  # read before the tokenizer that may come from them: name the setting
-            if model.get(name) is not None and not Path(model[name]).is_dir():
-                raise CheckpointError(
-                    f"model.{name}={model[name]} is not a folder. litbert loads checkpoints from local folders (a "
-                    f"transformers save_pretrained folder or a litbert export); download a hub model first (e.g. "
-                    f"`huggingface-cli download NAME --local-dir DIR`) and give that folder.")
+        for name in ("pretrained", "teacher"):  # found before the tokenizer that may come from them: name the setting
+            if model.get(name) is not None:
+                found = local_path(model[name], setting=f"model.{name}")  # a folder, or a hub id's snapshot
+                if not found.is_dir():
+                    raise CheckpointError(f"model.{name}={model[name]} is a file; give the checkpoint's folder (a "
+                                          f"transformers save_pretrained folder or a litbert export) or a hub id.")
         # Fine-tuning from a checkpoint folder uses the tokenizer saved in it unless the config names one.
         if "tokenizer" in data and data.tokenizer is None:
             data.tokenizer = model.get("pretrained") or model.get("teacher")
@@ -101,6 +110,7 @@ class LitbertCLI(LightningCLI):
         if config.overwrite and config.ckpt_path is not None:
             raise ValueError("--overwrite replaces a finished or abandoned run, but --ckpt_path resumes one in place; "
                              "drop one of them.")
+        check_push(config, export_path(config))
         choose_precision(config.trainer)
         root = run_root(config)
         self.resume_path = resume_path(config.ckpt_path, root)
@@ -194,10 +204,10 @@ def check_same_tokenizer(teacher: str, tokenizer: str) -> None:
 
 def make_cli(args: Sequence[str] | None = None) -> LitbertCLI:
     """Parse `args` (default: the command line) and build the task, datamodule and trainer, without running."""
-    args = expand(sys.argv[1:] if args is None else args)
+    given = list(sys.argv[1:] if args is None else args)
     # The arguments are the command line with its `base:` files expanded; LightningCLI warns whenever both exist.
     warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended", category=UserWarning)
-    return LitbertCLI(
+    cli = LitbertCLI(
         EncoderTask,
         L.LightningDataModule,
         subclass_mode_model=True,
@@ -209,5 +219,7 @@ def make_cli(args: Sequence[str] | None = None) -> LitbertCLI:
         auto_configure_optimizers=False,
         parser_kwargs={"exit_on_error": False},  # parse errors reach train.py's cli_main, which condenses them
         run=False,
-        args=args,
+        args=expand(given),
     )
+    cli.command_line = given  # as the user gave it, for the model card
+    return cli

@@ -15,18 +15,21 @@ from lightning.pytorch.strategies import FSDPStrategy
 from tasks.base import DivergenceError, EncoderTask
 
 
-def export(trainer: L.Trainer, model: EncoderTask, directory: Path, tokenizer: Any) -> None:
-    """`model.export` on rank 0. Under FSDP the parameters are sharded across ranks: every rank takes part in
-    gathering the full weights (the strategy's state dict), and rank 0 exports them from an unsharded copy."""
+def export(trainer: L.Trainer, model: EncoderTask, directory: Path, tokenizer: Any) -> EncoderTask | None:
+    """`model.export` on rank 0, which gets the task it exported back (None elsewhere). Under FSDP the parameters are
+    sharded across ranks: every rank takes part in gathering the full weights (the strategy's state dict), and rank
+    0 exports them from an unsharded copy."""
     if isinstance(trainer.strategy, FSDPStrategy):
         state = trainer.strategy.lightning_module_state_dict()
         if not trainer.is_global_zero:
-            return
+            return None
         model = rebuild(model)
         model.load_state_dict(state)
-    if trainer.is_global_zero:
-        check_finite(model)
-        model.export(directory, tokenizer)
+    if not trainer.is_global_zero:
+        return None
+    check_finite(model)
+    model.export(directory, tokenizer)
+    return model
 
 
 def rebuild(model: EncoderTask) -> EncoderTask:

@@ -30,9 +30,9 @@ def finite_or_none(metrics: dict[str, float]) -> dict[str, float | None]:
 
 
 def print_summary(trainer: L.Trainer, config_path: Path, best: str, export_dir: Path | None,
-                  predictions: list[Path], metrics_path: Path) -> None:
-    """Rank 0's closing lines: the resolved config, the checkpoints, the export, the predictions, the W&B run and
-    metrics.json. Ends the W&B run."""
+                  predictions: list[Path], metrics_path: Path, pushed: str | None = None) -> None:
+    """Rank 0's closing lines: the resolved config, the checkpoints, the export and where it was pushed, the
+    predictions, the W&B run and metrics.json. Ends the W&B run."""
     last = next((c.last_path for c in trainer.callbacks if isinstance(c, LastCheckpoint)), None)
     print(f"litbert: resolved config  {config_path}")
     print(f"litbert: best checkpoint  {best or '(none saved: no validation during fit; final weights used)'}")
@@ -40,7 +40,9 @@ def print_summary(trainer: L.Trainer, config_path: Path, best: str, export_dir: 
     if export_dir is not None:
         kind = "litbert format: this configuration has no transformers equivalent" \
             if (export_dir / LITBERT_CONFIG).exists() else "transformers format"
-        print(f"litbert: exported model   {export_dir} ({kind})")
+        print(f"litbert: exported model   {export_dir} ({kind}; model card README.md)")
+    if pushed is not None:
+        print(f"litbert: pushed to hub    {pushed}")
     for path in predictions:
         print(f"litbert: test predictions {path}")
     for logger in trainer.loggers:

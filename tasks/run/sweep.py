@@ -1,7 +1,7 @@
 """All of GLUE from one checkpoint: each task's shipped config through `train.py`, a results table, and the zip the
 GLUE server takes.
 
-    python -m tasks.run.sweep run --pretrained path/to/checkpoint --out runs/glue-sweep [--tasks cola rte ...] \
+    python -m tasks.run.sweep run --pretrained <folder or hub id> --out runs/glue-sweep [--tasks cola rte ...] \
         [--redo] [-- --trainer.max_epochs 2 ...]
     python -m tasks.run.sweep zip runs/glue-sweep
 
@@ -137,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="fine-tune every task, then write results.md and submission.zip")
-    run.add_argument("--pretrained", required=True, help="checkpoint folder (transformers format or litbert export)")
+    run.add_argument("--pretrained", required=True,
+                     help="checkpoint folder (transformers format or litbert export) or hub id (org/name[@revision])")
     run.add_argument("--out", type=Path, default=Path("runs/glue-sweep"))
     run.add_argument("--tasks", nargs="+", choices=list(GLUE_TASKS), default=list(GLUE_TASKS))
     run.add_argument("--redo", action="store_true", help="train again the tasks an earlier sweep into --out finished")

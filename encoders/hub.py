@@ -1,0 +1,105 @@
+"""Checkpoints and tokenizers named by a Hugging Face Hub id, as transformers' `from_pretrained` takes them.
+
+A name is a local folder (or file) when one of that name exists, as in transformers; otherwise `org/name`, with an
+optional revision after `@` (a branch, tag or commit: `org/name@v1.0`, the form of the hub's own `hf://` paths), is
+the hub model of that id, downloaded by `huggingface_hub.snapshot_download` into the hub cache (`HF_HUB_CACHE`, by
+default `$HF_HOME/hub`). Once cached, the same id loads without a network under `HF_HUB_OFFLINE=1`.
+
+Deliberate deviations from a plain `snapshot_download`: only the files litbert reads are fetched (JSON configs,
+vocabularies, safetensors weights, and `pytorch_model*.bin` only where a model has no safetensors), not a repo's
+TensorFlow, Flax or ONNX copies; and each id is resolved once a process.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+from huggingface_hub import constants, errors, snapshot_download
+from huggingface_hub.errors import (
+    GatedRepoError,
+    HfHubHTTPError,
+    HFValidationError,
+    LocalEntryNotFoundError,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
+from huggingface_hub.utils import validate_repo_id
+
+# huggingface_hub 2 tells a snapshot cached in part from one not cached at all; older versions raise the latter.
+IncompleteSnapshotError = getattr(errors, "IncompleteSnapshotError", ())
+
+TOKENIZER_FILES = ("*.json", "*.txt", "*.model")  # configs, vocabularies and merges, sentencepiece models
+WEIGHT_FILES = ("*.safetensors",)
+OLD_WEIGHT_FILES = ("pytorch_model*.bin",)  # read only where a model has no safetensors
+
+
+class HubError(FileNotFoundError):
+    """A name that is neither a local path nor a hub model litbert can have. The message names it and the way on."""
+
+
+def parse_id(name: str) -> tuple[str, str | None] | None:
+    """`org/name[@revision]` as (repo id, revision or None); None where `name` is not of that form."""
+    repo, at, revision = str(name).partition("@")
+    if repo.count("/") != 1 or (at and not revision):
+        return None
+    try:
+        validate_repo_id(repo)
+    except HFValidationError:
+        return None
+    return repo, revision or None
+
+
+def local_path(name: str | os.PathLike[str], weights: bool = True, setting: str | None = None) -> Path:
+    """The local folder or file that `name` names: itself where it exists, else the cached snapshot of the hub id
+    (downloaded first unless HF_HUB_OFFLINE is set). `weights=False` fetches a tokenizer's files alone; errors name
+    `setting` (`model.pretrained`) where given."""
+    label = f"{setting}={name}" if setting else str(name)
+    path = Path(name).expanduser()
+    if path.exists():
+        return path
+    parsed = parse_id(str(name))
+    if parsed is None:
+        raise HubError(f"{label} does not exist (relative to {Path.cwd()}). Give a local folder, or a Hugging Face "
+                       f"Hub id: org/name, or org/name@revision for a branch, tag or commit.")
+    repo, revision = parsed
+    try:
+        folder = _snapshot(repo, revision, TOKENIZER_FILES + WEIGHT_FILES if weights else TOKENIZER_FILES,
+                           constants.HF_HUB_CACHE, constants.HF_HUB_OFFLINE)
+        if weights and not any(folder.glob("*.safetensors")):
+            folder = _snapshot(repo, revision, OLD_WEIGHT_FILES, constants.HF_HUB_CACHE, constants.HF_HUB_OFFLINE)
+    except HubError as error:
+        raise HubError(f"{label}: {error}") from None
+    return folder
+
+
+@functools.cache
+def _snapshot(repo: str, revision: str | None, patterns: tuple[str, ...], cache: str, offline: bool) -> Path:
+    # The cache folder and offline mode are part of the key: a process that changes them asks again.
+    fetch = f"`hf download {repo}{f' --revision {revision}' if revision else ''}`"
+    way_on = (f"Download it on a machine with a network ({fetch}) and copy its hub cache here, pointing HF_HOME "
+              f"(or HF_HUB_CACHE) at the copy; or give the folder of a local copy instead of the id.")
+    try:
+        return Path(snapshot_download(repo, revision=revision, allow_patterns=list(patterns), cache_dir=cache))
+    except GatedRepoError:
+        raise HubError(f"{repo} is a gated model on the Hugging Face Hub: accept its terms on "
+                       f"https://huggingface.co/{repo} and log in (`hf auth login`, or set HF_TOKEN).") from None
+    except RepositoryNotFoundError:
+        raise HubError(f"no local folder of that name, and the Hugging Face Hub has no model {repo} (or it is "
+                       f"private: log in with `hf auth login`, or set HF_TOKEN). Check the name.") from None
+    except RevisionNotFoundError:
+        raise HubError(f"the Hugging Face Hub model {repo} has no revision {revision!r} (a branch, tag or commit). "
+                       f"Check the part after '@'.") from None
+    except LocalEntryNotFoundError as error:  # not cached (or cached in part), and the hub was not asked or reached
+        reason = ("HF_HUB_OFFLINE is set, so litbert looks only in the cache" if offline else
+                  f"the Hugging Face Hub cannot be reached ({type(error.__cause__ or error).__name__}: check the "
+                  f"network; with HF_HUB_OFFLINE=1 litbert looks only in the cache)")
+        cached = f"is not in the hub cache {cache}"
+        if isinstance(error, IncompleteSnapshotError):  # e.g. its tokenizer was fetched alone, or a download cut
+            cached = f"is only partly in the hub cache {cache} ({str(error).split(': ', 1)[-1].split('. ')[0]})"
+        raise HubError(f"no local folder of that name, and the Hugging Face Hub model {repo}"
+                       f"{f' at revision {revision}' if revision else ''} {cached}: {reason}. {way_on}") from None
+    except HfHubHTTPError as error:
+        raise HubError(f"the Hugging Face Hub refused the download of {repo} ({str(error).splitlines()[0]}). "
+                       f"{way_on}") from None
