@@ -18,13 +18,16 @@ and writes its results as soon as it ends, so a run cut short still returns what
   in float32 (its default) and in bf16, each run in a fresh process; dev metric and training seconds;
 - `mlm`: `bench.mlm`, bert-base masked-LM training steps against `BertForMaskedLM`, bf16-mixed and float32;
 - `varlen`: the CUDA tests of packed attention (`tests/test_varlen.py`): `varlen_attn` against the padded path,
-  forward and gradients, and its steps without a host sync (last: it runs if time is left, or alone with
+  forward and gradients, and its steps without a host sync (runs if time is left, or alone with
   `--stages varlen`).
+- `compile`: `bench.compiled`, GLUE STS-B's training steps eager, compiled (`CompileEncoder`) and replayed as CUDA
+  graphs (`mode=reduce-overhead`), each in a process of its own with its own time limit: steady steps/s, warm-up
+  (compilation) seconds and dev metrics. Last and short: whether CUDA graphs become the default waits on it.
 
 Results: `$OUT/gpu.json` (every stage: status, seconds, results), `$OUT/gpu.md` (the same as tables for
-BENCHMARKS.md), `$OUT/gpu.log` (all output), `$OUT/glue.json` and `$OUT/mlm.json` (`bench.glue`'s and
-`bench.mlm`'s records). `--tiny` runs every stage at a toy size (32 training examples, bert-tiny MLM) so that the
-script is tested on a CPU in a few minutes.
+BENCHMARKS.md), `$OUT/gpu.log` (all output), `$OUT/glue.json`, `$OUT/mlm.json` and `$OUT/compiled.json`
+(`bench.glue`'s, `bench.mlm`'s and `bench.compiled`'s records). `--tiny` runs every stage at a toy size (32
+training examples, bert-tiny MLM, compiled with `aot_eager`) so that the script is tested on a CPU in a few minutes.
 
 This module imports nothing beyond the standard library at the top: `run` must start before the wheels it
 installs are importable.
@@ -59,6 +62,7 @@ class Stage:
     limit_s: int  # its own time limit; a stage that would outrun the budget gets what is left
     commands: list[list[str]]
     results: list[str] = field(default_factory=list)  # files under --out it fills
+    each_s: int | None = None  # each command's own limit: one that outruns it is stopped, and the next one runs
 
 
 def stages(out: Path, python: str, minilm: str, tiny: bool, cuda: bool) -> list[Stage]:
@@ -89,6 +93,12 @@ def stages(out: Path, python: str, minilm: str, tiny: bool, cuda: bool) -> list[
     # Without tests/conftest.py, which imports the MiniLM package the device lacks (these tests use no fixture of it).
     varlen = [python, "-m", "pytest", "tests/test_varlen.py", "-q", "--noconftest", "-p", "no:cacheprovider",
               "-k", "cuda and not flex"]
+    # 150 steps of STS-B (a shape's first two steps warm up); the toy run compiles with aot_eager, as inductor's CPU
+    # code generation alone would outlast the test. Reduce-overhead before default: it is the question.
+    compiled = ["-m", "bench.compiled", "--json", str(out / "compiled.json")]
+    compiled += ["--steps", "4", "--max-train-examples", "32", "--dev-batches", "1", "--backend", "aot_eager"] \
+        if tiny else ["--steps", "150"]
+    modes = [[python, *compiled, "--mode", mode] for mode in ("eager", "reduce-overhead", "default")]
     # Limits for an H100 (the toy run's are for a busy 2-core CPU: it tests the script, not the speed).
     return [
         Stage("syncs", 400 if tiny else 110, syncs, ["syncs-stsb.json", "syncs-mlm.json"]),
@@ -96,6 +106,7 @@ def stages(out: Path, python: str, minilm: str, tiny: bool, cuda: bool) -> list[
         Stage("mlm", 300 if tiny else 75, [[python, *mlm]]),
         Stage("glue-rte", 400 if tiny else 110, [[python, *glue, "--tasks", "rte"]], ["glue.json"]),
         Stage("varlen", 300 if tiny else 60, [varlen]),
+        Stage("compile", 600 if tiny else 200, modes, ["compiled.json"], each_s=300 if tiny else 90),
     ]
 
 
@@ -203,6 +214,14 @@ def stage_results(stage: Stage, out: Path, output: str) -> tuple[dict, list[str]
     elif stage.name == "varlen":  # pytest's closing line: "N passed, N skipped in S s"
         results = {"pytest": next((line.strip("= ") for line in reversed(output.splitlines())
                                    if " passed" in line or " failed" in line or " skipped" in line), None)}
+    elif stage.name == "compile" and (out / "compiled.json").exists():
+        from bench.compiled import table_lines
+
+        records = json.loads((out / "compiled.json").read_text())
+        results = {mode: {key: record[key] for key in ("steps_per_second", "warmup_seconds", "steps", "steady_steps",
+                                                       "shapes", "metrics", "precision")}
+                   for mode, record in records.items()}
+        table = table_lines(records)
     elif stage.name == "mlm":
         table = [line for line in output.splitlines() if line.startswith("|")]
         results = {"ratio": next((line.split(":", 1)[1].strip() for line in output.splitlines()
@@ -260,19 +279,21 @@ def run(args: argparse.Namespace) -> int:
         began, output, status = time.monotonic(), "", "ok"
         for command in stage.commands:
             print(f"\n## {stage.name}: {' '.join(command)}", file=log, flush=True)
-            remaining = limit - (time.monotonic() - began)
+            remaining = max(1.0, limit - (time.monotonic() - began))
+            own = min(remaining, stage.each_s or remaining)
             try:
-                done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
-                                      timeout=max(1.0, remaining))
+                done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=own)
                 text = done.stdout + done.stderr
-                status = status if done.returncode == 0 else f"exit {done.returncode}"
+                outcome = "ok" if done.returncode == 0 else f"exit {done.returncode}"
             except subprocess.TimeoutExpired as expired:
                 text = _text(expired.stdout) + _text(expired.stderr)
-                status = f"timed out at {limit} s"
+                outcome = f"timed out at {limit} s" if own == remaining else \
+                    f"timed out: {' '.join(command[1:])} at its own {stage.each_s} s"
+            status = outcome if status == "ok" else status  # the first failure names the stage's
             log.write(text)
             log.flush()
             output += text
-            if status.startswith("timed out"):
+            if outcome == f"timed out at {limit} s":
                 break
         entry.update(status=status, seconds=time.monotonic() - began)
         try:

@@ -10,7 +10,7 @@
 - `tracking`: Weights & Biases, the saved config, attention maps;
 - `throughput`: tokens/s, samples/s and MFU during training;
 - `progress`: the progress bar;
-- `compile`: `torch.compile` of the encoder, as an option;
+- `compile`: `torch.compile` of the encoder, and CUDA graphs, as options;
 - `export`: the trained model saved with `save_pretrained`;
 - `publish`: its model card, and its push to the Hugging Face Hub (`--push_to_hub`);
 - `predict`: the unlabelled test sets predicted into submission files;
