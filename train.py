@@ -4,10 +4,11 @@ The command line is LightningCLI over the constructors of the task (`--model`), 
 Lightning's `Trainer` (`--trainer`); `tasks/run/cli.py` builds it, and `tasks/run/` holds the rest of the run
 machinery, one module a job.
 
-One run: fit (or resume with `--ckpt_path`), validate the best checkpoint, test it where the data has labelled
-test sets, export the trained model with `save_pretrained` (to `<default_root_dir>/model` unless `--export_dir`
-says otherwise; `--export false` skips it), write every final metric to `<default_root_dir>/metrics.json`, and
-predict the unlabelled test sets (GLUE's) into `<default_root_dir>/submission` (`--predict false` skips it).
+One run: print where its data comes from, fit (or resume with `--ckpt_path`), validate the best checkpoint, test it
+where the data has labelled test sets, export the trained model with `save_pretrained` (to `<default_root_dir>/model`
+unless `--export_dir` says otherwise; `--export false` skips it), write every final metric to
+`<default_root_dir>/metrics.json`, and predict the unlabelled test sets (GLUE's) into `<default_root_dir>/submission`
+(`--predict false` skips it).
 
 A run that does not finish says so and exits non-zero: 128 + the signal number when stopped by a signal (with the
 checkpoint to resume from), 1 when training diverges or fails, 2 when the configuration, data or a checkpoint is
@@ -46,6 +47,9 @@ def run(cli: LitbertCLI) -> dict[str, float]:
 def _run(cli: LitbertCLI, signals: LateSignals) -> dict[str, float]:
     trainer, model, data, config = cli.trainer, cli.model, cli.datamodule, cli.config
     data.check_model(model.encoder.config)  # positions and vocabulary big enough, before any training
+    if trainer.is_global_zero:
+        replaced = f" (replacing the config's {', '.join(cli.replaced_source)})" if cli.replaced_source else ""
+        print(f"litbert: data from {data.describe_source()}{replaced}", flush=True)
     tests = getattr(data, "has_test_split", True) and is_overridden("test_dataloader", data) \
         and is_overridden("test_step", model)
     predicts = config.predict and callable(getattr(data, "write_submission", None))

@@ -162,6 +162,10 @@ class TokenizedDataModule(L.LightningDataModule):
         """The tokenized examples of one split."""
         raise NotImplementedError
 
+    def describe_source(self) -> str:
+        """Where the data comes from (a dataset and its splits, or files), for the line a run prints at its start."""
+        raise NotImplementedError
+
     def setup(self, stage: str | None = None) -> None:
         for split in self.stage_splits(stage):
             if split not in self.datasets:

@@ -42,6 +42,7 @@ from data.sources import (
     cached_map,
     check_source,
     data_root,
+    describe_files,
     file_identity,
     fingerprint,
     load_hub_split,
@@ -562,6 +563,20 @@ class ClassificationDataModule(TokenizedDataModule):
                             f"server needs one file per test set.")  # type: ignore[union-attr]
         return [write_submission(self.spec, split, self.test_ids[split], predictions[split], out_dir)  # type: ignore
                 for split in self.test_split_names]
+
+
+    def describe_source(self) -> str:
+        if self.files["train"] is not None:
+            return f"files: {describe_files(self.files)}"
+        spec = self.spec
+        hub, config = (spec.hub, spec.config) if spec is not None else (self.dataset, self.dataset_config)
+        folder = self._folder(spec.config) if spec is not None else None
+        splits = [("train", ["train"]), ("validation", self.val_split_names),
+                  ("test", ["test"] if self.has_test_split else [])]
+        return f"dataset {hub}{f' ({config})' if config else ''}: " + ", ".join(
+            f"{role} split{'s' if len(names) > 1 else ''} {', '.join(map(repr, names))}"
+            for role, names in splits if names) + \
+            (f" (local copy {folder})" if folder is not None else " (the hub)")
 
 
 def write_submission(task: TextSet | str, split: str, ids: Sequence[str], predictions: Sequence[float],

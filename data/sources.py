@@ -190,8 +190,9 @@ def check_source(dataset: str | None, train_file: Any, other_files: Mapping[str,
     if train_file is None and dataset is None:
         raise DataError("No data: set data.dataset to a dataset name, or data.train_file to a local file.")
     if train_file is not None and dataset is not None:
-        raise DataError(f"data.dataset={dataset!r} and local files (data.train_file={train_file!r}) are both set; "
-                        f"one source is read, not both. Set data.dataset null to read the files, or remove them.")
+        raise DataError(f"data.dataset={dataset!r} and local files (data.train_file={train_file!r}) are both set in "
+                        f"one place; one source is read, not both. Remove one of them (files or a dataset given on "
+                        f"the command line replace the config's source by themselves).")
     given = [name for name, value in other_files.items() if value is not None]
     if train_file is None and given:
         raise DataError(f"data.{given[0]} is set, but the data comes from data.dataset={dataset!r}, which brings its "
@@ -199,6 +200,12 @@ def check_source(dataset: str | None, train_file: Any, other_files: Mapping[str,
     if train_file is not None and data_root is not None:
         raise DataError(f"data.data_root={data_root!r} locates named datasets, but the data comes from local files; "
                         f"remove data.data_root.")
+
+
+def describe_files(files: Mapping[str, Any]) -> str:
+    """`train a.csv, validation b.csv, test none`: the local file(s) of each split, for the line a run prints."""
+    return ", ".join(f"{split} {', '.join(map(str, value)) if isinstance(value, list) else value or 'none'}"
+                     for split, value in files.items())
 
 
 def read_text(path: str | os.PathLike[str]) -> str:

@@ -32,6 +32,7 @@ from data.sources import (
     cached_map,
     check_source,
     data_root,
+    describe_files,
     file_identity,
     fingerprint,
     local_split_file,
@@ -264,3 +265,10 @@ class TokenClassificationDataModule(TokenizedDataModule):
         if erased:
             log.warning("%s: %d words had no sub-tokens and were given the unknown token", path, erased)
         return dataset
+
+    def describe_source(self) -> str:
+        if self.files["train"] is not None:
+            return f"files: {describe_files(self.files)}"
+        splits = ["train", *self.val_split_names, *(["test"] if self.has_test_split else [])]
+        return f"dataset {self.dataset}: " + ", ".join(f"{split} split {split!r} ({self._path(split)})"
+                                                       for split in splits)

@@ -180,6 +180,9 @@ def fingerprint(cli: LitbertCLI, batches: bool = True) -> Any:
     loaders = {"train": data.train_dataloader(), "val": data.val_dataloader()}
     batches = {}
     for name, loader in loaders.items():
+        if loader == []:  # no validation (MLM training files without validation files)
+            batches[name] = None
+            continue
         loader = loader[0] if isinstance(loader, list) else loader
         sampler = loader.batch_sampler  # None for a stream (data.streaming), which batches itself
         batches[name] = (type(sampler).__name__, summary(vars(sampler)) if sampler is not None else None,

@@ -6,13 +6,16 @@ newest training state is saved) and the run's own settings (`--ckpt_path`, `--ex
 
 Before the objects are built it fills in what the run decides (precision, data seed, W&B names) and checks what
 it cannot honour; building the trainer, it adds litbert's default callbacks where the user configured none of
-their kind.
+their kind. Where the command line names a source of data (local files, or a dataset) and the config the other,
+the command line's replaces the config's, with the settings that locate it (`replace_config_source`).
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import json
+import re
 import sys
 import warnings
 from collections.abc import Sequence
@@ -21,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import yaml
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.callbacks import ProgressBar as LightningProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
@@ -52,7 +56,22 @@ DATA_LINKS: list[tuple[str, str, Any]] = [
 ]
 
 
+# The settings that say where the data comes from, by kind of source: the first of each kind that a datamodule has
+# names the source; the others locate it. A source the command line names replaces the config's other kind.
+SOURCE_SETTINGS = {"files": ("train_files", "train_file", "val_files", "val_file", "test_file"),
+                   "dataset": ("dataset", "dataset_config", "train_split", "val_split", "data_root", "data_dir")}
+SOURCE_NAMES = {"files": ("train_files", "train_file"), "dataset": ("dataset",)}
+
+
 class LitbertCLI(LightningCLI):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.replaced_source: list[str] = []
+        super().__init__(*args, **kwargs)
+
+    def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
+        self.args = list(args) if isinstance(args, Sequence) and not isinstance(args, str) else []
+        super().parse_arguments(parser, args)
+
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument("--ckpt_path", type=str | None, default=None,
                             help="A checkpoint (.ckpt, local path or URL) to resume fitting from, at the same step "
@@ -82,6 +101,7 @@ class LitbertCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         config = self.config
         model, data = config.model.init_args, config.data.init_args
+        self.replaced_source = replace_config_source(self.args, config)
         for name in ("pretrained", "teacher"):  # read before the tokenizer that may come from them: name the setting
             if model.get(name) is not None and not Path(model[name]).is_dir():
                 raise CheckpointError(
@@ -190,6 +210,56 @@ def check_same_tokenizer(teacher: str, tokenizer: str) -> None:
         raise DataError(f"model.teacher={teacher} was trained with another tokenizer than data.tokenizer={tokenizer} "
                         f"(their {', '.join(differ)} differ): the teacher would read ids of other tokens. Distil "
                         f"with the teacher's tokenizer (a student over another vocabulary cannot share its inputs).")
+
+
+def command_line_keys(args: Sequence[str], section: str) -> set[str]:
+    """The settings of `section` (`data`) that the command line gives: `--data.KEY` and `--data.init_args.KEY` (with
+    `=value` or without), and the keys of a whole `--data` value (inline or a file). `--config` files are not the
+    command line's."""
+    keys: set[str] = set()
+    for i, arg in enumerate(args):
+        if match := re.match(rf"--{section}\.(?:init_args\.)?(\w+)", arg):
+            keys.add(match.group(1))
+        elif (arg == f"--{section}" and i + 1 < len(args)) or arg.startswith(f"--{section}="):
+            value = args[i + 1] if arg == f"--{section}" else arg.split("=", 1)[1]
+            try:
+                whole = yaml.safe_load(Path(value).read_text() if Path(value).is_file() else value)
+            except (OSError, yaml.YAMLError):
+                continue
+            if isinstance(whole, dict):
+                keys |= set(whole.get("init_args") or {}) | set(whole) - {"class_path", "init_args", "dict_kwargs"}
+    return keys
+
+
+def replace_config_source(args: Sequence[str], config: Any) -> list[str]:
+    """Where the command line names a source of data (training files, or a dataset) and the config files another,
+    the command line's source replaces the config's: the config's settings of the source (`SOURCE_SETTINGS`: the
+    files; or a dataset with its config name, splits and folders) that the command line does not give go back to
+    their defaults. So `--data.train_files my.txt` trains on the file whatever dataset and splits the config names,
+    and `--data.dataset NAME` reads that dataset with its default splits (or those given beside it). Returns the
+    settings replaced (`data.dataset='imdb'`, ...), for the line the run prints. Where the command line names both
+    kinds, nothing is replaced and the datamodule refuses the pair."""
+    settings = config.data.init_args if config.get("data") is not None else None
+    if settings is None:
+        return []
+    given = command_line_keys(args, "data")
+    named = {kind: any(name in given and settings.get(name) is not None for name in names)
+             for kind, names in SOURCE_NAMES.items()}
+    if named["files"] == named["dataset"]:
+        return []
+    # Files replace the dataset and everything that locates it; a dataset replaces the files and the settings that
+    # locate the config's dataset in it (config name, splits, folder), not the data root, which holds any dataset.
+    replaced = SOURCE_SETTINGS["dataset"] if named["files"] else \
+        SOURCE_SETTINGS["files"] + tuple(name for name in SOURCE_SETTINGS["dataset"] if name != "data_root")
+    module, _, name = config.data.class_path.rpartition(".")
+    defaults = inspect.signature(getattr(importlib.import_module(module), name).__init__).parameters
+    out = []
+    for setting in replaced:
+        default = defaults[setting].default if setting in defaults else None
+        if setting in settings and setting not in given and settings[setting] != default:
+            out.append(f"data.{setting}={settings[setting]!r}")
+            settings[setting] = default
+    return out
 
 
 def make_cli(args: Sequence[str] | None = None) -> LitbertCLI:
