@@ -101,6 +101,9 @@ class LitbertCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         config = self.config
         model, data = config.model.init_args, config.data.init_args
+        # The bases were read into the arguments (`tasks.run.configs`): the config saved with the run holds their
+        # settings, and a base named relative to the first config's folder would not be found from the run's.
+        config.base = None
         self.replaced_source = replace_config_source(self.args, config)
         for name in ("pretrained", "teacher"):  # read before the tokenizer that may come from them: name the setting
             if model.get(name) is not None and not Path(model[name]).is_dir():
