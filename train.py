@@ -10,6 +10,10 @@ unless `--export_dir` says otherwise; `--export false` skips it), write every fi
 `<default_root_dir>/metrics.json`, and predict the unlabelled test sets (GLUE's) into `<default_root_dir>/submission`
 (`--predict false` skips it).
 
+`python train.py predict --config <run>/config.yaml --model.pretrained <run>/model --data.predict_file FILE --output
+FILE` predicts a file of new inputs with a trained model instead, a line per input in the file's order (label and
+score, value, or a tag per word: the datamodule's `write_predictions`), through `trainer.predict`.
+
 A run that does not finish says so and exits non-zero: 128 + the signal number when stopped by a signal (with the
 checkpoint to resume from), 1 when training diverges or fails, 2 when the configuration, data or a checkpoint is
 wrong (the last lines printed are litbert's message naming the file, field or value); see `tasks/run/errors.py`.
@@ -30,7 +34,7 @@ from tasks.run.cli import LitbertCLI, make_cli
 from tasks.run.errors import exit_status
 from tasks.run.export import export
 from tasks.run.folders import export_path
-from tasks.run.predict import predict_test_sets
+from tasks.run.predict import check_trained_head, predict_file, predict_test_sets
 from tasks.run.results import print_summary, write_metrics
 from tasks.run.signals import LateSignals
 
@@ -103,11 +107,31 @@ def _run(cli: LitbertCLI, signals: LateSignals) -> dict[str, float]:
     return metrics
 
 
+def predict(cli: LitbertCLI) -> Path | None:
+    """`train.py predict`: the trained model's predictions of `data.predict_file`, written to `--output` (its path
+    on rank 0)."""
+    trainer, model, data, output = cli.trainer, cli.model, cli.datamodule, Path(cli.config.output)
+    data.check_model(model.encoder.config)
+    check_trained_head(model)
+    data.check_predictions_path(output)
+    if trainer.is_global_zero:
+        print(f"litbert: predicting {data.predict_file} with {model.hparams.pretrained}", flush=True)
+    written = predict_file(trainer, model, data, output)
+    if written is not None:
+        print(f"litbert: predictions      {written} ({sum(1 for _ in written.open(encoding='utf-8'))} lines)",
+              flush=True)
+    return written
+
+
 def main(args: Sequence[str] | None = None) -> LitbertCLI:
-    """Parse `args` (default: the command line), run, and return the CLI with its trainer, model, datamodule and
-    final `metrics`. Errors propagate; `cli_main` turns them into messages and exit statuses."""
+    """Parse `args` (default: the command line), run (or predict, after a first argument `predict`), and return
+    the CLI with its trainer, model, datamodule and final `metrics` (`predictions`: the file written). Errors
+    propagate; `cli_main` turns them into messages and exit statuses."""
     cli = make_cli(args)
-    cli.metrics = run(cli)
+    if cli.command == "predict":
+        cli.predictions = predict(cli)
+    else:
+        cli.metrics = run(cli)
     return cli
 
 
