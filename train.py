@@ -4,11 +4,16 @@ The command line is LightningCLI over the constructors of the task (`--model`), 
 Lightning's `Trainer` (`--trainer`); `tasks/run/cli.py` builds it, and `tasks/run/` holds the rest of the run
 machinery, one module a job.
 
-One run: fit (or resume with `--ckpt_path`), validate the best checkpoint, test it where the data has labelled
-test sets, export the trained model with `save_pretrained` (to `<default_root_dir>/model` unless `--export_dir`
-says otherwise; `--export false` skips it) with a model card (README.md), write every final metric to
-`<default_root_dir>/metrics.json`, predict the unlabelled test sets (GLUE's) into `<default_root_dir>/submission`
-(`--predict false` skips it), and upload the export to the Hugging Face Hub where `--push_to_hub org/name` asks.
+One run: print where its data comes from, fit (or resume with `--ckpt_path`), validate the best checkpoint, test it
+where the data has labelled test sets, export the trained model with `save_pretrained` (to `<default_root_dir>/model`
+unless `--export_dir` says otherwise; `--export false` skips it) with a model card (README.md), write every final
+metric to `<default_root_dir>/metrics.json`, predict the unlabelled test sets (GLUE's) into
+`<default_root_dir>/submission` (`--predict false` skips it), and upload the export to the Hugging Face Hub where
+`--push_to_hub org/name` asks.
+
+`python train.py predict --config <run>/config.yaml --model.pretrained <run>/model --data.predict_file FILE --output
+FILE` predicts a file of new inputs with a trained model instead, a line per input in the file's order (label and
+score, value, or a tag per word: the datamodule's `write_predictions`), through `trainer.predict`.
 
 A run that does not finish says so and exits non-zero: 128 + the signal number when stopped by a signal (with the
 checkpoint to resume from), 1 when training diverges or fails, 2 when the configuration, data or a checkpoint is
@@ -30,7 +35,7 @@ from tasks.run.cli import LitbertCLI, make_cli
 from tasks.run.errors import exit_status
 from tasks.run.export import export
 from tasks.run.folders import export_path
-from tasks.run.predict import predict_test_sets
+from tasks.run.predict import check_trained_head, predict_file, predict_test_sets
 from tasks.run.publish import push, write_card
 from tasks.run.results import print_summary, write_metrics
 from tasks.run.signals import LateSignals
@@ -48,6 +53,9 @@ def run(cli: LitbertCLI) -> dict[str, float]:
 def _run(cli: LitbertCLI, signals: LateSignals) -> dict[str, float]:
     trainer, model, data, config = cli.trainer, cli.model, cli.datamodule, cli.config
     data.check_model(model.encoder.config)  # positions and vocabulary big enough, before any training
+    if trainer.is_global_zero:
+        replaced = f" (replacing the config's {', '.join(cli.replaced_source)})" if cli.replaced_source else ""
+        print(f"litbert: data from {data.describe_source()}{replaced}", flush=True)
     tests = getattr(data, "has_test_split", True) and is_overridden("test_dataloader", data) \
         and is_overridden("test_step", model)
     predicts = config.predict and callable(getattr(data, "write_submission", None))
@@ -106,11 +114,31 @@ def _run(cli: LitbertCLI, signals: LateSignals) -> dict[str, float]:
     return metrics
 
 
+def predict(cli: LitbertCLI) -> Path | None:
+    """`train.py predict`: the trained model's predictions of `data.predict_file`, written to `--output` (its path
+    on rank 0)."""
+    trainer, model, data, output = cli.trainer, cli.model, cli.datamodule, Path(cli.config.output)
+    data.check_model(model.encoder.config)
+    check_trained_head(model)
+    data.check_predictions_path(output)
+    if trainer.is_global_zero:
+        print(f"litbert: predicting {data.predict_file} with {model.hparams.pretrained}", flush=True)
+    written = predict_file(trainer, model, data, output)
+    if written is not None:
+        print(f"litbert: predictions      {written} ({sum(1 for _ in written.open(encoding='utf-8'))} lines)",
+              flush=True)
+    return written
+
+
 def main(args: Sequence[str] | None = None) -> LitbertCLI:
-    """Parse `args` (default: the command line), run, and return the CLI with its trainer, model, datamodule and
-    final `metrics`. Errors propagate; `cli_main` turns them into messages and exit statuses."""
+    """Parse `args` (default: the command line), run (or predict, after a first argument `predict`), and return
+    the CLI with its trainer, model, datamodule and final `metrics` (`predictions`: the file written). Errors
+    propagate; `cli_main` turns them into messages and exit statuses."""
     cli = make_cli(args)
-    cli.metrics = run(cli)
+    if cli.command == "predict":
+        cli.predictions = predict(cli)
+    else:
+        cli.metrics = run(cli)
     return cli
 
 

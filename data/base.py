@@ -11,6 +11,7 @@ import datasets
 import lightning as L
 import pyarrow.compute as pc
 import torch
+from torch.utils.data import DataLoader
 
 from data.checks import ModelLimits, check_max_length, check_vocab_fits
 from data.collate import PaddingCollator
@@ -88,6 +89,7 @@ class TokenizedDataModule(L.LightningDataModule):
         self.datasets: dict[str, datasets.Dataset] = {}
         # The local files a subclass was given per split (train, validation, test); none: the dataset's own splits.
         self.files: dict[str, str | None] = {}
+        self.predict_file: str | None = None  # new inputs (`train.py predict`), set by a subclass that reads them
         self.val_split_names: list[str] = ["validation"]
         self.collate: Callable[[Sequence[dict[str, Any]]], dict[str, Any]] = PaddingCollator(self.pad_token_id)
 
@@ -155,11 +157,15 @@ class TokenizedDataModule(L.LightningDataModule):
     def stage_splits(self, stage: str | None) -> list[str]:
         """The splits `stage` needs (every stage's for None)."""
         splits = {"fit": ["train", *self.val_split_names], "validate": self.val_split_names,
-                  "test": ["test"] if self.has_test_split else []}
+                  "test": ["test"] if self.has_test_split else [], "predict": ["predict"] if self.predict_file else []}
         return [split for name, names in splits.items() if stage in (None, name) for split in names]
 
     def _build(self, split: str) -> datasets.Dataset:
         """The tokenized examples of one split."""
+        raise NotImplementedError
+
+    def describe_source(self) -> str:
+        """Where the data comes from (a dataset and its splits, or files), for the line a run prints at its start."""
         raise NotImplementedError
 
     def setup(self, stage: str | None = None) -> None:
@@ -231,3 +237,15 @@ class TokenizedDataModule(L.LightningDataModule):
 
     def test_dataloader(self) -> ResumableLoader:
         return self._loader("test", train=False)
+
+    def predict_dataloader(self) -> DataLoader:
+        """The inputs of `predict_file`, batched as evaluation sets are (length-grouped with `group_by_length`):
+        `tasks.run.predict.InFileOrder` puts the predictions back in the file's order. A torch `DataLoader`, which
+        Lightning re-creates to record each batch's dataset indices (and under DDP to shard it without repeats)."""
+        if "predict" not in self.datasets:
+            raise DataError(f"{type(self).__name__} has no inputs to predict; set data.predict_file and call "
+                            f"setup('predict').")
+        dataset = self._model_view(self.datasets["predict"], train=False)
+        self.padding()
+        return DataLoader(dataset, batch_sampler=self.batch_sampler(dataset, False, self.eval_batch_size),
+                          collate_fn=self.collate, num_workers=self.num_workers, pin_memory=self.on_cuda())

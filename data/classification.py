@@ -19,11 +19,15 @@ from the end of the longer text, as the GLUE baselines and transformers cut. `er
 Unlabelled test sets (GLUE's) are loaded for prediction only, and `write_submission` writes the TSVs the GLUE
 server takes (`index<TAB>prediction`, one file per test set, named as in GLUE's baseline submission: `CoLA.tsv`,
 `MNLI-m.tsv`, `AX.tsv`, ...). The diagnostic set (AX) is predicted with the MNLI model: it is a test split of MNLI.
+A file of new inputs (`predict_file`, read by `python train.py predict`) is predicted instead of the test sets, and
+`write_predictions` writes a line per input: JSON lines with the input's texts, `label` and `score` (the label's
+probability; for regression the predicted value), or a TSV `index<TAB>label<TAB>score`.
 """
 
 from __future__ import annotations
 
 import csv
+import json
 import logging
 import math
 import os
@@ -33,6 +37,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 import datasets
+import torch
 from torch.utils.data import DataLoader
 
 from data.base import TokenizedDataModule
@@ -42,6 +47,7 @@ from data.sources import (
     cached_map,
     check_source,
     data_root,
+    describe_files,
     file_identity,
     fingerprint,
     load_hub_split,
@@ -210,6 +216,8 @@ class ClassificationDataModule(TokenizedDataModule):
         train_file: Local training file (CSV, TSV, JSON or JSONL).
         val_file: Local validation file.
         test_file: Local labelled test file.
+        predict_file: A file of inputs to predict with `python train.py predict` (CSV, TSV, JSON or JSONL with the
+            text column(s); a label column, if any, is not read). It replaces the unlabelled test sets.
         text_columns: The column of the text, or the two columns of a pair (known datasets have theirs).
         label_column: The column of the label (known datasets have theirs).
         label_names: The labels as spelled in the data, in id order; by default the sorted training labels.
@@ -236,6 +244,7 @@ class ClassificationDataModule(TokenizedDataModule):
         train_file: str | None = None,
         val_file: str | None = None,
         test_file: str | None = None,
+        predict_file: str | None = None,
         text_columns: list[str] | None = None,
         label_column: str | None = None,
         label_names: list[str] | None = None,
@@ -283,6 +292,7 @@ class ClassificationDataModule(TokenizedDataModule):
         self.head_fraction = head_fraction
         self.dataset, self.dataset_config, self.data_dir = dataset, dataset_config, data_dir
         self.files = {"train": train_file, "validation": val_file, "test": test_file}
+        self.predict_file = predict_file
         self.is_regression = spec.is_regression if spec is not None else regression
         if self.is_regression and (label_names or skip_labels):
             raise DataError("data.label_names and data.skip_labels are for class labels, but the labels are scores "
@@ -365,6 +375,11 @@ class ClassificationDataModule(TokenizedDataModule):
     def _read(self, split: str) -> Rows:
         if split in self._rows:
             return self._rows[split]
+        if split == "predict":  # new inputs: the texts alone, numbered by their place in the file
+            rows = self._from_file(Path(self.predict_file), list(self.text_columns), False, quoting=True,  # type: ignore
+                                   headerless=None, id_column=None)
+            self._rows[split] = rows
+            return rows
         labelled = split not in (self.spec.submission if self.spec else {})
         needed = [*self.text_columns, self.label_column] if labelled else \
             [self.spec.id_column, *self.text_columns]  # type: ignore[union-attr]
@@ -379,13 +394,17 @@ class ClassificationDataModule(TokenizedDataModule):
         return rows
 
     def _from_file(self, path: Path, needed: list[str], labelled: bool, quoting: bool,
-                   headerless: tuple[str, ...] | None) -> Rows:
+                   headerless: tuple[str, ...] | None, id_column: str | None = "") -> Rows:
+        """The rows of a file; unlabelled rows are named by `id_column` (by default the first needed column), or
+        by their position in the file where it is None."""
         if path.suffix.lower() == ".tsv":
             columns = read_delimited(path, "\t", needed, quoting=quoting, column_names=headerless)
         else:
             columns = read_table(path, needed)
         labels = [str(v) for v in columns[self.label_column]] if labelled else None
-        ids = [] if labelled else [str(v) for v in columns[needed[0]]]
+        id_column = needed[0] if id_column == "" else id_column
+        ids = [] if labelled else [str(v) for v in columns[id_column]] if id_column is not None else \
+            [str(i) for i in range(len(columns["_line"]))]
         return Rows([columns[c] for c in self.text_columns], labels, ids, columns["_line"], str(path),
                     file_identity(path))
 
@@ -527,7 +546,7 @@ class ClassificationDataModule(TokenizedDataModule):
 
     def setup(self, stage: str | None = None) -> None:
         super().setup(stage)
-        if stage in (None, "predict") and self.spec is not None:
+        if stage in (None, "predict") and self.spec is not None and self.predict_file is None:
             for split in self.spec.test_splits:
                 if split not in self.datasets:
                     if split in self.spec.split_configs and self._folder(self.spec.config) is not None:
@@ -547,6 +566,8 @@ class ClassificationDataModule(TokenizedDataModule):
                     self.test_split_names.append(split)
 
     def predict_dataloader(self) -> DataLoader | list[DataLoader]:
+        if self.predict_file is not None:
+            return super().predict_dataloader()
         # Unshuffled and ungrouped so predictions come back in file order, as write_submission needs.
         self.padding()
         loaders = [DataLoader(self._model_view(self.datasets[split]), batch_size=self.eval_batch_size, shuffle=False,
@@ -562,6 +583,56 @@ class ClassificationDataModule(TokenizedDataModule):
                             f"server needs one file per test set.")  # type: ignore[union-attr]
         return [write_submission(self.spec, split, self.test_ids[split], predictions[split], out_dir)  # type: ignore
                 for split in self.test_split_names]
+
+
+    def describe_source(self) -> str:
+        if self.files["train"] is not None:
+            source = f"files: {describe_files(self.files)}"
+        else:
+            spec = self.spec
+            hub, config = (spec.hub, spec.config) if spec is not None else (self.dataset, self.dataset_config)
+            folder = self._folder(spec.config) if spec is not None else None
+            splits = [("train", ["train"]), ("validation", self.val_split_names),
+                      ("test", ["test"] if self.has_test_split else [])]
+            source = f"dataset {hub}{f' ({config})' if config else ''}: " + ", ".join(
+                f"{role} split{'s' if len(names) > 1 else ''} {', '.join(map(repr, names))}"
+                for role, names in splits if names) + \
+                (f" (local copy {folder})" if folder is not None else " (the hub)")
+        return source + (f"; predicting {self.predict_file}" if self.predict_file else "")
+
+    def check_predictions_path(self, path: str | os.PathLike[str]) -> None:
+        """Refuse an output name whose suffix says a format `write_predictions` does not write."""
+        if Path(path).suffix.lower() not in (".jsonl", ".tsv"):
+            raise DataError(f"--output {path}: classification predictions are written as JSON lines (.jsonl) or as "
+                            f"a TSV (.tsv: index, label, score); name the file with one of these suffixes.")
+
+    def write_predictions(self, outputs: Sequence[Any], path: str | os.PathLike[str]) -> Path:
+        """A line per input of `predict_file`, in its order, from the model's `outputs` (its logits, or the scores
+        of regression): JSON lines (`.jsonl`) holding the input's texts by column, the `label` (its name) and its
+        probability `score` (for regression `score` alone, the predicted value, not clipped to a scale); or a TSV
+        (`.tsv`) with the header `index<TAB>label<TAB>score` (`index<TAB>score`), `index` counting the inputs from 0."""
+        self.check_predictions_path(path)
+        rows = self._read("predict")
+        if len(outputs) != len(rows.lines):
+            raise DataError(f"{len(outputs)} predictions for the {len(rows.lines)} inputs of {rows.where}; predict "
+                            f"the whole file.")
+        values = torch.tensor(outputs, dtype=torch.float64)
+        scores, ids = (values, None) if self.is_regression else values.softmax(-1).max(-1)
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w", encoding="utf-8", newline="") as handle:
+            tsv = csv.writer(handle, delimiter="\t", lineterminator="\n") if path.suffix.lower() == ".tsv" else None
+            if tsv is not None:
+                tsv.writerow(["index", "score"] if ids is None else ["index", "label", "score"])
+            for row, score in enumerate(scores.tolist()):
+                label = [] if ids is None else [self.label_names[int(ids[row])]]
+                if tsv is not None:
+                    tsv.writerow([row, *label, f"{score:.6f}"])
+                    continue
+                record = {column: texts[row] for column, texts in zip(self.text_columns, rows.texts, strict=True)}
+                record.update({"label": label[0]} if label else {}, score=score)
+                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+        return path
 
 
 def write_submission(task: TextSet | str, split: str, ids: Sequence[str], predictions: Sequence[float],
@@ -597,6 +668,8 @@ class GLUEDataModule(ClassificationDataModule):
         max_length: Longest sequence, special tokens included.
         data_root: Folder holding `glue/<TASK>/` (defaults to $LITBERT_DATA); without one, the hub is used.
         data_dir: A task folder in the official layout, instead of the data root.
+        predict_file: A file of inputs to predict with `python train.py predict`, with the task's text column(s)
+            as its local files name them (SST-2 `sentence`, STS-B `sentence1` and `sentence2`, ...).
         truncation: `longest_first` cuts over-long examples (counted in the log); `error` refuses them.
         loading: The loader settings of `TokenizedDataModule` (batch sizes, workers, cache, seed, ...).
     """
@@ -610,6 +683,7 @@ class GLUEDataModule(ClassificationDataModule):
         eval_batch_size: int | None = None,
         data_root: str | None = None,
         data_dir: str | None = None,
+        predict_file: str | None = None,
         truncation: PairTruncation = "longest_first",
         group_by_length: bool = False,
         num_workers: int = 0,
@@ -621,5 +695,5 @@ class GLUEDataModule(ClassificationDataModule):
         super().__init__(tokenizer, dataset=glue_task(task).name, max_length=max_length, truncation=truncation,
                          batch_size=batch_size, eval_batch_size=eval_batch_size, group_by_length=group_by_length,
                          num_workers=num_workers, data_root=data_root, data_dir=data_dir, cache_dir=cache_dir,
-                         pad_to_multiple_of=pad_to_multiple_of, seed=seed)
+                         predict_file=predict_file, pad_to_multiple_of=pad_to_multiple_of, seed=seed)
         self.save_hyperparameters()

@@ -51,6 +51,7 @@ from data.sources import (
     DataError,
     cached_map,
     data_root,
+    describe_files,
     file_identity,
     fingerprint,
     load_hub_split,
@@ -287,8 +288,9 @@ class MLMDataModule(TokenizedDataModule):
             folder to train it into.
         train_tokenizer: Train the tokenizer on the training documents when the `tokenizer` folder does not exist
             yet (reused when it holds one trained with the same settings on the same data).
-        train_files: Local training files: .txt/.tokens (a document per line), .csv/.tsv/.json/.jsonl (`text_column`).
-        val_files: Local validation files, same formats.
+        train_files: Local training file(s) (one path or a list): .txt/.tokens (a document per line),
+            .csv/.tsv/.json/.jsonl (`text_column`).
+        val_files: Local validation file(s), same formats; none: no validation.
         dataset: Hub dataset name (e.g. `imdb`, `wikitext`), used when no files are given; known names resolve to
             the local copy under the data root first.
         dataset_config: The hub config name (e.g. `wikitext-2-raw-v1`).
@@ -334,8 +336,8 @@ class MLMDataModule(TokenizedDataModule):
         self,
         tokenizer: str | None = None,
         train_tokenizer: TokenizerTraining | None = None,
-        train_files: list[str] | None = None,
-        val_files: list[str] | None = None,
+        train_files: str | list[str] | None = None,
+        val_files: str | list[str] | None = None,
         dataset: str | None = None,
         dataset_config: str | None = None,
         train_split: str = "train",
@@ -377,11 +379,13 @@ class MLMDataModule(TokenizedDataModule):
         if not streaming and shuffle_buffer != 10_000:
             raise DataError(f"data.shuffle_buffer={shuffle_buffer} is a setting of data.streaming, which is off; "
                             f"cached data is shuffled whole each epoch. Remove it or set data.streaming true.")
+        train_files, val_files = ([files] if isinstance(files, str) else files for files in (train_files, val_files))
         if train_files is None and dataset is None:
             raise DataError("MLMDataModule needs train_files or a dataset name; neither was given.")
         if train_files is not None and dataset is not None:
-            raise DataError(f"data.dataset={dataset!r} and data.train_files are both set; one source is read, not "
-                            f"both. Set data.dataset null to read the files, or remove them.")
+            raise DataError(f"data.dataset={dataset!r} and data.train_files are both set in one place; one source is "
+                            f"read, not both. Remove one of them (files or a dataset given on the command line "
+                            f"replace the config's source by themselves).")
         if dataset is None and (dataset_config is not None or data_root is not None):
             raise DataError("data.dataset_config and data.data_root apply to a named dataset, but the data comes "
                             "from local files; remove them.")
@@ -389,7 +393,8 @@ class MLMDataModule(TokenizedDataModule):
         for name, value, files in (("train_split", train_split, train_files), ("val_split", val_split, val_files)):
             if files is not None and value != defaults[name].default:
                 raise DataError(f"data.{name}={value!r} picks a split of data.dataset, but that split comes from "
-                                f"local files here; remove data.{name}.")
+                                f"local files here; remove data.{name} (or set it to its default, "
+                                f"{defaults[name].default!r}).")
         self.train_files, self.val_files = train_files, val_files
         self.dataset, self.dataset_config = dataset, dataset_config
         self.train_split, self.val_split = train_split, val_split
@@ -438,6 +443,19 @@ class MLMDataModule(TokenizedDataModule):
         if streaming:
             return ["hub-stream", self.dataset, self.dataset_config, split], hub
         return ["hub", self.dataset, self.dataset_config, split, hub._fingerprint], hub
+
+    def describe_source(self) -> str:
+        if self.train_files:
+            return f"files: {describe_files({'train': self.train_files, 'validation': self.val_files})}"
+
+        def split(name: str, streamed: bool = False) -> str:
+            local = local_split_file(self.dataset, self.dataset_config, name, data_root(self.data_root))
+            return f"{name!r} ({local if local is not None else 'streamed from the hub' if streamed else 'the hub'})"
+
+        validation = f"files {', '.join(self.val_files)}" if self.val_files else \
+            f"split {split(self.val_split)}" if self.val_split is not None else "none"
+        name = f"{self.dataset}{f' ({self.dataset_config})' if self.dataset_config else ''}"
+        return f"dataset {name}: train split {split(self.train_split, self.streaming)}, validation {validation}"
 
     def _limit(self, role: str) -> tuple[str, int | None]:
         """The setting that limits the documents of `role` (train or validation), and its value."""

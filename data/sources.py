@@ -190,8 +190,9 @@ def check_source(dataset: str | None, train_file: Any, other_files: Mapping[str,
     if train_file is None and dataset is None:
         raise DataError("No data: set data.dataset to a dataset name, or data.train_file to a local file.")
     if train_file is not None and dataset is not None:
-        raise DataError(f"data.dataset={dataset!r} and local files (data.train_file={train_file!r}) are both set; "
-                        f"one source is read, not both. Set data.dataset null to read the files, or remove them.")
+        raise DataError(f"data.dataset={dataset!r} and local files (data.train_file={train_file!r}) are both set in "
+                        f"one place; one source is read, not both. Remove one of them (files or a dataset given on "
+                        f"the command line replace the config's source by themselves).")
     given = [name for name, value in other_files.items() if value is not None]
     if train_file is None and given:
         raise DataError(f"data.{given[0]} is set, but the data comes from data.dataset={dataset!r}, which brings its "
@@ -199,6 +200,12 @@ def check_source(dataset: str | None, train_file: Any, other_files: Mapping[str,
     if train_file is not None and data_root is not None:
         raise DataError(f"data.data_root={data_root!r} locates named datasets, but the data comes from local files; "
                         f"remove data.data_root.")
+
+
+def describe_files(files: Mapping[str, Any]) -> str:
+    """`train a.csv, validation b.csv, test none`: the local file(s) of each split, for the line a run prints."""
+    return ", ".join(f"{split} {', '.join(map(str, value)) if isinstance(value, list) else value or 'none'}"
+                     for split, value in files.items())
 
 
 def read_text(path: str | os.PathLike[str]) -> str:
@@ -346,11 +353,14 @@ class ConllSentence:
     lines: list[int]  # the line of each word, for error messages
 
 
-def read_conll(path: str | os.PathLike[str], word_column: int = 0, label_column: int = -1) -> list[ConllSentence]:
+def read_conll(path: str | os.PathLike[str], word_column: int = 0,
+               label_column: int | None = -1) -> list[ConllSentence]:
     """Sentences of a CoNLL column file: whitespace-separated columns, blank lines and `-DOCSTART-` between them.
 
     Every token line must have as many columns as the file's first one, and the word and label columns must be
     two different columns of it: a line that lost its tag (a lone word) is an error, not a word taken as its label.
+    `label_column=None` reads the words alone (text to tag: a word a line, or a column file whose tags are not read),
+    and the sentences have no tags.
     """
     path = Path(path)
     sentences: list[ConllSentence] = []
@@ -365,22 +375,27 @@ def read_conll(path: str | os.PathLike[str], word_column: int = 0, label_column:
             continue
         if width is None:
             width, first = len(fields), number
-            word, label = word_column % width, label_column % width
-            if not (-width <= word_column < width and -width <= label_column < width) or word == label:
+            if label_column is None and not -width <= word_column < width:
+                raise DataError(f"{path}, line {number}: the file has {width} column(s) {fields}, so word_column="
+                                f"{word_column} names none of them. Fix the setting or the file.")
+            if label_column is not None and (not (-width <= word_column < width and -width <= label_column < width)
+                                             or word_column % width == label_column % width):
                 raise DataError(
                     f"{path}, line {number}: the file has {width} column(s) {fields}, so word_column={word_column} "
                     f"and label_column={label_column} do not name two different columns of it. Fix the column "
                     f"settings (CoNLL-2003 NER: word_column 0, label_column -1) or the file."
                 )
         if len(fields) != width:
+            needs = "the word and its tag" if label_column is not None else "the same columns as the others"
             raise DataError(
                 f"{path}, line {number}: {len(fields)} column(s) {fields} where the file's first token line (line "
-                f"{first}) has {width}; one of the two lines is malformed. A token line needs the word and its tag "
+                f"{first}) has {width}; one of the two lines is malformed. A token line needs {needs} "
                 f"(word_column={word_column}, label_column={label_column}): fix the line (a missing tag, or stray "
                 f"spaces in a token?)."
             )
         current.words.append(fields[word_column])
-        current.tags.append(fields[label_column])
+        if label_column is not None:
+            current.tags.append(fields[label_column])
         current.lines.append(number)
     if current.words:
         sentences.append(current)

@@ -16,11 +16,18 @@ Deviations, on purpose:
   scored over whole sentences, on each word's first sub-token (whatever `label_all_subtokens` trains on).
 - A word the tokenizer erases entirely (e.g. a lone control character) is given the unknown token, so its label
   is not lost; the count is logged.
+
+New text (`predict_file`, read by `python train.py predict`) is a column file of words (a word a line, blank lines
+between sentences; other columns, tags among them, are not read), split into windows as above; `write_predictions`
+gives each word the tag predicted on its first sub-token, as CoNLL lines `word<TAB>tag`.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 import datasets
@@ -32,6 +39,7 @@ from data.sources import (
     cached_map,
     check_source,
     data_root,
+    describe_files,
     file_identity,
     fingerprint,
     local_split_file,
@@ -80,6 +88,8 @@ class TokenClassificationDataModule(TokenizedDataModule):
         train_file: Local CoNLL column file for training.
         val_file: Local CoNLL column file for validation.
         test_file: Local CoNLL column file for testing.
+        predict_file: A file of words to tag with `python train.py predict`: a word a line (in `word_column`), blank
+            lines between sentences; its tags, if any, are not read.
         word_column: Column of the word (0-based).
         label_column: Column of the tag (negative counts from the end; CoNLL-2003 NER is -1, chunks -2, POS 1).
         tag_scheme: `auto` (convert IOB1 when detected), `iob1` (always convert), `iob2` (refuse IOB1), or `none`
@@ -101,6 +111,7 @@ class TokenClassificationDataModule(TokenizedDataModule):
         train_file: str | None = None,
         val_file: str | None = None,
         test_file: str | None = None,
+        predict_file: str | None = None,
         word_column: int = 0,
         label_column: int = -1,
         tag_scheme: TagScheme = "auto",
@@ -116,6 +127,7 @@ class TokenClassificationDataModule(TokenizedDataModule):
         check_source(dataset, train_file, {"val_file": val_file, "test_file": test_file}, data_root)
         self.dataset = dataset
         self.files = {"train": train_file, "validation": val_file, "test": test_file}
+        self.predict_file = predict_file
         self.word_column, self.label_column = word_column, label_column
         self.tag_scheme = tag_scheme
         self.label_all_subtokens = label_all_subtokens
@@ -134,6 +146,8 @@ class TokenClassificationDataModule(TokenizedDataModule):
     # ---- reading ----------------------------------------------------------------------------------------------
 
     def _path(self, split: str) -> str:
+        if split == "predict":
+            return self.predict_file  # type: ignore[return-value]
         if (path := self.given_file(split)) is not None:
             return path
         local = local_split_file(self.dataset, None, split, data_root(self.data_root))  # type: ignore[arg-type]
@@ -146,8 +160,8 @@ class TokenClassificationDataModule(TokenizedDataModule):
         if split in self.sentences:
             return self.sentences[split]
         path = self._path(split)
-        sentences = read_conll(path, self.word_column, self.label_column)
-        if self.tag_scheme != "none":
+        sentences = read_conll(path, self.word_column, None if split == "predict" else self.label_column)
+        if self.tag_scheme != "none" and split != "predict":
             opening = next(((s, i) for s in sentences if (i := starts_with_inside(s.tags)) is not None), None)
             if opening is not None and self.tag_scheme == "iob2":
                 sentence, i = opening
@@ -241,6 +255,9 @@ class TokenClassificationDataModule(TokenizedDataModule):
             index = {tag: i for i, tag in enumerate(self.label_names)}
             labels = []
             for sentence in sentences:
+                if split == "predict":  # words without tags: a placeholder id, removed once tokenized
+                    labels.append([0] * len(sentence.words))
+                    continue
                 for tag, line in zip(sentence.tags, sentence.lines, strict=True):
                     if tag not in index:
                         raise DataError(f"{path}, line {line}: tag {tag!r} is not in the label set {self.label_names}"
@@ -251,6 +268,8 @@ class TokenClassificationDataModule(TokenizedDataModule):
                 "sentence": list(range(len(sentences))), "path": [path] * len(sentences)})
 
         dataset = cached_map(raw, self._encode, cache_dir=self.cache_path, name=f"tokens-{split}", key=key)
+        if split == "predict":
+            dataset = dataset.remove_columns("labels")
         windows = dataset["window"]
         split_sentences = sum(1 for w in windows if w == 1)
         extra = sum(1 for w in windows if w > 0)
@@ -264,3 +283,43 @@ class TokenClassificationDataModule(TokenizedDataModule):
         if erased:
             log.warning("%s: %d words had no sub-tokens and were given the unknown token", path, erased)
         return dataset
+
+    # ---- the source, and predictions of new text ----------------------------------------------------------
+
+    def describe_source(self) -> str:
+        if self.files["train"] is not None:
+            source = f"files: {describe_files(self.files)}"
+        else:
+            splits = ["train", *self.val_split_names, *(["test"] if self.has_test_split else [])]
+            source = f"dataset {self.dataset}: " + ", ".join(f"{split} split {split!r} ({self._path(split)})"
+                                                             for split in splits)
+        return source + (f"; predicting {self.predict_file}" if self.predict_file else "")
+
+    def check_predictions_path(self, path: str | os.PathLike[str]) -> None:
+        """Refuse an output name whose suffix says another format than the CoNLL lines `write_predictions` writes."""
+        if Path(path).suffix.lower() in (".json", ".jsonl", ".csv"):
+            raise DataError(f"--output {path}: tags are written as CoNLL lines (`word<TAB>tag`, a blank line between "
+                            f"sentences), not {Path(path).suffix}; name the file .txt, .conll or .tsv.")
+
+    def write_predictions(self, outputs: Sequence[Sequence[float]], path: str | os.PathLike[str]) -> Path:
+        """The words of `predict_file` with their tags, as CoNLL lines `word<TAB>tag` and a blank line after each
+        sentence, from `outputs`: the predicted tag ids of each example (window) of the predict split, in its order
+        (padding after the tokens). A word's tag is the one predicted on its first sub-token."""
+        self.check_predictions_path(path)
+        dataset = self.datasets["predict"]
+        sentences = self._sentences("predict")
+        if len(outputs) != len(dataset):
+            raise DataError(f"{len(outputs)} predictions for the {len(dataset)} examples of {self.predict_file}; "
+                            f"predict the whole file.")
+        tags: list[list[str | None]] = [[None] * len(s.words) for s in sentences]
+        for values, word_ids, sentence in zip(outputs, dataset["word_ids"], dataset["sentence"], strict=True):
+            for position, word in enumerate(word_ids):
+                if word >= 0 and (position == 0 or word_ids[position - 1] != word):
+                    tags[sentence][word] = self.label_names[int(values[position])]
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w", encoding="utf-8") as handle:
+            for sentence, predicted in zip(sentences, tags, strict=True):
+                handle.writelines(f"{word}\t{tag}\n" for word, tag in zip(sentence.words, predicted, strict=True))
+                handle.write("\n")
+        return path

@@ -183,7 +183,9 @@ class SequenceClassification(EncoderTask):
         self._evaluate(batch, self.test_metrics, self.test_loss, "test")
 
     def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int, dataloader_idx: int = 0) -> torch.Tensor:
-        return self.predictions(self(batch))
+        """The logits (for regression the scores) of each example: `predictions` turns them into class ids, the
+        datamodule's `write_predictions` into labels and probabilities."""
+        return self(batch).float()
 
 
 class TokenClassification(EncoderTask):
@@ -264,6 +266,11 @@ class TokenClassification(EncoderTask):
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         self._evaluate(batch, self.val_entities, self.val_loss, "val")
+
+    def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int, dataloader_idx: int = 0) -> torch.Tensor:
+        """The tag id predicted on each token (padding included): the datamodule's `write_predictions` reads each
+        word's first sub-token."""
+        return self(batch).argmax(-1)
 
     def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         self._evaluate(batch, self.test_entities, self.test_loss, "test")

@@ -189,7 +189,8 @@ def test_trainer_predict_gives_every_test_set_whole_and_in_file_order(tmp_path, 
     assert [path.name for path in paths] == ["MNLI-m.tsv", "MNLI-mm.tsv"]
     model.eval()
     with torch.inference_mode():
-        expected = [[NLI[int(v)] for index, batch in enumerate(loader) for v in model.predict_step(batch, index)]
+        expected = [[NLI[int(v)] for index, batch in enumerate(loader)
+                     for v in model.predict_step(batch, index).argmax(-1)]
                     for loader in data.predict_dataloader()]
     assert [len(labels) for labels in expected] == [150, 150]
     assert [[row[1] for row in rows(path)[1:]] for path in paths] == expected

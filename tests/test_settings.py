@@ -180,6 +180,9 @@ def fingerprint(cli: LitbertCLI, batches: bool = True) -> Any:
     loaders = {"train": data.train_dataloader(), "val": data.val_dataloader()}
     batches = {}
     for name, loader in loaders.items():
+        if loader == []:  # no validation (MLM training files without validation files)
+            batches[name] = None
+            continue
         loader = loader[0] if isinstance(loader, list) else loader
         sampler = loader.batch_sampler  # None for a stream (data.streaming), which batches itself
         batches[name] = (type(sampler).__name__, summary(vars(sampler)) if sampler is not None else None,
@@ -232,7 +235,8 @@ def alternative(key: str, value: Any, assets: dict[str, str]) -> Any:
              "every_n_steps": 5, "max_documents": 20, "max_val_documents": 3, "dataset_config": "plain_text",
              "skip_labels": ["neg"], "val_split": "validation", "text_column": "review", "label_column": "stars",
              "lowercase": False, "alpha_kd": 0.3, "temperature": 3.0, "decay": 0.1,
-             "metrics": ["f1", "accuracy"], "pretrained_layers": "every_other"}
+             "metrics": ["f1", "accuracy"], "pretrained_layers": "every_other",
+             "predict_file": "{tmp}/new.csv"}  # read by `train.py predict` only: a training run refuses it
     if name in CHOICES:
         choice = CHOICES[name]
         return choice.get(value, choice) if isinstance(choice, dict) else choice

@@ -6,13 +6,19 @@ newest training state is saved) and the run's own settings (`--ckpt_path`, `--ex
 
 Before the objects are built it fills in what the run decides (precision, data seed, W&B names) and checks what
 it cannot honour; building the trainer, it adds litbert's default callbacks where the user configured none of
-their kind.
+their kind. Where the command line names a source of data (local files, or a dataset) and the config the other,
+the command line's replaces the config's, with the settings that locate it (`replace_config_source`).
+
+`python train.py predict ...` builds the same objects from a run's config for prediction only (`command`
+"predict"): no run folder, logger or saved config, and the data's `predict_file` and `--output` are required.
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import json
+import re
 import sys
 import warnings
 from collections.abc import Sequence
@@ -21,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import yaml
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.callbacks import ProgressBar as LightningProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
@@ -54,7 +61,23 @@ DATA_LINKS: list[tuple[str, str, Any]] = [
 ]
 
 
+# The settings that say where the data comes from, by kind of source: the first of each kind that a datamodule has
+# names the source; the others locate it. A source the command line names replaces the config's other kind.
+SOURCE_SETTINGS = {"files": ("train_files", "train_file", "val_files", "val_file", "test_file"),
+                   "dataset": ("dataset", "dataset_config", "train_split", "val_split", "data_root", "data_dir")}
+SOURCE_NAMES = {"files": ("train_files", "train_file"), "dataset": ("dataset",)}
+
+
 class LitbertCLI(LightningCLI):
+    def __init__(self, *args: Any, command: str = "fit", **kwargs: Any) -> None:
+        self.command = command  # "fit": train.py's run; "predict": `train.py predict`
+        self.replaced_source: list[str] = []
+        super().__init__(*args, **kwargs)
+
+    def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
+        self.args = list(args) if isinstance(args, Sequence) and not isinstance(args, str) else []
+        super().parse_arguments(parser, args)
+
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument("--ckpt_path", type=str | None, default=None,
                             help="A checkpoint (.ckpt, local path or URL) to resume fitting from, at the same step "
@@ -78,6 +101,9 @@ class LitbertCLI(LightningCLI):
         parser.add_argument("--predict", type=bool, default=True,
                             help="Predict the unlabelled test sets of the data (GLUE) with the best checkpoint and "
                                  "write the files the benchmark's server takes to <default_root_dir>/submission.")
+        parser.add_argument("--output", type=str | None, default=None,
+                            help="`python train.py predict`: the file it writes the predictions of "
+                                 "data.predict_file to (.jsonl or .tsv for classification, CoNLL lines for tags).")
         parser.add_argument("--overwrite", type=bool, default=False,
                             help="Replace the run already in default_root_dir (its checkpoints, metrics.json, "
                                  "config.yaml and exported model) instead of stopping.")
@@ -91,6 +117,16 @@ class LitbertCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         config = self.config
         model, data = config.model.init_args, config.data.init_args
+        # The bases were read into the arguments (`tasks.run.configs`): the config saved with the run holds their
+        # settings, and a base named relative to the first config's folder would not be found from the run's.
+        config.base = None
+        self.replaced_source = replace_config_source(self.args, config)
+        if self.command == "predict":
+            # The export is the trained model: the settings that built it (from a preset, or some layers of another
+            # checkpoint) are its own already and would apply to it a second time; a teacher only teaches training.
+            for name in ("encoder", "pretrained_layers", "teacher", "temperature", "alpha_kd"):
+                if name in model:
+                    model[name] = None
         for name in ("pretrained", "teacher"):  # found before the tokenizer that may come from them: name the setting
             if model.get(name) is not None:
                 found = local_path(model[name], setting=f"model.{name}")  # a folder, or a hub id's snapshot
@@ -112,6 +148,16 @@ class LitbertCLI(LightningCLI):
                              "drop one of them.")
         check_push(config, export_path(config))
         choose_precision(config.trainer)
+        if self.command == "predict":
+            self._prepare_prediction()
+            return
+        for name, value in (("--output", config.output), ("data.predict_file", data.get("predict_file"))):
+            if value is not None:
+                raise ValueError(f"{name}={value} is for `python train.py predict`, which predicts a file with a "
+                                 f"trained model; a training run does not read it. Remove it, and predict after "
+                                 f"training with `python train.py predict --config <default_root_dir>/config.yaml "
+                                 f"--model.pretrained <default_root_dir>/model --data.predict_file FILE --output "
+                                 f"FILE`.")
         root = run_root(config)
         self.resume_path = resume_path(config.ckpt_path, root)
         check_run_folder(config, self.resume_path)
@@ -120,6 +166,32 @@ class LitbertCLI(LightningCLI):
             data.seed = data_seed(config, resumed)
         configure_wandb(config.trainer.logger, root,
                         resumed.get("callbacks", {}).get(LastCheckpoint.STATE_KEY, {}).get("wandb_id"))
+
+    def _prepare_prediction(self) -> None:
+        """`train.py predict`: the run's config with a trained model and a file to predict. Nothing is written but
+        `--output`: no run folder is checked or used, nothing is logged, and no config is saved."""
+        config = self.config
+        model, data = config.model.init_args, config.data.init_args
+        if "predict_file" not in data:
+            raise ValueError(f"train.py predict reads new inputs through data.predict_file, which "
+                             f"{config.data.class_path} does not have: it predicts with classification and token "
+                             f"classification models.")
+        missing = [name for name, value in (("--data.predict_file", data.predict_file), ("--output", config.output),
+                                            ("--model.pretrained", model.get("pretrained"))) if value is None]
+        if missing:
+            raise ValueError(f"train.py predict needs {', '.join(missing)}: `python train.py predict --config "
+                             f"<run>/config.yaml --model.pretrained <run>/model --data.predict_file FILE --output "
+                             f"FILE`.")
+        if config.ckpt_path is not None:
+            raise ValueError(f"--ckpt_path={config.ckpt_path} resumes training; train.py predict predicts with "
+                             f"--model.pretrained (an export). Set --ckpt_path null.")
+        if Path(config.output).resolve() == Path(data.predict_file).resolve():
+            raise ValueError(f"--output {config.output} is data.predict_file itself; write the predictions elsewhere.")
+        if data.get("tokenizer") is not None and Path(model.pretrained).is_dir():
+            check_same_tokenizer(model.pretrained, data.tokenizer, "model.pretrained",
+                                 "Predict with the tokenizer saved beside it: --data.tokenizer " + model.pretrained)
+        config.trainer.logger = False  # predictions log nothing: no tracker run is started for them
+        self.resume_path = None
 
     def _check_linked_settings(self) -> None:
         """A value the data sets (vocabulary size, labels, metrics, validation sets) and the user set too, to
@@ -175,16 +247,19 @@ class LitbertCLI(LightningCLI):
         return super().instantiate_trainer(**kwargs)
 
 
-def check_same_tokenizer(teacher: str, tokenizer: str) -> None:
-    """A teacher reads the student's token ids: its own tokenizer (saved in its folder) must give the same ids, or
-    its outputs would be of other words (or an index error, where the student's vocabulary is the larger)."""
-    if Path(teacher).resolve() == Path(tokenizer).resolve():
+def check_same_tokenizer(folder: str, tokenizer: str, setting: str = "model.teacher",
+                         advice: str = "Distil with the teacher's tokenizer (a student over another vocabulary "
+                                       "cannot share its inputs).") -> None:
+    """A teacher reads the student's token ids, and a trained model those of the text it predicts: its own
+    tokenizer (saved in its folder) must give the same ids, or its outputs would be of other words (or an index
+    error, where the data's vocabulary is the larger)."""
+    if Path(folder).resolve() == Path(tokenizer).resolve():
         return
     try:
-        theirs = load_tokenizer(teacher)
-    except DataError as error:  # a teacher saved without its tokenizer: nothing to compare with
-        rank_zero_warn(f"model.teacher={teacher} holds no tokenizer ({error}), so litbert cannot check that it was "
-                       f"trained with data.tokenizer={tokenizer}; a teacher reads the student's token ids.")
+        theirs = load_tokenizer(folder)
+    except DataError as error:  # a model saved without its tokenizer: nothing to compare with
+        rank_zero_warn(f"{setting}={folder} holds no tokenizer ({error}), so litbert cannot check that it was "
+                       f"trained with data.tokenizer={tokenizer}; it reads the token ids of that tokenizer.")
         return
     ours = load_tokenizer(tokenizer)
 
@@ -197,14 +272,65 @@ def check_same_tokenizer(teacher: str, tokenizer: str) -> None:
     mine, other = pipeline(ours), pipeline(theirs)
     differ = [name for name, value in mine.items() if other[name] != value]
     if differ:
-        raise DataError(f"model.teacher={teacher} was trained with another tokenizer than data.tokenizer={tokenizer} "
-                        f"(their {', '.join(differ)} differ): the teacher would read ids of other tokens. Distil "
-                        f"with the teacher's tokenizer (a student over another vocabulary cannot share its inputs).")
+        raise DataError(f"{setting}={folder} was trained with another tokenizer than data.tokenizer={tokenizer} "
+                        f"(their {', '.join(differ)} differ): it would read ids of other tokens. {advice}")
+
+
+def command_line_keys(args: Sequence[str], section: str) -> set[str]:
+    """The settings of `section` (`data`) that the command line gives: `--data.KEY` and `--data.init_args.KEY` (with
+    `=value` or without), and the keys of a whole `--data` value (inline or a file). `--config` files are not the
+    command line's."""
+    keys: set[str] = set()
+    for i, arg in enumerate(args):
+        if match := re.match(rf"--{section}\.(?:init_args\.)?(\w+)", arg):
+            keys.add(match.group(1))
+        elif (arg == f"--{section}" and i + 1 < len(args)) or arg.startswith(f"--{section}="):
+            value = args[i + 1] if arg == f"--{section}" else arg.split("=", 1)[1]
+            try:
+                whole = yaml.safe_load(Path(value).read_text() if Path(value).is_file() else value)
+            except (OSError, yaml.YAMLError):
+                continue
+            if isinstance(whole, dict):
+                keys |= set(whole.get("init_args") or {}) | set(whole) - {"class_path", "init_args", "dict_kwargs"}
+    return keys
+
+
+def replace_config_source(args: Sequence[str], config: Any) -> list[str]:
+    """Where the command line names a source of data (training files, or a dataset) and the config files another,
+    the command line's source replaces the config's: the config's settings of the source (`SOURCE_SETTINGS`: the
+    files; or a dataset with its config name, splits and folders) that the command line does not give go back to
+    their defaults. So `--data.train_files my.txt` trains on the file whatever dataset and splits the config names,
+    and `--data.dataset NAME` reads that dataset with its default splits (or those given beside it). Returns the
+    settings replaced (`data.dataset='imdb'`, ...), for the line the run prints. Where the command line names both
+    kinds, nothing is replaced and the datamodule refuses the pair."""
+    settings = config.data.init_args if config.get("data") is not None else None
+    if settings is None:
+        return []
+    given = command_line_keys(args, "data")
+    named = {kind: any(name in given and settings.get(name) is not None for name in names)
+             for kind, names in SOURCE_NAMES.items()}
+    if named["files"] == named["dataset"]:
+        return []
+    # Files replace the dataset and everything that locates it; a dataset replaces the files and the settings that
+    # locate the config's dataset in it (config name, splits, folder), not the data root, which holds any dataset.
+    replaced = SOURCE_SETTINGS["dataset"] if named["files"] else \
+        SOURCE_SETTINGS["files"] + tuple(name for name in SOURCE_SETTINGS["dataset"] if name != "data_root")
+    module, _, name = config.data.class_path.rpartition(".")
+    defaults = inspect.signature(getattr(importlib.import_module(module), name).__init__).parameters
+    out = []
+    for setting in replaced:
+        default = defaults[setting].default if setting in defaults else None
+        if setting in settings and setting not in given and settings[setting] != default:
+            out.append(f"data.{setting}={settings[setting]!r}")
+            settings[setting] = default
+    return out
 
 
 def make_cli(args: Sequence[str] | None = None) -> LitbertCLI:
-    """Parse `args` (default: the command line) and build the task, datamodule and trainer, without running."""
+    """Parse `args` (default: the command line) and build the task, datamodule and trainer, without running. A
+    first argument `predict` builds them for `python train.py predict` (`cli.command`)."""
     given = list(sys.argv[1:] if args is None else args)
+    command = "predict" if given[:1] == ["predict"] else "fit"
     # The arguments are the command line with its `base:` files expanded; LightningCLI warns whenever both exist.
     warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended", category=UserWarning)
     cli = LitbertCLI(
@@ -212,14 +338,16 @@ def make_cli(args: Sequence[str] | None = None) -> LitbertCLI:
         L.LightningDataModule,
         subclass_mode_model=True,
         subclass_mode_data=True,
-        save_config_callback=LogConfigCallback,
+        # A prediction leaves the run's config.yaml as it is (Lightning's callback would write over it).
+        save_config_callback=LogConfigCallback if command == "fit" else None,
         save_config_kwargs={"overwrite": True},
         # One way to set the optimizer: the task's `optimization` (AdamW groups, warmup, decay). LightningCLI's own
         # --optimizer / --lr_scheduler would replace configure_optimizers and silently void it.
         auto_configure_optimizers=False,
         parser_kwargs={"exit_on_error": False},  # parse errors reach train.py's cli_main, which condenses them
         run=False,
-        args=expand(given),
+        args=expand(given[1:] if command == "predict" else given),
+        command=command,
     )
     cli.command_line = given  # as the user gave it, for the model card
     return cli

@@ -1,0 +1,227 @@
+"""`python train.py predict`: a trained model's predictions of a file of new inputs (CSV, TSV, JSON lines, CoNLL
+words), a line per input in the file's order, equal to what transformers' own model of the export predicts; bad
+input is named by file and line. The models are trained through the shipped configs on own files given with
+`--data.train_file` alone (tests/test_data_source.py has the rest of that)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from runs import MINILM
+
+import train
+from data.sources import DataError
+from encoders.checkpoints import CheckpointError
+from tasks.base import EncoderSpec
+from tasks.classification import SequenceClassification
+
+SENTENCES = ["A great movie.", "Awful, boring, and far too long.", "Fine, I guess.", "The actors saved it",
+             "Not good, not bad: a film.", "I laughed, I cried, I left early.", "Five stars!"]
+
+
+@pytest.fixture(autouse=True)
+def _offline(shared_data, tmp_path, monkeypatch):
+    monkeypatch.setenv("LITBERT_DATA", str(shared_data))
+    monkeypatch.setenv("LITBERT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+
+
+def write_csv(path: Path, header: list[str], rows: list[list[str]], delimiter: str = ",") -> str:
+    with path.open("w", encoding="utf-8", newline="") as handle:
+        writer = csv.writer(handle, delimiter=delimiter)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def classifier(tmp_path_factory, minilm_tokenizer) -> dict[str, str]:
+    """The export of a tiny BERT-shaped sentiment classifier (transformers' format, MiniLM's tokenizer beside it;
+    its random classifier gives each sentence its own scores) and a config of a run on own CSV files."""
+    root = tmp_path_factory.mktemp("classifier")
+    torch.manual_seed(0)
+    task = SequenceClassification(num_labels=2, label_names=["neg", "pos"], vocab_size=len(minilm_tokenizer),
+                                  encoder=EncoderSpec(preset="bert-tiny", hidden_dropout=0.0, attention_dropout=0.0))
+    with torch.no_grad():
+        task.head.classifier.weight.normal_(0, 1)
+    model = task.export(root / "model", minilm_tokenizer)
+    train_file = write_csv(root / "train.csv", ["text", "label"], [["good", "pos"], ["bad", "neg"]])
+    config = {"model": {"class_path": "tasks.classification.SequenceClassification"},
+              "data": {"class_path": "data.ClassificationDataModule",
+                       "init_args": {"train_file": train_file, "val_file": train_file, "max_length": 64,
+                                     "group_by_length": True, "eval_batch_size": 2}}}
+    (root / "config.yaml").write_text(yaml.safe_dump(config))
+    bare = task.encoder.save_pretrained(root / "bare")  # the encoder alone, without its classifier
+    minilm_tokenizer.save_pretrained(str(bare))
+    return {"model": str(model), "config": str(root / "config.yaml"), "bare": str(bare), "train": train_file}
+
+
+def predict(config: str, model: str, inputs: str, output: Path, *extra: str):
+    return train.main(["predict", "--config", config, "--model.pretrained", model, "--data.predict_file", inputs,
+                       "--output", str(output), "--trainer.precision", "32-true", "--trainer.enable_progress_bar",
+                       "false", *extra])
+
+
+def transformers_scores(model: str, texts: list[str], pairs: list[str] | None = None) -> torch.Tensor:
+    """The logits of transformers' own model of the export (AutoModelForSequenceClassification)."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    reference = AutoModelForSequenceClassification.from_pretrained(model).eval()
+    with torch.no_grad():
+        return reference(**tokenizer(texts, pairs, padding=True, return_tensors="pt")).logits
+
+
+def test_classification_predictions_are_the_exported_models_in_input_order(classifier, tmp_path):
+    """JSON lines in, JSON lines out: one line per input, in the file's order though the batches are grouped by
+    length, each with its text, the label (a label name) and its probability, as transformers' model of the
+    export gives them."""
+    inputs = tmp_path / "new.jsonl"
+    inputs.write_text("".join(json.dumps({"id": i, "text": text}) + "\n" for i, text in enumerate(SENTENCES)))
+    cli = predict(classifier["config"], classifier["model"], str(inputs), tmp_path / "out.jsonl")
+    assert cli.predictions == tmp_path / "out.jsonl"
+    lines = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert [line["text"] for line in lines] == SENTENCES
+    probabilities = transformers_scores(classifier["model"], SENTENCES).softmax(-1)
+    score, label = probabilities.max(-1)
+    assert [line["label"] for line in lines] == [["neg", "pos"][i] for i in label]
+    torch.testing.assert_close(torch.tensor([line["score"] for line in lines]), score, atol=1e-5, rtol=0)
+    assert len({round(line["score"], 6) for line in lines}) == len(SENTENCES)  # each its own: the order shows
+    assert not (Path(classifier["config"]).parent / "lightning_logs").exists()  # predicting writes nothing else
+
+
+@pytest.mark.parametrize(("name", "content", "message"), [
+    ("new.csv", "review\nA great movie.\n", r"new.csv, header: missing column\(s\) \['text'\]; the file has "
+                                           r"columns \['review'\]"),
+    ("new.jsonl", '{"text": "A great movie."}\n{"text": "Fine\n', r"new.jsonl, line 2: not valid JSON"),
+])
+def test_bad_input_is_named_by_file_and_line(classifier, tmp_path, name, content, message):
+    (tmp_path / name).write_text(content)
+    with pytest.raises(DataError, match=message):
+        predict(classifier["config"], classifier["model"], str(tmp_path / name), tmp_path / "out.jsonl")
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_predicting_needs_a_trained_head_and_training_refuses_a_prediction_file(classifier, tmp_path):
+    """An export without the task's classifier would predict with an untrained one: refused, as is a prediction
+    file given to a training run, which would not read it."""
+    inputs = write_csv(tmp_path / "new.csv", ["text"], [[s] for s in SENTENCES])
+    with pytest.raises(CheckpointError, match=r"bare holds no trained sequence classification head \(its heads: none"):
+        predict(classifier["config"], classifier["bare"], inputs, tmp_path / "out.jsonl")
+    with pytest.raises(ValueError, match=r"data.predict_file=.*new.csv is for `python train.py predict`"):
+        train.main(["--config", classifier["config"], "--model.pretrained", classifier["model"],
+                    "--data.predict_file", inputs, "--trainer.default_root_dir", str(tmp_path / "run")])
+    assert not (tmp_path / "out.jsonl").exists() and not (tmp_path / "run").exists()
+
+
+# ---------------------------------------------------------------------------------------------------- through runs
+
+
+def conll_words(path: Path, sentences: list[list[str]]) -> str:
+    path.write_text("\n\n".join("\n".join(words) for words in sentences) + "\n")
+    return str(path)
+
+
+@pytest.mark.slow  # trains through train.py: .ci/run runs it with -m slow
+def test_own_files_train_the_shipped_configs_and_the_run_predicts_new_text(shared_data, tmp_path, capfd):
+    """The sentiment config with `--data.train_file` / `--data.val_file` (IMDB replaced), a tiny encoder trained
+    a few steps and exported; then `train.py predict` with the run's config.yaml and its export on CSV, TSV and
+    JSON lines of the same sentences (length-grouped batches of 3, two loader workers): the same lines each time,
+    as transformers' model of the export predicts them, also as a TSV."""
+    with (shared_data / "imdb" / "test.csv").open(encoding="utf-8", newline="") as handle:
+        reviews = [(row["text"][:200], ["neg", "pos"][int(row["label"])]) for row in csv.DictReader(handle)][::500]
+    train_file = write_csv(tmp_path / "train.csv", ["text", "label"], [list(row) for row in reviews])
+    run = tmp_path / "run"
+    train.main(["--config", "configs/sentiment/imdb.yaml", "--data.train_file", train_file, "--data.val_file",
+                train_file, "--data.tokenizer", MINILM, "--model.encoder.preset", "bert-tiny", "--data.max_length",
+                "64", "--trainer.max_steps", "4", "--trainer.default_root_dir", str(run), "--trainer.logger", "false",
+                "--trainer.enable_progress_bar", "false"])
+    assert (f"litbert: data from files: train {train_file}, validation {train_file}, test none (replacing the "
+            f"config's data.dataset='imdb')") in "".join(capfd.readouterr())
+    inputs = {"new.csv": write_csv(tmp_path / "new.csv", ["text"], [[s] for s in SENTENCES]),
+              "new.tsv": write_csv(tmp_path / "new.tsv", ["text"], [[s] for s in SENTENCES], "\t"),
+              "new.jsonl": str(tmp_path / "new.jsonl")}
+    Path(inputs["new.jsonl"]).write_text("".join(json.dumps({"text": s}) + "\n" for s in SENTENCES))
+    probabilities = transformers_scores(str(run / "model"), SENTENCES).softmax(-1)
+    score, label = probabilities.max(-1)
+    for name, path in inputs.items():
+        output = tmp_path / f"{name}.out.jsonl"
+        predict(str(run / "config.yaml"), str(run / "model"), path, output, "--data.eval_batch_size", "3",
+                "--data.num_workers", "2")
+        lines = [json.loads(line) for line in output.read_text().splitlines()]
+        assert [line["text"] for line in lines] == SENTENCES, name
+        assert [line["label"] for line in lines] == [["neg", "pos"][i] for i in label], name
+        torch.testing.assert_close(torch.tensor([line["score"] for line in lines]), score, atol=1e-5, rtol=0)
+    predict(str(run / "config.yaml"), str(run / "model"), inputs["new.csv"], tmp_path / "out.tsv")
+    table = list(csv.reader((tmp_path / "out.tsv").open(encoding="utf-8"), delimiter="\t"))
+    assert table[0] == ["index", "label", "score"]
+    assert table[1:] == [[str(i), ["neg", "pos"][int(k)], f"{float(s):.6f}"]
+                         for i, (k, s) in enumerate(zip(label, score, strict=True))]
+
+
+@pytest.mark.slow  # trains through train.py: .ci/run runs it with -m slow
+def test_stsb_scores_of_new_pairs_are_the_exported_models(shared_data, tmp_path):
+    """configs/glue/stsb.yaml on a part of STS-B (a data root of its own), then new pairs (TSV): a score per
+    pair, transformers' regression output of the export."""
+    folder = tmp_path / "data" / "glue" / "STS-B"
+    folder.mkdir(parents=True)
+    for name in ("train.tsv", "dev.tsv"):
+        lines = (shared_data / "glue" / "STS-B" / name).read_text(encoding="utf-8").splitlines()
+        (folder / name).write_text("\n".join(lines[:41]) + "\n", encoding="utf-8")
+    run = tmp_path / "run"
+    train.main(["--config", "configs/glue/stsb.yaml", "--data.data_root", str(tmp_path / "data"),
+                "--data.tokenizer", MINILM, "--model.encoder.preset", "bert-tiny", "--trainer.max_steps", "3",
+                "--predict", "false", "--trainer.default_root_dir", str(run), "--trainer.logger", "false",
+                "--trainer.enable_progress_bar", "false"])
+    first, second = SENTENCES[:5], SENTENCES[2:]
+    pairs = [list(pair) for pair in zip(first, second, strict=True)]
+    inputs = write_csv(tmp_path / "pairs.tsv", ["sentence1", "sentence2"], pairs, "\t")
+    predict(str(run / "config.yaml"), str(run / "model"), inputs, tmp_path / "scores.jsonl")
+    lines = [json.loads(line) for line in (tmp_path / "scores.jsonl").read_text().splitlines()]
+    assert [(line["sentence1"], line["sentence2"]) for line in lines] == list(zip(first, second, strict=True))
+    assert all("label" not in line for line in lines)
+    expected = transformers_scores(str(run / "model"), first, second)[:, 0]
+    torch.testing.assert_close(torch.tensor([line["score"] for line in lines]), expected, atol=1e-5, rtol=0)
+
+
+@pytest.mark.slow  # trains through train.py: .ci/run runs it with -m slow
+def test_ner_tags_every_word_of_new_text_as_the_exported_model_does(shared_data, tmp_path, capfd):
+    """configs/ner/conll2003.yaml with `--data.train_file` / `--data.val_file` (a part of CoNLL-2003), then a file
+    of words (blank lines between sentences, one longer than a window of max_length 16): CoNLL lines `word<TAB>tag`
+    for every word in order, the tag transformers' token classifier of the export gives its first sub-token."""
+    blocks = (shared_data / "conll2003" / "train.txt").read_text().split("\n\n")[1:300]
+    (tmp_path / "train.txt").write_text("\n\n".join(blocks) + "\n")
+    run = tmp_path / "run"
+    train.main(["--config", "configs/ner/conll2003.yaml", "--data.train_file", str(tmp_path / "train.txt"),
+                "--data.val_file", str(tmp_path / "train.txt"), "--data.tokenizer", MINILM,
+                "--model.encoder.preset", "bert-tiny", "--trainer.max_steps", "3", "--trainer.default_root_dir",
+                str(run), "--trainer.logger", "false", "--trainer.enable_progress_bar", "false"])
+    assert "(replacing the config's data.dataset='conll2003')" in "".join(capfd.readouterr())
+    sentences = [line.split() for line in ("EU rejects German call to boycott British lamb .",
+                                           "Peter Blackburn", "BRUSSELS 1996-08-22",
+                                           "The European Commission said on Thursday it disagreed with German "
+                                           "advice to consumers to shun British lamb until scientists determine")]
+    inputs = conll_words(tmp_path / "words.txt", sentences)
+    predict(str(run / "config.yaml"), str(run / "model"), inputs, tmp_path / "tags.txt", "--data.max_length", "16")
+    written = [[line.split("\t") for line in block.splitlines()]
+               for block in (tmp_path / "tags.txt").read_text().split("\n\n") if block.strip()]
+    assert [[word for word, _ in block] for block in written] == sentences
+
+    from transformers import AutoModelForTokenClassification, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(run / "model")
+    reference = AutoModelForTokenClassification.from_pretrained(run / "model").eval()
+    labels = reference.config.id2label
+    for words, block in zip(sentences[:3], written, strict=False):  # the sentences a single window holds
+        encoded = tokenizer(words, is_split_into_words=True, return_tensors="pt")
+        with torch.no_grad():
+            ids = reference(**encoded).logits[0].argmax(-1).tolist()
+        word_ids = encoded.word_ids(0)
+        first = [ids[next(p for p, w in enumerate(word_ids) if w == i)] for i in range(len(words))]
+        assert [tag for _, tag in block] == [labels[i] for i in first]
+    assert len(written[3]) == len(sentences[3]) and all(tag in labels.values() for _, tag in written[3])
