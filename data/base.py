@@ -37,7 +37,7 @@ class TokenizedDataModule(L.LightningDataModule):
     Args:
         batch_size: Training batch size.
         eval_batch_size: Evaluation and prediction batch size (defaults to `batch_size`).
-        num_workers: DataLoader worker processes.
+        num_workers: DataLoader worker processes; they live across epochs (`persistent_workers`).
         data_root: Folder of local dataset copies (defaults to $LITBERT_DATA); without one, the hub is used.
         cache_dir: Folder for tokenized caches (defaults to $LITBERT_CACHE or ~/.cache/litbert).
         group_by_length: Batch similar lengths together (faster; changes the batches' composition).
@@ -210,10 +210,12 @@ class TokenizedDataModule(L.LightningDataModule):
     def loader(self, dataset: datasets.Dataset, batches: ResumableBatches) -> ResumableLoader:
         # A generator of its own: creating an iterator draws worker seeds from it, and drawing them from torch's
         # global generator would shift the model's dropout stream by a validation run or a resume. Pinned host
-        # memory lets the copy to a GPU run beside the step.
+        # memory lets the copy to a GPU run beside the step. Workers persist across epochs: the epoch reaches their
+        # collator with each batch (`data.loading.Batch`), and its padding is set here, before they start.
         self.padding()
         return ResumableLoader(dataset, batch_sampler=batches, collate_fn=self.collate, num_workers=self.num_workers,
-                               pin_memory=self.on_cuda(), generator=torch.Generator().manual_seed(self.seed))
+                               persistent_workers=self.num_workers > 0, pin_memory=self.on_cuda(),
+                               generator=torch.Generator().manual_seed(self.seed))
 
     def _loader(self, split: str, train: bool) -> ResumableLoader:
         if split not in self.datasets:

@@ -317,7 +317,7 @@ class MLMDataModule(TokenizedDataModule):
         max_val_documents: Validate on the first N documents only.
         batch_size: Training batch size.
         eval_batch_size: Validation batch size (defaults to `batch_size`).
-        num_workers: DataLoader worker processes.
+        num_workers: DataLoader worker processes; they live across epochs, except a stream's (`data.streaming`).
         num_proc: Processes that tokenize the text (`datasets.map(num_proc=...)`), each writing a shard of the
             tokenized cache; the cache is the same whatever the number.
         data_root: Folder of local dataset copies (defaults to $LITBERT_DATA).

@@ -17,6 +17,10 @@ their batches in turn, which is what the skip counts on; near the end of a pass,
 the others, a resumed run may differ from the uninterrupted one by the order of those last batches. Dynamic masks
 depend on the number of shards (a block's number counts within its shard): change `num_workers` or the world size
 and the masks change.
+
+Workers. Each pass sends the stream, with its pass number and the batches to skip, to new loader workers: the
+workers do not persist across passes (`persistent_workers`), since a persistent worker's copy of the stream would
+never learn them.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ import pyarrow as pa
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from transformers import PreTrainedTokenizerFast
+
+from data.loading import Batch
 
 if TYPE_CHECKING:
     from data.mlm import BlockPacker
@@ -73,9 +79,6 @@ class PackedStream(IterableDataset):
         shards, shard = self.world_size * workers, self.rank * workers + worker
         # The loader takes batches from its workers in turn: worker w handed out these of the batches to skip.
         skip = self.skip // workers + (1 if worker < self.skip % workers else 0)
-        set_epoch = getattr(self.collate, "set_epoch", None)
-        if callable(set_epoch):
-            set_epoch(self.epoch)
         rng = random.Random(self.seed * 1_000_003 + self.epoch)
         mine = itertools.islice(shuffled(self.documents(self.epoch), self.shuffle_buffer, rng), shard, None, shards)
         packer = self.packer()
@@ -98,7 +101,7 @@ class PackedStream(IterableDataset):
                 if skip:
                     skip -= 1
                     continue
-                yield self.collate(batch)
+                yield self.collate(Batch(batch, self.epoch))
 
         while chunk := list(itertools.islice(mine, CHUNK)):
             ids = self.tokenizer(chunk, add_special_tokens=False, return_attention_mask=False,
@@ -111,7 +114,8 @@ class PackedStream(IterableDataset):
 
 class StreamingLoader(DataLoader):
     """A loader over a `PackedStream` whose position (pass, batches handed out) is saved in checkpoints, like
-    `ResumableLoader`'s; each iteration is the next pass over the stream."""
+    `ResumableLoader`'s; each iteration is the next pass over the stream, read by new workers (not persistent: see
+    the module's docstring)."""
 
     def __init__(self, stream: PackedStream, *, num_workers: int = 0, generator: torch.Generator | None = None,
                  fetched_ahead: Callable[[], int] = lambda: 0) -> None:
