@@ -16,6 +16,8 @@ in the same order, with the same masks. So every random choice of the input pipe
   a `Batch` that carries its epoch, and the examples fetched for it (`BatchDataset`) carry it on to the collator.
   Loader workers may therefore live across epochs (`persistent_workers`): their copy of the collator, made once,
   needs no news of the epoch.
+- With `pad_last_batch`, a batch sampler asks for the epoch's last, short batch to be filled up to the batch size
+  (`Batch.fill`), so that it has the shape of the others; the collator appends filler rows (`data.collate`).
 
 `ShardSampler` splits evaluation sets across ranks without the padding `DistributedSampler` adds (it repeats
 examples to even out the shards), so distributed metrics equal single-process ones.
@@ -74,18 +76,19 @@ class ShardSampler(DistributedSampler):
 
 class Batch(list):
     """A batch's items (the example indices a batch sampler yields, then the examples fetched for them) with what
-    the collator must know beyond them: the `epoch`, key of dynamic masks. Made by the batch sampler in the main
-    process, it travels with the indices to the worker that fetches and collates them, whose copy of the collator
-    never hears from the main process again when the workers persist across epochs."""
+    the collator must know beyond them: the `epoch`, key of dynamic masks, and the number of filler rows to append
+    (`fill`, from `pad_last_batch`). Made by the batch sampler in the main process, it travels with the indices to
+    the worker that fetches and collates them, whose copy of the collator never hears from the main process again
+    when the workers persist across epochs."""
 
-    def __init__(self, items: Iterable[Any] = (), epoch: int = 0) -> None:
+    def __init__(self, items: Iterable[Any] = (), epoch: int = 0, fill: int = 0) -> None:
         super().__init__(items)
-        self.epoch = epoch
+        self.epoch, self.fill = epoch, fill
 
 
 class BatchDataset(Dataset):
     """`dataset` as a loader with a batch sampler fetches it, a `Batch` of indices at a time (`__getitems__`): the
-    examples come back as a `Batch` with the indices' epoch."""
+    examples come back as a `Batch` with the indices' epoch and fill."""
 
     def __init__(self, dataset: Sequence[Any]) -> None:
         self.dataset = dataset
@@ -99,7 +102,7 @@ class BatchDataset(Dataset):
     def __getitems__(self, indices: list[int]) -> Batch:
         getitems = getattr(self.dataset, "__getitems__", None)  # a datasets.Dataset reads a batch in one go
         rows = getitems(list(indices)) if getitems is not None else [self.dataset[i] for i in indices]
-        return Batch(rows, getattr(indices, "epoch", 0))
+        return Batch(rows, getattr(indices, "epoch", 0), getattr(indices, "fill", 0))
 
 
 class ResumableBatches(BatchSampler):
@@ -107,10 +110,13 @@ class ResumableBatches(BatchSampler):
     loader with workers asks for the iterator twice as it starts, so reading `skip` must not reset it). Subclasses
     write `batches()`, the whole epoch's batches in order; they come out as `Batch`es of their epoch. The epoch is
     the sampler's (Lightning calls `set_epoch` on the sampler, not on the batch sampler); an unshuffled sampler has
-    none, and is at epoch 0."""
+    none, and is at epoch 0. With `pad_last_batch`, a batch shorter than `batch_size` (the epoch's last) asks to be
+    filled up to it."""
 
-    def __init__(self, sampler: Sampler[int] | Sequence[int], batch_size: int, drop_last: bool) -> None:
+    def __init__(self, sampler: Sampler[int] | Sequence[int], batch_size: int, drop_last: bool,
+                 pad_last_batch: bool = False) -> None:
         super().__init__(sampler, batch_size, drop_last)
+        self.pad_last_batch = pad_last_batch
         self.skip = 0
 
     @property
@@ -122,7 +128,9 @@ class ResumableBatches(BatchSampler):
 
     def __iter__(self) -> Iterator[Batch]:
         skip, epoch = self.skip, self.epoch
-        return (Batch(indices, epoch) for indices in itertools.islice(self.batches(), skip, None))
+        size = self.batch_size if self.pad_last_batch else 0
+        return (Batch(indices, epoch, max(0, size - len(indices)))
+                for indices in itertools.islice(self.batches(), skip, None))
 
 
 class Batches(ResumableBatches):
@@ -140,8 +148,8 @@ class LengthGroupedBatchSampler(ResumableBatches):
     """
 
     def __init__(self, sampler: Sampler[int] | Sequence[int], batch_size: int, drop_last: bool,
-                 lengths: Sequence[int], megabatch: int = 50) -> None:
-        super().__init__(sampler, batch_size, drop_last)
+                 lengths: Sequence[int], megabatch: int = 50, pad_last_batch: bool = False) -> None:
+        super().__init__(sampler, batch_size, drop_last, pad_last_batch)
         self.lengths = lengths
         self.megabatch = megabatch
 
@@ -173,8 +181,8 @@ class SameLengthBatchSampler(ResumableBatches):
     """
 
     def __init__(self, sampler: Sampler[int] | Sequence[int], batch_size: int, drop_last: bool,
-                 lengths: Sequence[int]) -> None:
-        super().__init__(sampler, batch_size, drop_last)
+                 lengths: Sequence[int], pad_last_batch: bool = False) -> None:
+        super().__init__(sampler, batch_size, drop_last, pad_last_batch)
         self.lengths = lengths
 
     def batches(self) -> Iterator[list[int]]:
@@ -198,8 +206,8 @@ class ResumableLoader(DataLoader):
     `state_dict()` holds the epoch and the number of batches handed out in it; `load_state_dict()` makes the next
     iteration of that same epoch skip them (at the index level: skipped batches are never loaded). A saved position
     from another epoch is dropped: Lightning moves on to the next epoch when a checkpoint was taken at an epoch's
-    end. The dataset is read through `BatchDataset`, so that the collate function receives each batch's epoch with
-    its examples.
+    end. The dataset is read through `BatchDataset`, so that the collate function receives each batch's epoch and
+    fill with its examples.
 
     Iteration starts lazily, at the first batch, so that the epoch Lightning sets after creating the iterator is
     the one used, also with worker processes (which would otherwise pre-fetch from the previous epoch's order).

@@ -142,6 +142,7 @@ class MLMCollator:
     preprocessing) are only padded. The others get new masks each epoch (RoBERTa's dynamic masking): keyed by
     (`seed`, epoch, `example_index`) when the examples carry their index (`MLMDataModule` does; the epoch comes
     with the examples, a `data.loading.Batch`, 0 for a plain list), else drawn from torch's global generator.
+    Filler rows (`pad_last_batch`) are one padding token, a special token: never masked.
     """
 
     def __init__(self, tokenizer: PreTrainedTokenizerFast, mlm_probability: float = 0.15,

@@ -62,13 +62,15 @@ def shuffled(documents: Iterable[str], buffer: int, rng: random.Random) -> Itera
 
 class PackedStream(IterableDataset):
     """Batches of packed, masked blocks from a stream of documents (see the module's docstring). Yields whole
-    batches: the loader does no batching of its own."""
+    batches: the loader does no batching of its own. With `pad_last_batch`, a pass's last, short batch is filled up
+    to the batch size (`data.collate`)."""
 
     def __init__(self, documents: Callable[[int], Iterable[str]], tokenizer: PreTrainedTokenizerFast,
                  packer: Callable[[], BlockPacker], batch_size: int, collate: Callable[[list[dict[str, Any]]], Any],
-                 *, seed: int, shuffle_buffer: int, rank: int = 0, world_size: int = 1) -> None:
+                 *, seed: int, shuffle_buffer: int, rank: int = 0, world_size: int = 1,
+                 pad_last_batch: bool = False) -> None:
         self.documents, self.tokenizer, self.packer = documents, tokenizer, packer
-        self.batch_size, self.collate = batch_size, collate
+        self.batch_size, self.collate, self.pad_last_batch = batch_size, collate, pad_last_batch
         self.seed, self.shuffle_buffer = seed, shuffle_buffer
         self.rank, self.world_size = rank, world_size
         self.epoch, self.skip = 0, 0  # set by StreamingLoader before each pass
@@ -101,7 +103,8 @@ class PackedStream(IterableDataset):
                 if skip:
                     skip -= 1
                     continue
-                yield self.collate(Batch(batch, self.epoch))
+                fill = self.batch_size - len(batch) if self.pad_last_batch else 0
+                yield self.collate(Batch(batch, self.epoch, fill))
 
         while chunk := list(itertools.islice(mine, CHUNK)):
             ids = self.tokenizer(chunk, add_special_tokens=False, return_attention_mask=False,
