@@ -202,7 +202,9 @@ def _task_and_data(task, root, tmp_path, pad_last_batch):
     return model, data
 
 
-@pytest.mark.parametrize("task", ["classification", "regression", "ner", "mlm"])
+# Two fits each; regression (the loss filler rows would change most visibly) runs by default, the others with -m slow.
+@pytest.mark.parametrize("task", ["regression", *(pytest.param(task, marks=pytest.mark.slow)
+                                                 for task in ("classification", "ner", "mlm"))])
 def test_filling_the_last_batch_changes_no_loss_gradient_weight_or_metric(task, shared_data, tmp_path):
     """An epoch of training and validation with `pad_last_batch` and without: the same losses, gradients, token
     counts, final weights and validation metrics (float32, no dropout), while every filled batch has the full
