@@ -38,13 +38,16 @@ class TokenizedDataModule(L.LightningDataModule):
     Args:
         batch_size: Training batch size.
         eval_batch_size: Evaluation and prediction batch size (defaults to `batch_size`).
-        num_workers: DataLoader worker processes.
+        num_workers: DataLoader worker processes; they live across epochs (`persistent_workers`).
         data_root: Folder of local dataset copies (defaults to $LITBERT_DATA); without one, the hub is used.
         cache_dir: Folder for tokenized caches (defaults to $LITBERT_CACHE or ~/.cache/litbert).
         group_by_length: Batch similar lengths together (faster; changes the batches' composition).
         pad_to_multiple_of: Pad each batch's length up to a multiple of this (never past max_length), so that a run
             meets a handful of shapes: GPU attention kernels prepare a plan per shape, and compiled or graphed steps
             need one each. Unset: 64 on CUDA, 1 elsewhere. Padding changes no result (it is masked).
+        pad_last_batch: Fill the last, short batch of each training and evaluation epoch up to the batch size with
+            filler rows, so that it is no new shape either. Filler rows count nowhere: not in losses, gradients,
+            metrics or token counts. Unset: on for CUDA runs, off elsewhere. (Prediction batches are not filled.)
         seed: Seed of the training order (for MLM also of the masks and segment split points). Unset, `train.py`
             gives it the run's `seed_everything`, so each seed of a sweep draws its own batches, as the
             `Trainer`'s `seed` does; 0 where nothing sets it. A checkpoint keeps it, and resuming with another is
@@ -56,7 +59,7 @@ class TokenizedDataModule(L.LightningDataModule):
     def __init__(self, tokenizer: str | None, *, max_length: int, batch_size: int = 32,
                  eval_batch_size: int | None = None, num_workers: int = 0, data_root: str | None = None,
                  cache_dir: str | None = None, group_by_length: bool = False, pad_to_multiple_of: int | None = None,
-                 seed: int | None = None) -> None:
+                 pad_last_batch: bool | None = None, seed: int | None = None) -> None:
         super().__init__()
         if tokenizer is None:
             raise DataError(
@@ -81,6 +84,7 @@ class TokenizedDataModule(L.LightningDataModule):
             raise DataError(f"pad_to_multiple_of={pad_to_multiple_of} must be at least 1 (1 pads to the longest "
                             f"sequence of each batch).")
         self.pad_to_multiple_of = pad_to_multiple_of
+        self.pad_last_batch = pad_last_batch
         self.seed = 0 if seed is None else seed
         self.vocab_size: int = len(self.tokenizer)
         self.pad_token_id: int = self.tokenizer.pad_token_id
@@ -199,11 +203,16 @@ class TokenizedDataModule(L.LightningDataModule):
             # Through the dataset's own view: after `select`, `shuffle` or `filter`, `dataset.data` is still the
             # whole underlying table, and its lengths would not belong to the rows the sampler indexes.
             lengths = pc.list_value_length(dataset.with_format("arrow")["input_ids"]).to_numpy()
-            return LengthGroupedBatchSampler(sampler, batch_size, drop_last=False, lengths=lengths)
-        return Batches(sampler, batch_size, drop_last=False)
+            return LengthGroupedBatchSampler(sampler, batch_size, drop_last=False, lengths=lengths,
+                                             pad_last_batch=self.fills_last_batch())
+        return Batches(sampler, batch_size, drop_last=False, pad_last_batch=self.fills_last_batch())
 
     def on_cuda(self) -> bool:
         return self.trainer is not None and self.trainer.strategy.root_device.type == "cuda"
+
+    def fills_last_batch(self) -> bool:
+        """`pad_last_batch`, resolved for the device the run trains on."""
+        return self.on_cuda() if self.pad_last_batch is None else self.pad_last_batch
 
     def padding(self) -> PaddingCollator:
         """The collator's padding, with the length multiple resolved for the device the run trains on."""
@@ -216,10 +225,12 @@ class TokenizedDataModule(L.LightningDataModule):
     def loader(self, dataset: datasets.Dataset, batches: ResumableBatches) -> ResumableLoader:
         # A generator of its own: creating an iterator draws worker seeds from it, and drawing them from torch's
         # global generator would shift the model's dropout stream by a validation run or a resume. Pinned host
-        # memory lets the copy to a GPU run beside the step.
+        # memory lets the copy to a GPU run beside the step. Workers persist across epochs: the epoch reaches their
+        # collator with each batch (`data.loading.Batch`), and its padding is set here, before they start.
         self.padding()
         return ResumableLoader(dataset, batch_sampler=batches, collate_fn=self.collate, num_workers=self.num_workers,
-                               pin_memory=self.on_cuda(), generator=torch.Generator().manual_seed(self.seed))
+                               persistent_workers=self.num_workers > 0, pin_memory=self.on_cuda(),
+                               generator=torch.Generator().manual_seed(self.seed))
 
     def _loader(self, split: str, train: bool) -> ResumableLoader:
         if split not in self.datasets:

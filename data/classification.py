@@ -689,11 +689,13 @@ class GLUEDataModule(ClassificationDataModule):
         num_workers: int = 0,
         cache_dir: str | None = None,
         pad_to_multiple_of: int | None = None,
+        pad_last_batch: bool | None = None,
         seed: int | None = None,
     ) -> None:
         check_choice("truncation", truncation, PairTruncation, DataError)
         super().__init__(tokenizer, dataset=glue_task(task).name, max_length=max_length, truncation=truncation,
                          batch_size=batch_size, eval_batch_size=eval_batch_size, group_by_length=group_by_length,
                          num_workers=num_workers, data_root=data_root, data_dir=data_dir, cache_dir=cache_dir,
-                         predict_file=predict_file, pad_to_multiple_of=pad_to_multiple_of, seed=seed)
+                         predict_file=predict_file, pad_to_multiple_of=pad_to_multiple_of,
+                         pad_last_batch=pad_last_batch, seed=seed)
         self.save_hyperparameters()

@@ -1,5 +1,6 @@
-"""Batching: dynamic padding pads each batch to its own longest example rather than to `max_length`. The batch
-samplers that group examples by length are in `data.loading`."""
+"""Batching: dynamic padding pads each batch to its own longest example rather than to `max_length`, and filler
+rows fill an epoch's last, short batch up to the batch size (`pad_last_batch`). The batch samplers that group
+examples by length are in `data.loading`."""
 
 from __future__ import annotations
 
@@ -21,12 +22,22 @@ PAD_VALUES: dict[str, int | str] = {
     "document_ids": -1,  # the packed document of each token (MLMDataModule's document_mask); -1 is padding
 }
 
+# A filler row's value of each column: one padding token, attended (a row that attends to nothing makes NaN in
+# attention), in a document of its own, labelled with nothing; 0 where not listed.
+FILLER_VALUES: dict[str, int | str] = {"input_ids": "pad", "attention_mask": 1, "special_tokens_mask": 1,
+                                       "labels": -100, "word_ids": -1}
+
 
 class PaddingCollator:
     """Pads list columns to the longest example of the batch; scalar columns become (B,) tensors.
 
     Integer scalars become long tensors, floats float32 (STS-B's regression targets). Datasets store no
     attention mask (it would be all ones before padding); it is made here from the lengths.
+
+    A `data.loading.Batch` of examples that asks for `fill` rows gets them appended: filler rows (`FILLER_VALUES`)
+    that keep the batch at its full size, hence at a shape the run has met already. The batch then says how many
+    of its rows are examples (`num_examples`, a Python number the host reads without waiting for a device); the
+    tasks leave the rest out of every loss, metric, count and prediction (`tasks.base.example_rows`).
     """
 
     def __init__(self, pad_token_id: int, pad_to_multiple_of: int = 1, max_length: int | None = None) -> None:
@@ -35,8 +46,11 @@ class PaddingCollator:
         self.pad_to_multiple_of = pad_to_multiple_of
         self.max_length = max_length
 
-    def __call__(self, examples: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
-        batch: dict[str, torch.Tensor] = {}
+    def __call__(self, examples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        fill = getattr(examples, "fill", 0)
+        if fill:
+            examples = [*examples, *[self.filler(examples[0])] * fill]
+        batch: dict[str, Any] = {}
         for column, first in examples[0].items():
             values = [example[column] for example in examples]
             if isinstance(first, (list, tuple, torch.Tensor)):
@@ -54,7 +68,19 @@ class PaddingCollator:
             # (`encoders.kernels.PackedAttention`); here on the host for the same reason.
             starts = sequence_starts(batch["unpad_index"], batch["attention_mask"].shape[1], batch.get("document_ids"))
             batch["cu_seqlens"] = cu_seqlens(starts)
+        if fill:
+            batch["num_examples"] = len(examples) - fill
         return batch
+
+    def filler(self, example: Mapping[str, Any]) -> dict[str, Any]:
+        """A filler row with the columns of `example`."""
+        row = {}
+        for column, value in example.items():
+            filler = FILLER_VALUES.get(column, 0)
+            filler = self.pad_token_id if filler == "pad" else filler
+            row[column] = [filler] if isinstance(value, (list, tuple, torch.Tensor)) else \
+                float(filler) if isinstance(value, float) else filler
+        return row
 
     def _pad(self, column: str, values: list[Any]) -> torch.Tensor:
         if column not in PAD_VALUES:

@@ -12,7 +12,12 @@ in the same order, with the same masks. So every random choice of the input pipe
   Lightning stores it in every checkpoint (a loader with `state_dict` is resumable to Lightning) and hands it back
   on resume, and the next epoch iteration skips that many batches without loading them.
 - Dynamic MLM masks are keyed by (seed, epoch, example index) (`data.masking`), so skipping batches skips their
-  masks too.
+  masks too. The epoch travels with the work: the batch sampler, in the main process, yields each batch's indices as
+  a `Batch` that carries its epoch, and the examples fetched for it (`BatchDataset`) carry it on to the collator.
+  Loader workers may therefore live across epochs (`persistent_workers`): their copy of the collator, made once,
+  needs no news of the epoch.
+- With `pad_last_batch`, a batch sampler asks for the epoch's last, short batch to be filled up to the batch size
+  (`Batch.fill`), so that it has the shape of the others; the collator appends filler rows (`data.collate`).
 
 `ShardSampler` splits evaluation sets across ranks without the padding `DistributedSampler` adds (it repeats
 examples to even out the shards), so distributed metrics equal single-process ones.
@@ -24,11 +29,19 @@ sampler, `DataLoader.sampler` is an unused default, so `ResumableLoader.sampler`
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
-from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, RandomSampler, Sampler, SequentialSampler
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    Dataset,
+    DistributedSampler,
+    RandomSampler,
+    Sampler,
+    SequentialSampler,
+)
 
 
 class EpochRandomSampler(RandomSampler):
@@ -61,13 +74,49 @@ class ShardSampler(DistributedSampler):
         return iter(range(self.rank, len(self.dataset), self.num_replicas))
 
 
-class ResumableBatches(BatchSampler):
-    """A batch sampler that can start at batch `skip` of the epoch (set by `ResumableLoader`). Subclasses write
-    `batches()`, the whole epoch's batches in order. The epoch is the sampler's (Lightning calls `set_epoch` on the
-    sampler, not on the batch sampler); an unshuffled sampler has none, and is at epoch 0."""
+class Batch(list):
+    """A batch's items (the example indices a batch sampler yields, then the examples fetched for them) with what
+    the collator must know beyond them: the `epoch`, key of dynamic masks, and the number of filler rows to append
+    (`fill`, from `pad_last_batch`). Made by the batch sampler in the main process, it travels with the indices to
+    the worker that fetches and collates them, whose copy of the collator never hears from the main process again
+    when the workers persist across epochs."""
 
-    def __init__(self, sampler: Sampler[int] | Sequence[int], batch_size: int, drop_last: bool) -> None:
+    def __init__(self, items: Iterable[Any] = (), epoch: int = 0, fill: int = 0) -> None:
+        super().__init__(items)
+        self.epoch, self.fill = epoch, fill
+
+
+class BatchDataset(Dataset):
+    """`dataset` as a loader with a batch sampler fetches it, a `Batch` of indices at a time (`__getitems__`): the
+    examples come back as a `Batch` with the indices' epoch and fill."""
+
+    def __init__(self, dataset: Sequence[Any]) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> Any:
+        return self.dataset[index]
+
+    def __getitems__(self, indices: list[int]) -> Batch:
+        getitems = getattr(self.dataset, "__getitems__", None)  # a datasets.Dataset reads a batch in one go
+        rows = getitems(list(indices)) if getitems is not None else [self.dataset[i] for i in indices]
+        return Batch(rows, getattr(indices, "epoch", 0), getattr(indices, "fill", 0))
+
+
+class ResumableBatches(BatchSampler):
+    """A batch sampler that starts at batch `skip` of the epoch, set by `ResumableLoader` before each iteration (a
+    loader with workers asks for the iterator twice as it starts, so reading `skip` must not reset it). Subclasses
+    write `batches()`, the whole epoch's batches in order; they come out as `Batch`es of their epoch. The epoch is
+    the sampler's (Lightning calls `set_epoch` on the sampler, not on the batch sampler); an unshuffled sampler has
+    none, and is at epoch 0. With `pad_last_batch`, a batch shorter than `batch_size` (the epoch's last) asks to be
+    filled up to it."""
+
+    def __init__(self, sampler: Sampler[int] | Sequence[int], batch_size: int, drop_last: bool,
+                 pad_last_batch: bool = False) -> None:
         super().__init__(sampler, batch_size, drop_last)
+        self.pad_last_batch = pad_last_batch
         self.skip = 0
 
     @property
@@ -77,9 +126,11 @@ class ResumableBatches(BatchSampler):
     def batches(self) -> Iterator[list[int]]:
         raise NotImplementedError
 
-    def __iter__(self) -> Iterator[list[int]]:
-        skip, self.skip = self.skip, 0
-        return itertools.islice(self.batches(), skip, None)
+    def __iter__(self) -> Iterator[Batch]:
+        skip, epoch = self.skip, self.epoch
+        size = self.batch_size if self.pad_last_batch else 0
+        return (Batch(indices, epoch, max(0, size - len(indices)))
+                for indices in itertools.islice(self.batches(), skip, None))
 
 
 class Batches(ResumableBatches):
@@ -97,8 +148,8 @@ class LengthGroupedBatchSampler(ResumableBatches):
     """
 
     def __init__(self, sampler: Sampler[int] | Sequence[int], batch_size: int, drop_last: bool,
-                 lengths: Sequence[int], megabatch: int = 50) -> None:
-        super().__init__(sampler, batch_size, drop_last)
+                 lengths: Sequence[int], megabatch: int = 50, pad_last_batch: bool = False) -> None:
+        super().__init__(sampler, batch_size, drop_last, pad_last_batch)
         self.lengths = lengths
         self.megabatch = megabatch
 
@@ -130,8 +181,8 @@ class SameLengthBatchSampler(ResumableBatches):
     """
 
     def __init__(self, sampler: Sampler[int] | Sequence[int], batch_size: int, drop_last: bool,
-                 lengths: Sequence[int]) -> None:
-        super().__init__(sampler, batch_size, drop_last)
+                 lengths: Sequence[int], pad_last_batch: bool = False) -> None:
+        super().__init__(sampler, batch_size, drop_last, pad_last_batch)
         self.lengths = lengths
 
     def batches(self) -> Iterator[list[int]]:
@@ -155,14 +206,16 @@ class ResumableLoader(DataLoader):
     `state_dict()` holds the epoch and the number of batches handed out in it; `load_state_dict()` makes the next
     iteration of that same epoch skip them (at the index level: skipped batches are never loaded). A saved position
     from another epoch is dropped: Lightning moves on to the next epoch when a checkpoint was taken at an epoch's
-    end. Before each iteration the collate function learns the epoch (`set_epoch`), for keyed random masks.
+    end. The dataset is read through `BatchDataset`, so that the collate function receives each batch's epoch and
+    fill with its examples.
 
     Iteration starts lazily, at the first batch, so that the epoch Lightning sets after creating the iterator is
     the one used, also with worker processes (which would otherwise pre-fetch from the previous epoch's order).
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, dataset: Sequence[Any], *args: Any, **kwargs: Any) -> None:
+        # (Lightning rebuilds a loader from its arguments or attributes: the dataset may come wrapped already.)
+        super().__init__(dataset if isinstance(dataset, BatchDataset) else BatchDataset(dataset), *args, **kwargs)
         if not isinstance(self.batch_sampler, ResumableBatches):
             raise TypeError(f"ResumableLoader needs a ResumableBatches batch sampler, got "
                             f"{type(self.batch_sampler).__name__}.")
@@ -188,9 +241,6 @@ class ResumableLoader(DataLoader):
                 skip = min(self._resume["batches"], len(self.batch_sampler))
             self._resume = None
         self.batch_sampler.skip = skip
-        set_epoch = getattr(self.collate_fn, "set_epoch", None)
-        if callable(set_epoch):
-            set_epoch(epoch)
         self._position = {"epoch": epoch, "batches": skip}
         for batch in super().__iter__():
             self._position["batches"] += 1  # counted when handed out: the consumer now has it

@@ -140,8 +140,9 @@ def mask_tokens(
 class MLMCollator:
     """Pads a batch and masks it. Examples that already carry `labels` (static or validation masks fixed at
     preprocessing) are only padded. The others get new masks each epoch (RoBERTa's dynamic masking): keyed by
-    (`seed`, epoch, `example_index`) when the examples carry their index (`MLMDataModule` does; the loader tells
-    the collator the epoch through `set_epoch`), else drawn from torch's global generator.
+    (`seed`, epoch, `example_index`) when the examples carry their index (`MLMDataModule` does; the epoch comes
+    with the examples, a `data.loading.Batch`, 0 for a plain list), else drawn from torch's global generator.
+    Filler rows (`pad_last_batch`) are one padding token, a special token: never masked.
     """
 
     def __init__(self, tokenizer: PreTrainedTokenizerFast, mlm_probability: float = 0.15,
@@ -164,34 +165,31 @@ class MLMCollator:
         self.mask_fraction = mask_fraction
         self.random_fraction = random_fraction
         self.seed = seed
-        self.epoch = 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
 
     def maskable(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         maskable = ~torch.isin(input_ids, self.special_ids)
         return maskable if attention_mask is None else maskable & attention_mask.bool()
 
     def mask(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-             generator: torch.Generator | None = None,
-             example_index: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+             generator: torch.Generator | None = None, example_index: torch.Tensor | None = None,
+             epoch: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         maskable = self.maskable(input_ids, attention_mask)
         starts = None if self.continuation is None else word_starts(input_ids, maskable, self.continuation)
         uniforms = None
         if example_index is not None:
-            uniforms = keyed_uniform(self.seed, self.epoch, example_index, input_ids.shape[1], streams=3)
+            uniforms = keyed_uniform(self.seed, epoch, example_index, input_ids.shape[1], streams=3)
         return mask_tokens(input_ids, maskable, mask_token_id=self.mask_token_id,
                            replacement_ids=self.replacement_ids, mlm_probability=self.mlm_probability,
                            mask_fraction=self.mask_fraction, random_fraction=self.random_fraction, starts=starts,
                            generator=generator, uniforms=uniforms)
 
-    def __call__(self, examples: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
+    def __call__(self, examples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         batch = self.pad(examples)
         example_index = batch.pop("example_index", None)
         if "labels" not in batch:
             batch["input_ids"], batch["labels"] = self.mask(batch["input_ids"], batch["attention_mask"],
-                                                            example_index=example_index)
+                                                            example_index=example_index,
+                                                            epoch=getattr(examples, "epoch", 0))
         # The masked positions among the B * T tokens, for the MLM head to project alone; built on the host for the
         # reason of `unpad_index` (data.collate).
         batch["masked_index"] = (batch["labels"].flatten() != -100).nonzero().squeeze(1)

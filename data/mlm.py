@@ -320,13 +320,15 @@ class MLMDataModule(TokenizedDataModule):
         max_val_documents: Validate on the first N documents only.
         batch_size: Training batch size.
         eval_batch_size: Validation batch size (defaults to `batch_size`).
-        num_workers: DataLoader worker processes.
+        num_workers: DataLoader worker processes; they live across epochs, except a stream's (`data.streaming`).
         num_proc: Processes that tokenize the text (`datasets.map(num_proc=...)`), each writing a shard of the
             tokenized cache; the cache is the same whatever the number.
         data_root: Folder of local dataset copies (defaults to $LITBERT_DATA).
         cache_dir: Folder for tokenized caches (defaults to $LITBERT_CACHE or ~/.cache/litbert).
         pad_to_multiple_of: See `TokenizedDataModule`: batches of unequal lengths (BERT segments, the last block of
             a document) padded to a multiple of this; unset, 64 on CUDA, 1 elsewhere.
+        pad_last_batch: See `TokenizedDataModule`: the epoch's (or a stream's pass's) last batch filled up to the
+            batch size with rows that count nowhere; unset, on for CUDA runs, off elsewhere.
         seed: Seed of the training order, the masks (static or dynamic) and BERT's segment split points; unset,
             the run's `seed_everything` (see `TokenizedDataModule`).
         val_mask_seed: Seed of the fixed validation masks.
@@ -362,6 +364,7 @@ class MLMDataModule(TokenizedDataModule):
         data_root: str | None = None,
         cache_dir: str | None = None,
         pad_to_multiple_of: int | None = None,
+        pad_last_batch: bool | None = None,
         seed: int | None = None,
         val_mask_seed: int = 1234,
     ) -> None:
@@ -412,7 +415,7 @@ class MLMDataModule(TokenizedDataModule):
                            fingerprint(identity, max_documents, text_column, blank_line_documents))
         super().__init__(tokenizer, max_length=max_length, batch_size=batch_size, eval_batch_size=eval_batch_size,
                          num_workers=num_workers, data_root=data_root, cache_dir=cache_dir,
-                         pad_to_multiple_of=pad_to_multiple_of, seed=seed)
+                         pad_to_multiple_of=pad_to_multiple_of, pad_last_batch=pad_last_batch, seed=seed)
         self.save_hyperparameters()
         if self.mask_token_id is None:
             raise DataError(f"Tokenizer {tokenizer} has no mask token; MLM needs one ([MASK] or <mask>).")
@@ -605,7 +608,8 @@ class MLMDataModule(TokenizedDataModule):
             return super().batch_sampler(dataset, train, batch_size)
         lengths = pc.list_value_length(dataset.data.column("input_ids")).to_numpy()
         sampler = epoch_sampler(dataset, shuffle=train, seed=self.seed, distributed=self.distributed())
-        return SameLengthBatchSampler(sampler, batch_size, drop_last=False, lengths=lengths)
+        return SameLengthBatchSampler(sampler, batch_size, drop_last=False, lengths=lengths,
+                                      pad_last_batch=self.fills_last_batch())
 
     def train_dataloader(self) -> ResumableLoader | StreamingLoader:
         if not self.streaming:
@@ -623,7 +627,7 @@ class MLMDataModule(TokenizedDataModule):
             lambda epoch: self._stream(source), self.tokenizer,
             partial(BlockPacker, self.max_length, prefix, suffix, self.tokenizer.sep_token_id, self.document_mask),
             self.batch_size, self.collate, seed=self.seed, shuffle_buffer=self.shuffle_buffer,
-            rank=sharding["rank"], world_size=sharding["num_replicas"])
+            rank=sharding["rank"], world_size=sharding["num_replicas"], pad_last_batch=self.fills_last_batch())
         self.padding()
         return StreamingLoader(stream, num_workers=self.num_workers, generator=torch.Generator().manual_seed(self.seed),
                                fetched_ahead=lambda: fetched_ahead(self.trainer))

@@ -17,6 +17,10 @@ their batches in turn, which is what the skip counts on; near the end of a pass,
 the others, a resumed run may differ from the uninterrupted one by the order of those last batches. Dynamic masks
 depend on the number of shards (a block's number counts within its shard): change `num_workers` or the world size
 and the masks change.
+
+Workers. Each pass sends the stream, with its pass number and the batches to skip, to new loader workers: the
+workers do not persist across passes (`persistent_workers`), since a persistent worker's copy of the stream would
+never learn them.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ import pyarrow as pa
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from transformers import PreTrainedTokenizerFast
+
+from data.loading import Batch
 
 if TYPE_CHECKING:
     from data.mlm import BlockPacker
@@ -56,13 +62,15 @@ def shuffled(documents: Iterable[str], buffer: int, rng: random.Random) -> Itera
 
 class PackedStream(IterableDataset):
     """Batches of packed, masked blocks from a stream of documents (see the module's docstring). Yields whole
-    batches: the loader does no batching of its own."""
+    batches: the loader does no batching of its own. With `pad_last_batch`, a pass's last, short batch is filled up
+    to the batch size (`data.collate`)."""
 
     def __init__(self, documents: Callable[[int], Iterable[str]], tokenizer: PreTrainedTokenizerFast,
                  packer: Callable[[], BlockPacker], batch_size: int, collate: Callable[[list[dict[str, Any]]], Any],
-                 *, seed: int, shuffle_buffer: int, rank: int = 0, world_size: int = 1) -> None:
+                 *, seed: int, shuffle_buffer: int, rank: int = 0, world_size: int = 1,
+                 pad_last_batch: bool = False) -> None:
         self.documents, self.tokenizer, self.packer = documents, tokenizer, packer
-        self.batch_size, self.collate = batch_size, collate
+        self.batch_size, self.collate, self.pad_last_batch = batch_size, collate, pad_last_batch
         self.seed, self.shuffle_buffer = seed, shuffle_buffer
         self.rank, self.world_size = rank, world_size
         self.epoch, self.skip = 0, 0  # set by StreamingLoader before each pass
@@ -73,9 +81,6 @@ class PackedStream(IterableDataset):
         shards, shard = self.world_size * workers, self.rank * workers + worker
         # The loader takes batches from its workers in turn: worker w handed out these of the batches to skip.
         skip = self.skip // workers + (1 if worker < self.skip % workers else 0)
-        set_epoch = getattr(self.collate, "set_epoch", None)
-        if callable(set_epoch):
-            set_epoch(self.epoch)
         rng = random.Random(self.seed * 1_000_003 + self.epoch)
         mine = itertools.islice(shuffled(self.documents(self.epoch), self.shuffle_buffer, rng), shard, None, shards)
         packer = self.packer()
@@ -98,7 +103,8 @@ class PackedStream(IterableDataset):
                 if skip:
                     skip -= 1
                     continue
-                yield self.collate(batch)
+                fill = self.batch_size - len(batch) if self.pad_last_batch else 0
+                yield self.collate(Batch(batch, self.epoch, fill))
 
         while chunk := list(itertools.islice(mine, CHUNK)):
             ids = self.tokenizer(chunk, add_special_tokens=False, return_attention_mask=False,
@@ -111,7 +117,8 @@ class PackedStream(IterableDataset):
 
 class StreamingLoader(DataLoader):
     """A loader over a `PackedStream` whose position (pass, batches handed out) is saved in checkpoints, like
-    `ResumableLoader`'s; each iteration is the next pass over the stream."""
+    `ResumableLoader`'s; each iteration is the next pass over the stream, read by new workers (not persistent: see
+    the module's docstring)."""
 
     def __init__(self, stream: PackedStream, *, num_workers: int = 0, generator: torch.Generator | None = None,
                  fetched_ahead: Callable[[], int] = lambda: 0) -> None:

@@ -238,12 +238,21 @@ def validation_prefixes(split_names: Sequence[str]) -> list[str]:
     return ["val"] + [f"val_{split.removeprefix('validation').removeprefix('_')}" for split in split_names[1:]]
 
 
+def example_rows(batch: dict[str, typing.Any]) -> slice:
+    """The rows of a batch that hold examples: all but the filler rows that `data.pad_last_batch` appends to an
+    epoch's last batch to keep its shape, which no loss, metric, count or prediction may see. The collator counts
+    the examples on the host (`num_examples`), so this is a slice, not a mask read off the device (a host sync).
+    Filler rows have no label (-100): token-level losses and metrics ignore them without it."""
+    return slice(batch.get("num_examples"))
+
+
 def sequence_lengths(batch: dict[str, torch.Tensor]) -> list[int]:
-    """Real (non-padding) tokens of each sequence of a batch."""
+    """Real (non-padding) tokens of each example of a batch."""
     mask = batch.get("attention_mask")
     if mask is None:
-        return [batch["input_ids"].shape[1]] * batch["input_ids"].shape[0]
-    return mask.sum(dim=1).tolist()
+        rows = range(batch["input_ids"].shape[0])[example_rows(batch)]
+        return [batch["input_ids"].shape[1]] * len(rows)
+    return mask[example_rows(batch)].sum(dim=1).tolist()
 
 
 def lr_lambda(step: int, warmup_steps: int, total_steps: int, schedule: str, decay_steps: int = 0) -> float:

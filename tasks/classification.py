@@ -13,7 +13,15 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from encoders import Kernels, SequenceClassificationHead, TokenClassificationHead
 from encoders.heads import fine_tuning_head
-from tasks.base import EncoderSpec, EncoderTask, Optimization, build_encoder, read_pretrained, sequence_lengths
+from tasks.base import (
+    EncoderSpec,
+    EncoderTask,
+    Optimization,
+    build_encoder,
+    example_rows,
+    read_pretrained,
+    sequence_lengths,
+)
 from tasks.distillation import Teacher, soft_target_loss
 from tasks.metrics import EntityF1, classification_metrics, first_subtokens, is_chunk_tagging
 
@@ -156,22 +164,24 @@ class SequenceClassification(EncoderTask):
         return flops
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        logits = self(batch)
+        rows = example_rows(batch)
+        logits, labels = self(batch)[rows], batch["labels"][rows]
         if self.teacher is None:
-            loss = self.loss(logits, batch["labels"])
+            loss = self.loss(logits, labels)
             self.log_training(loss, batch)
             return loss
         mask = batch.get("attention_mask")
         _, teacher_logits = self.teacher(batch["input_ids"], mask, batch.get("token_type_ids"), mask,
                                          unpad_index=batch.get("unpad_index"), cu_seqlens=batch.get("cu_seqlens"))
-        losses = self.distillation_loss(logits, teacher_logits, batch["labels"])
+        losses = self.distillation_loss(logits, teacher_logits[rows], labels)
         self.log_training(losses["loss"], batch, **{k: v for k, v in losses.items() if k != "loss"})
         return losses["loss"]
 
     def _evaluate(self, batch: dict[str, torch.Tensor], metrics, loss: MeanMetric, prefix: str) -> None:
-        logits = self(batch)
-        loss.update(self.loss(logits, batch["labels"]), weight=len(batch["labels"]))
-        metrics.update(self.predictions(logits), batch["labels"])
+        rows = example_rows(batch)
+        logits, labels = self(batch)[rows], batch["labels"][rows]
+        loss.update(self.loss(logits, labels), weight=len(labels))
+        metrics.update(self.predictions(logits), labels)
         self.log(f"{prefix}/loss", loss, add_dataloader_idx=False)
         self.log_dict(metrics, add_dataloader_idx=False)
 

@@ -23,7 +23,14 @@ from torchmetrics import MeanMetric
 
 from encoders import Encoder, Kernels, MaskedLMHead, SequenceClassificationHead
 from encoders.checkpoints import Checkpoint, load_checkpoint, select_layers
-from tasks.base import EncoderSpec, EncoderTask, Optimization, check_scheme_settings, sequence_lengths
+from tasks.base import (
+    EncoderSpec,
+    EncoderTask,
+    Optimization,
+    check_scheme_settings,
+    example_rows,
+    sequence_lengths,
+)
 from tasks.mlm import masked_lm_loss, masked_positions, vocab_cross_entropy
 
 
@@ -197,8 +204,9 @@ class Distillation(EncoderTask):
                                                       document_ids=documents, **layout)
         student_hidden = self.encoder(batch["input_ids"], mask, types, document_ids=documents, **layout)
         _, student_logits, targets = masked_lm_loss(self.head, student_hidden, batch["labels"], masked)
-        losses = distillation_losses(student_logits, teacher_logits, targets, student_hidden, teacher_hidden, mask,
-                                     self.temperature)
+        rows = example_rows(batch)  # the masked positions are examples' already; the cosine term's tokens not
+        losses = distillation_losses(student_logits, teacher_logits, targets, student_hidden[rows],
+                                     teacher_hidden[rows], None if mask is None else mask[rows], self.temperature)
         losses["loss"] = sum(self.alphas[name] * losses[name] for name in self.alphas)
         return losses
 

@@ -1,5 +1,6 @@
 """Batching: dynamic padding pads to the batch's longest example with the right value per column; the
-length-grouped sampler cuts padding and still yields every index once."""
+length-grouped sampler cuts padding and still yields every index once; lengths bucketed to a multiple and last
+batches filled up to the batch size (fewer shapes on a GPU) change no result."""
 
 import pytest
 import torch
@@ -80,3 +81,153 @@ def test_bucketed_lengths_give_the_losses_of_unbucketed_ones(task, shared_data):
     shapes = [next(iter(data[m].train_dataloader()))["input_ids"].shape[1] for m in (1, 64)]
     assert shapes[1] % 64 == 0 and shapes[0] < shapes[1]
     torch.testing.assert_close(torch.stack(losses[64]), torch.stack(losses[1]), rtol=1e-5, atol=1e-6)
+
+
+def test_a_short_batch_is_filled_with_rows_that_count_nowhere():
+    from data.loading import Batch
+    from tasks.base import example_rows, sequence_lengths
+
+    collate = PaddingCollator(pad_token_id=7)
+    examples = [{"input_ids": [1, 2, 3], "labels": 2.5, "word_ids": [0, 1, 1], "document_ids": [0, 0, 1]},
+                {"input_ids": [1, 2], "labels": 0.5, "word_ids": [0, 0], "document_ids": [0, 0]}]
+    plain, filled = collate(examples), collate(Batch(examples, epoch=3, fill=2))
+    assert "num_examples" not in plain and filled["num_examples"] == 2
+    assert filled["input_ids"].tolist() == [[1, 2, 3], [1, 2, 7], [7, 7, 7], [7, 7, 7]]
+    # One attended padding token each: no row attends to nothing (NaN in attention), and in no real document.
+    assert filled["attention_mask"].tolist() == [[1, 1, 1], [1, 1, 0], [1, 0, 0], [1, 0, 0]]
+    assert filled["document_ids"][2:].tolist() == [[0, -1, -1]] * 2 and filled["word_ids"][2:].max() == -1
+    assert filled["labels"].tolist() == [2.5, 0.5, -100.0, -100.0] and filled["labels"].dtype == torch.float32
+    assert filled["unpad_index"].tolist() == [0, 1, 2, 3, 4, 6, 9]
+    for column in ("input_ids", "labels", "attention_mask"):
+        assert torch.equal(filled[column][example_rows(filled)], plain[column])
+    assert sequence_lengths(filled) == sequence_lengths(plain) == [3, 2]
+
+
+class Recorder:
+    """What a fit saw: each training step's loss, gradients, rows and token counts, and each evaluation batch's
+    rows; a Lightning callback."""
+
+    def __new__(cls):
+        import lightning as L
+
+        from tasks.base import sequence_lengths
+
+        class _Recorder(L.Callback):
+            def __init__(self) -> None:
+                self.losses, self.grads, self.lengths, self.rows, self.eval_rows = [], [], [], [], []
+
+            def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+                self.losses.append(outputs["loss"].detach())
+                self.lengths.append(sequence_lengths(batch))
+                self.rows.append(len(batch["input_ids"]))
+
+            def on_before_optimizer_step(self, trainer, module, optimizer):
+                self.grads.append(torch.cat([p.grad.flatten() for p in module.parameters() if p.grad is not None]))
+
+            def on_validation_batch_end(self, trainer, module, outputs, batch, batch_idx, dataloader_idx=0):
+                self.eval_rows.append(len(batch["input_ids"]))
+
+        return _Recorder()
+
+
+def _rows(path, columns, count, skip=1):
+    import csv
+
+    with open(path, newline="", encoding="utf-8") as handle:
+        rows = list(csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))[skip:skip + count]
+    header = [name for name, _ in columns]
+    return [header] + [[row[i] for _, i in columns] for row in rows]
+
+
+def _write_csv(path, rows):
+    import csv
+
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        csv.writer(handle).writerows(rows)
+    return str(path)
+
+
+def _task_and_data(task, root, tmp_path, pad_last_batch):
+    """A tiny model (no dropout) and a few training and validation examples in batches of 4 and 3, the last of each
+    epoch short."""
+    from tiny import TINY
+
+    from data import ClassificationDataModule, MLMDataModule, TokenClassificationDataModule
+    from encoders import Encoder, EncoderConfig, SequenceClassificationHead
+    from tasks.classification import SequenceClassification, TokenClassification
+    from tasks.mlm import MaskedLM
+
+    sizes = dict(batch_size=4, eval_batch_size=3, cache_dir=str(tmp_path / "cache"), pad_last_batch=pad_last_batch)
+    if task in ("classification", "regression"):
+        if task == "classification":
+            folder, columns, label = root / "glue" / "SST-2", [("sentence", 0), ("label", 1)], {}
+        else:
+            folder, columns, label = root / "glue" / "STS-B", [("s1", 7), ("s2", 8), ("score", 9)], \
+                {"regression": True}
+        files = {f"{split}_file": _write_csv(tmp_path / f"{split}.csv", _rows(folder / name, columns, count))
+                 for split, name, count in (("train", "train.tsv", 10), ("val", "dev.tsv", 7))}
+        text = [name for name, _ in columns[:-1]]
+        metrics = ["accuracy", "f1", "matthews_corrcoef"] if task == "classification" else None
+        data = ClassificationDataModule(MINILM, **files, text_columns=text, label_column=columns[-1][0],
+                                        metrics=metrics, **label, **sizes)
+        teacher = None
+        if task == "classification":  # logit distillation: its soft-target term and the labels' cross-entropy
+            teacher = tmp_path / "teacher"
+            if not teacher.is_dir():
+                encoder = Encoder(EncoderConfig.from_name("bert-tiny", vocab_size=data.vocab_size))
+                encoder.save_pretrained(teacher, head=SequenceClassificationHead(encoder.config.hidden_size, 2))
+        torch.manual_seed(0)
+        model = SequenceClassification(num_labels=data.num_labels, metrics=data.metric_names, encoder=TINY,
+                                       vocab_size=data.vocab_size, classifier_dropout=0.0,
+                                       teacher=None if teacher is None else str(teacher))
+    elif task == "ner":
+        sentences = [s for s in (root / "conll2003" / "train.txt").read_text().split("\n\n") if "DOCSTART" not in s]
+        files = {"train_file": sentences[:10], "val_file": sentences[10:17]}
+        for name, chosen in files.items():
+            (tmp_path / name).write_text("\n\n".join(chosen) + "\n")
+            files[name] = str(tmp_path / name)
+        data = TokenClassificationDataModule(MINILM, **files, **sizes)
+        torch.manual_seed(0)
+        model = TokenClassification(label_names=data.label_names, encoder=TINY, vocab_size=data.vocab_size,
+                                    classifier_dropout=0.0)
+    else:
+        lines = [line for line in (root / "wikitext-2" / "wiki.valid.tokens").read_text().splitlines()
+                 if len(line.split()) > 20]
+        for name, chosen in (("train.txt", lines[:4]), ("val.txt", lines[10:13])):
+            (tmp_path / name).write_text("\n".join(chosen) + "\n")
+        data = MLMDataModule(MINILM, train_files=[str(tmp_path / "train.txt")], val_files=[str(tmp_path / "val.txt")],
+                             packing="segments", max_length=48, **sizes)
+        torch.manual_seed(0)
+        model = MaskedLM(encoder=TINY, vocab_size=data.vocab_size, pad_token_id=data.pad_token_id)
+    return model, data
+
+
+# Two fits each; regression (the loss filler rows would change most visibly) runs by default, the others with -m slow.
+@pytest.mark.parametrize("task", ["regression", *(pytest.param(task, marks=pytest.mark.slow)
+                                                 for task in ("classification", "ner", "mlm"))])
+def test_filling_the_last_batch_changes_no_loss_gradient_weight_or_metric(task, shared_data, tmp_path):
+    """An epoch of training and validation with `pad_last_batch` and without: the same losses, gradients, token
+    counts, final weights and validation metrics (float32, no dropout), while every filled batch has the full
+    size. Classification distils from a teacher (cross-entropy and soft targets), regression is STS-B's MSE with
+    Pearson and Spearman, NER's token cross-entropy with entity F1, MLM's dynamic masks with their accuracy."""
+    from tiny import trainer
+
+    runs = {}
+    for fill in (False, True):
+        model, data = _task_and_data(task, shared_data, tmp_path, fill)
+        record = Recorder()
+        fit = trainer(-1, max_epochs=1, callbacks=[record])
+        fit.fit(model, datamodule=data)
+        runs[fill] = record, model.state_dict(), {k: v for k, v in fit.callback_metrics.items() if "val" in k}
+    (plain, plain_weights, plain_metrics), (filled, filled_weights, filled_metrics) = runs[False], runs[True]
+    assert plain.rows[-1] < 4 and plain.eval_rows[-1] < 3  # the data makes short last batches
+    assert set(filled.rows) == {4} and set(filled.eval_rows) == {3}
+    torch.testing.assert_close(torch.stack(filled.losses), torch.stack(plain.losses), rtol=1e-5, atol=1e-6)
+    for a, b in zip(filled.grads, plain.grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7)
+    assert filled.lengths == plain.lengths
+    torch.testing.assert_close(filled_weights, plain_weights, rtol=1e-4, atol=1e-6)
+    assert len(plain_metrics) >= 2 and filled_metrics.keys() == plain_metrics.keys()
+    # Looser: Pearson divides by the spread of an untrained model's nearly constant predictions, which magnifies
+    # the last-bit differences a 4-row matmul has from a 1-row one.
+    torch.testing.assert_close(filled_metrics, plain_metrics, rtol=1e-3, atol=1e-5)

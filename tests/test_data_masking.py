@@ -1,6 +1,7 @@
 """MLM masking: the 15% / 80-10-10 rates over more than a million tokens, special and padding tokens never masked,
 whole words masked whole (WordPiece `##` and byte-level `Ġ`), dynamic masks new each epoch, static ones fixed."""
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -179,3 +180,49 @@ def test_validation_masks_keep_their_own_rate(minilm_tokenizer, wiki_lines, tmp_
     assert abs(train - 0.3) < 0.02 and abs(val - 0.15) < 0.015
     train, val = rates(mlm_probability=0.3, val_mlm_probability=0.4)
     assert abs(val - 0.4) < 0.02
+
+
+def test_masks_are_the_same_with_workers_kept_across_epochs_and_after_a_resume(minilm_tokenizer, wiki_lines,
+                                                                              tmp_path):
+    """The epoch reaches the collator with each batch, not through the main process's copy of it: no worker, two
+    workers started anew each epoch, and two kept alive across epochs (as the datamodules' loaders keep them) give
+    the same masks over three epochs, and so does a loader of persistent workers resumed mid-epoch."""
+    from data import ResumableLoader
+
+    corpus = write_corpus(tmp_path, wiki_lines[:40])
+    folder = str(save_tokenizer(minilm_tokenizer, tmp_path / "tok"))
+
+    def datamodule(workers: int) -> MLMDataModule:
+        dm = MLMDataModule(folder, train_files=[corpus], max_length=64, batch_size=8, cache_dir=str(tmp_path),
+                           num_workers=workers)
+        dm.setup("fit")
+        return dm
+
+    def masked(batches) -> list[list[int]]:
+        return [torch.cat([b["input_ids"], b["labels"]], dim=1).tolist() for b in batches]
+
+    def epochs(loader, first: int, last: int) -> list[list[list[int]]]:
+        out = []
+        for epoch in range(first, last):
+            _set_sampler_epoch(loader, epoch)  # what Lightning does before each epoch
+            out.append(masked(loader))
+        return out
+
+    reference = epochs(datamodule(0).train_dataloader(), 0, 3)
+    assert len(reference[0]) >= 4 and reference[0] != reference[1]  # dynamic masks: new ones each epoch
+    persistent = datamodule(2).train_dataloader()
+    assert persistent.persistent_workers
+    assert epochs(persistent, 0, 3) == reference
+    dm = datamodule(2)
+    view = dm._model_view(dm.datasets["train"])
+    fresh = ResumableLoader(view, batch_sampler=dm.batch_sampler(view, True, 8), collate_fn=dm.collate, num_workers=2)
+    assert not fresh.persistent_workers and epochs(fresh, 0, 3) == reference
+
+    stopped = datamodule(2).train_dataloader()
+    epochs(stopped, 0, 1)
+    _set_sampler_epoch(stopped, 1)
+    taken = masked(itertools.islice(stopped, 2))  # stopped after two batches of epoch 1
+    resumed = datamodule(2).train_dataloader()
+    resumed.load_state_dict(stopped.state_dict())
+    rest_of_epoch_1, epoch_2 = epochs(resumed, 1, 3)
+    assert [taken + rest_of_epoch_1, epoch_2] == reference[1:]

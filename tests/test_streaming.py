@@ -80,6 +80,18 @@ def test_a_resumed_loader_hands_out_the_next_batch_with_its_masks(shared_data, t
     assert torch.equal(next(iter(done))["labels"], second_pass[0]["labels"])
 
 
+def test_a_pass_ends_with_a_full_size_batch_of_the_same_examples_and_masks(shared_data, tmp_path):
+    """`pad_last_batch`: the pass's last, short batch is filled up to the batch size; its examples and their masks
+    are those of the unfilled batch."""
+    plain, filled = (list(stream_module(shared_data, tmp_path, max_documents=300, pad_last_batch=fill)
+                          .train_dataloader()) for fill in (False, True))
+    assert len(plain[-1]["input_ids"]) < 8 and {len(batch["input_ids"]) for batch in filled} == {8}
+    last = filled[-1]
+    assert last["num_examples"] == len(plain[-1]["input_ids"]) and "num_examples" not in filled[0]
+    for column in ("input_ids", "labels", "attention_mask"):
+        assert all(torch.equal(a[column][:len(b[column])], b[column]) for a, b in zip(filled, plain, strict=True))
+
+
 def test_the_shuffle_buffer_keeps_every_document():
     import random
 

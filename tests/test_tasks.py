@@ -350,6 +350,32 @@ def test_distillation_loss_terms_match_a_hand_computation(teacher_dir):
     assert same["kl"].abs() < 1e-6 and same["cosine"].abs() < 1e-6
 
 
+def test_distillation_leaves_filler_rows_out_of_every_term(teacher_dir):
+    """The last batch filled up to the batch size (`data.pad_last_batch`): the same KL, MLM and hidden-state cosine
+    terms and gradients as the batch alone. The cosine term averages over attended tokens, and a filler row has
+    one."""
+    from data import PaddingCollator
+    from data.loading import Batch
+
+    model = Distillation(teacher=str(teacher_dir)).eval()  # eval: the student inherits the teacher's dropout
+    generator = torch.Generator().manual_seed(0)
+    examples = []
+    for length in (9, 6, 7):
+        ids = torch.randint(5, 64, (length,), generator=generator)
+        labels = torch.where(torch.rand(length, generator=generator) < 0.3, ids, -100)
+        examples.append({"input_ids": ids.tolist(), "labels": labels.tolist()})
+    results = []
+    for batch in (PaddingCollator(0)(examples), PaddingCollator(0)(Batch(examples, fill=5))):
+        model.zero_grad()
+        losses = model(batch)
+        losses["loss"].backward()
+        results.append((losses, [p.grad.clone() for p in model.parameters() if p.grad is not None]))
+    (plain, plain_grads), (filled, filled_grads) = results
+    assert len(PaddingCollator(0)(Batch(examples, fill=5))["input_ids"]) == 8
+    torch.testing.assert_close(filled, plain, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(filled_grads, plain_grads, rtol=1e-4, atol=1e-7)
+
+
 def test_a_batch_without_a_masked_token_is_trained_through_not_taken_for_divergence(teacher_dir):
     """A short last block in which masking chose nothing: the MLM and distillation losses are 0 with zero gradients
     (the library's mean over no targets is NaN, which stopped training as diverged), and the validation metrics,
