@@ -75,11 +75,13 @@ def test_train_py_predicts_the_test_sets_and_the_sweep_zips_them(shared_data, tm
     stsb = [float(row[1]) for row in rows(out / "stsb" / "submission" / "STS-B.tsv")[1:]]
     assert all(0.0 <= score <= 5.0 for score in stsb) and len(set(stsb)) > 20  # varied predictions, not a constant
     table = (out / "results.md").read_text().splitlines()
-    assert table[0] == "| Task | Metric | Result | Training time |"
+    assert table[0] == "| Task | Metric | Best setting | Dev result | Score (mean ± std) | Min–max | Seeds | " \
+                       "Training time |"
     metrics = json.loads((out / "stsb" / "metrics.json").read_text())
-    assert table[2].startswith(f"| STS-B | pearson/spearman | {100 * metrics['val/pearson']:.2f}/"
-                               f"{100 * metrics['val/spearman']:.2f} | ")  # GLUE's order of the tasks
-    assert table[3].startswith("| WNLI | accuracy | ")
+    score = (metrics["val/pearson"] + metrics["val/spearman"]) / 2
+    assert table[2].startswith(f"| STS-B | pearson/spearman | (config) | {100 * metrics['val/pearson']:.2f}/"
+                               f"{100 * metrics['val/spearman']:.2f} | {100 * score:.2f} | – | 1 | ")  # GLUE's order
+    assert table[3].startswith("| WNLI | accuracy | (config) | ")
     with zipfile.ZipFile(out / "submission.zip") as archive:
         assert sorted(archive.namelist()) == ["STS-B.tsv", "WNLI.tsv"]
         assert archive.read("WNLI.tsv") == (out / "wnli" / "submission" / "WNLI.tsv").read_bytes()
@@ -93,20 +95,25 @@ def test_train_py_predicts_the_test_sets_and_the_sweep_zips_them(shared_data, tm
 def test_a_failed_task_is_reported_and_the_sweep_exits_non_zero(tmp_path, monkeypatch):
     calls = []
 
-    def fake_run(task, pretrained, out, extra, redo=False):
+    def fake_run(task, pretrained, root, extra, redo=False):
         calls.append(task)
         if task == "mnli":
             return {"task": task, "status": 2, "seconds": 3.0, "error": "litbert: no MNLI data", "metrics": {}}
-        (out / task / "submission").mkdir(parents=True)
-        (out / task / "submission" / "RTE.tsv").write_text("index\tprediction\n0\tentailment\n")
+        (root / "submission").mkdir(parents=True)
+        (root / "submission" / "RTE.tsv").write_text("index\tprediction\n0\tentailment\n")
         return {"task": task, "status": 0, "seconds": 60.0, "metrics": {"val/accuracy": 0.5}}
 
     monkeypatch.setattr(glue_sweep, "run_task", fake_run)
     status = glue_sweep.main(["run", "--pretrained", "x", "--out", str(tmp_path), "--tasks", "mnli", "rte"])
     assert status == 1 and calls == ["mnli", "rte"]
     table = (tmp_path / "results.md").read_text()
-    assert "| MNLI | (failed, status 2) | litbert: no MNLI data | 0.1 min |" in table
-    assert "| RTE | accuracy | 50.00 | 1.0 min |" in table
+    assert "| MNLI | accuracy/accuracy (mismatched) | (no setting finished: failed runs below) | | | | | 0.1 min |" \
+        in table
+    assert "- MNLI (config): status 2: litbert: no MNLI data" in table
+    assert "| RTE | accuracy | (config) | 50.00 | 50.00 | – | 1 | 1.0 min |" in table
+    assert "| GLUE average | | | | 50.00 | | | |" in table
+    assert "over RTE only (1 of GLUE's 9 tasks): CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, WNLI have no result" \
+        in table
     with zipfile.ZipFile(tmp_path / "submission.zip") as archive:
         assert archive.namelist() == ["RTE.tsv"]
 
@@ -239,8 +246,10 @@ def test_the_sweep_resumes_an_unfinished_task_keeps_finished_ones_and_tabulates_
     assert glue_sweep.main(["run", "--pretrained", "ckpt", "--out", "sweep", "--tasks", "rte"]) == 0  # kept
     assert commands == []
     table = (tmp_path / "sweep" / "results.md").read_text()  # written again, with every task of the folder
-    assert "| QNLI | accuracy | 75.00 |" in table and "| RTE | accuracy | 75.00 |" in table
-    assert "(resumed: this sitting's time)" in table and "| WNLI | (failed, status 1) |" in table
+    assert "| QNLI | accuracy | (config) | 75.00 |" in table and "| RTE | accuracy | (config) | 75.00 |" in table
+    assert "A resumed run's training time is its last sitting's." in table
+    assert "| WNLI | accuracy | (no setting finished: failed runs below) |" in table
+    assert "- WNLI (config): status 1: train.py exited 0 but wrote no" in table
     # Another checkpoint or other train.py arguments into the same folder would mix two models in one table.
     with pytest.raises(SystemExit, match="was trained with --pretrained ckpt and train.py arguments \\[\\]; this sweep "
                                          "gives --pretrained other"):
@@ -253,16 +262,16 @@ def test_the_sweep_resumes_an_unfinished_task_keeps_finished_ones_and_tabulates_
     assert [c[c.index("--trainer.default_root_dir") + 2:] for c, _ in commands] == [["--overwrite", "true"]]
 
 
-def test_zip_refuses_a_missing_folder_an_empty_sweep_and_two_files_of_one_name(tmp_path, capsys):
+def test_zip_refuses_a_missing_folder_and_a_sweep_without_submission_files(tmp_path, capsys):
     assert glue_sweep.main(["zip", str(tmp_path / "nowhere")]) == 2
     assert "is not a folder; give the --out of a sweep" in capsys.readouterr().err
     assert glue_sweep.main(["zip", str(tmp_path)]) == 1
     assert "nothing to zip" in capsys.readouterr().err and not (tmp_path / "submission.zip").exists()
-    for task in ("rte", "rte-again"):
-        (tmp_path / task / "submission").mkdir(parents=True)
-        (tmp_path / task / "submission" / "RTE.tsv").write_text("index\tprediction\n0\tentailment\n")
-    with pytest.raises(SystemExit, match="rte-again/submission/RTE.tsv are both RTE.tsv"):
-        glue_sweep.main(["zip", str(tmp_path)])
+    # A file outside any run the sweep recorded is not the sweep's: it is not zipped.
+    (tmp_path / "rte" / "submission").mkdir(parents=True)
+    (tmp_path / "rte" / "submission" / "RTE.tsv").write_text("index\tprediction\n0\tentailment\n")
+    assert glue_sweep.main(["zip", str(tmp_path)]) == 1
+    assert "nothing to zip" in capsys.readouterr().err and not (tmp_path / "submission.zip").exists()
 
 
 def test_a_broken_test_file_stops_train_py_before_it_trains(shared_data, tmp_path):

@@ -1,26 +1,36 @@
-"""All of GLUE from one checkpoint: each task's shipped config through `train.py`, a results table, and the zip the
-GLUE server takes.
+"""All of GLUE from one checkpoint: each task's shipped config through `train.py`, over a grid of settings and
+seeds, a results table with the GLUE average, and the zip the GLUE server takes.
 
     python -m tasks.run.sweep run --pretrained <folder or hub id> --out runs/glue-sweep [--tasks cola rte ...] \
-        [--redo] [-- --trainer.max_epochs 2 ...]
+        [--grid learning_rate=1e-5,2e-5,3e-5,5e-5 ...] [--seeds 0 1 2] [--redo] [-- --trainer.max_epochs 2 ...]
     python -m tasks.run.sweep zip runs/glue-sweep
 
-`run` trains every task in turn into `<out>/<task>` (train.py validates the best checkpoint, predicts the test sets
-and writes `<out>/<task>/submission/*.tsv`), records each task's outcome in `<out>/<task>/sweep.json`, then writes
-`<out>/results.md`, a table of task, metric, value and wall-clock time like transformers' run_glue README, of every
-task the folder holds, and `<out>/submission.zip`. A task that fails (its data missing, say) is reported in the table
-with train.py's last line, and the sweep goes on; the exit status is then 1. Run again into the same folder, the sweep
-keeps the tasks that finished (`--redo` trains them again), resumes an unfinished one from its last checkpoint (a
-task that diverged resumes into it: `--redo` it), and starts one that saved none afresh; a folder whose tasks were
-trained from another checkpoint or with other train.py arguments is refused. Arguments after `--` go to every
-train.py run. Paths are the caller's: train.py runs in the folder the sweep was started from. `zip` gathers the files
-of a finished sweep again.
+`run` trains, for every task in turn, each point of the grid (the product of its keys' values) with each seed
+(`--seed_everything`), one train.py run each, into `<out>/<task>/<key>=<value>,.../seed<k>` (`<out>/<task>` with no
+grid and no seeds). train.py validates a run's best checkpoint, predicts the test sets and writes
+`<run>/submission/*.tsv`; the sweep records each run's outcome in `<run>/sweep.json`. It then chooses each task's
+best setting by the mean over seeds of the task's dev score (its official metric; a task with two, or MNLI with two
+dev sets, counts their average, as GLUE's score does), and writes `<out>/results.md` and `<out>/results.json`: the
+best setting's mean and spread over seeds, every setting, and the GLUE average (the unweighted mean of the task
+scores, naming the tasks it is over), of every run the folder holds; and `<out>/submission.zip`, from each task's
+best run (the best setting's best seed). Grid keys are the short names of SHORT_NAMES or full dotted train.py
+options, which train.py checks (`--print_config`) before the sweep trains.
+
+A run that fails (its data missing, say) is reported with train.py's last line, and the sweep goes on; the exit
+status is then 1. Run again into the same folder, the sweep keeps the runs that finished (`--redo` trains them
+again), resumes an unfinished one from its last checkpoint (a run that diverged resumes into it: `--redo` it), and
+starts one that saved none afresh; a folder whose runs were trained from another checkpoint or with other train.py
+arguments is refused. Arguments after `--` go to every train.py run. Paths are the caller's: train.py runs in the
+folder the sweep was started from. `zip` gathers the files of a finished sweep again.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import re
+import statistics
 import subprocess
 import sys
 import time
@@ -34,15 +44,99 @@ from tasks.run.checkpoint_io import LAST
 REPO = Path(__file__).resolve().parents[2]
 # Every file of a complete GLUE submission, by task (AX is predicted by the MNLI model).
 SUBMISSION_FILES = [name for task in GLUE_TASKS.values() for name in task.submission.values()]
+# Grid keys by short name: the train.py option each sets. Any other option is given by its full dotted path.
+SHORT_NAMES = {
+    "learning_rate": "model.optimization.learning_rate",
+    "batch_size": "data.batch_size",
+    "epochs": "trainer.max_epochs",
+    "warmup": "model.optimization.warmup",
+    "weight_decay": "model.optimization.weight_decay",
+}
+# Options the sweep gives every run itself: a grid over them would be overwritten or would move the runs.
+SWEEP_OPTIONS = {"trainer.default_root_dir": "the sweep puts each run in its own folder",
+                 "model.pretrained": "give --pretrained", "seed_everything": "give --seeds"}
+DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
 
 
-def run_task(task: str, pretrained: str, out: Path, extra: list[str], redo: bool = False) -> dict:
-    """Train one task with its shipped config (resuming it where an earlier sweep left it, unless `redo`); its
-    metrics, time and status."""
-    root = out / task
+def parse_grid(items: list[str]) -> dict[str, list[str]]:
+    """`key=v1,v2,...` items -> {key: values}, each key its short name where the option has one (the name of the
+    runs' folders, so that `learning_rate` and `model.optimization.learning_rate` are one setting)."""
+    grid: dict[str, list[str]] = {}
+    by_option = {option: short for short, option in SHORT_NAMES.items()}
+    for item in items:
+        key, sep, values = item.partition("=")
+        if not sep or not values:
+            raise SystemExit(f"sweep: --grid {item}: give key=value,value,... (e.g. learning_rate=2e-5,3e-5)")
+        if key not in SHORT_NAMES and not DOTTED.fullmatch(key):
+            raise SystemExit(f"sweep: --grid {item}: {key!r} is not a grid key: give one of the short names "
+                             f"{', '.join(f'{short} ({option})' for short, option in SHORT_NAMES.items())}, or "
+                             f"a train.py option by its full dotted path (trainer.accumulate_grad_batches).")
+        key = by_option.get(key, key)
+        option = SHORT_NAMES.get(key, key)
+        if option in SWEEP_OPTIONS:
+            raise SystemExit(f"sweep: --grid {item}: the sweep sets {option} on every run ({SWEEP_OPTIONS[option]}).")
+        if key in grid:
+            raise SystemExit(f"sweep: --grid gives {option} twice; give its values once, comma-separated.")
+        split = values.split(",")
+        bad = [value for value in split if not value or "/" in value]
+        if bad or len(set(split)) != len(split):
+            raise SystemExit(f"sweep: --grid {item}: each value once, none empty and none with '/' (a value names "
+                             f"its runs' folder, <out>/<task>/{key}=<value>).")
+        grid[key] = split
+    return grid
+
+
+def grid_points(grid: dict[str, list[str]]) -> list[dict[str, str]]:
+    """Every combination of the grid's values, in the order given ([{}]: the configs' own settings)."""
+    return [dict(zip(grid, values, strict=True)) for values in itertools.product(*grid.values())]
+
+
+def option_args(point: dict[str, str], seed: int | None) -> list[str]:
+    """The train.py arguments of a grid point and seed."""
+    args = [arg for key, value in point.items() for arg in (f"--{SHORT_NAMES.get(key, key)}", value)]
+    return args + (["--seed_everything", str(seed)] if seed is not None else [])
+
+
+def setting_label(point: dict[str, str]) -> str:
+    return ",".join(f"{key}={value}" for key, value in point.items()) or "(config)"
+
+
+def run_folder(out: Path, task: str, point: dict[str, str], seed: int | None) -> Path:
+    """`<out>/<task>[/<key>=<value>,...][/seed<k>]`: with no grid and no seed, the task's folder itself."""
+    return out.joinpath(task, *([setting_label(point)] if point else []), *([f"seed{seed}"] if seed is not None
+                                                                             else []))
+
+
+def check_grid(grid: dict[str, list[str]], extra: list[str], seeds: list[int] | None) -> None:
+    """Refuse an option that both the grid (or --seeds) and the train.py arguments after `--` set."""
+    given = {arg.removeprefix("--").split("=", 1)[0] for arg in extra if arg.startswith("--")}
+    both = [f"{key} ({SHORT_NAMES.get(key, key)})" for key in grid if SHORT_NAMES.get(key, key) in given]
+    if seeds is not None and "seed_everything" in given:
+        both.append("--seeds (seed_everything)")
+    if both:
+        raise SystemExit(f"sweep: {', '.join(both)} set both by the sweep and in the train.py arguments after --; "
+                         f"give each in one place.")
+
+
+def check_options(task: str, pretrained: str, point: dict[str, str], extra: list[str]) -> None:
+    """train.py parses (`--print_config`, nothing built) a run's arguments: a grid key that is no train.py option
+    stops the sweep before it trains, not every run after seconds of loading."""
+    command = [sys.executable, str(REPO / "train.py"), "--config", str(REPO / "configs" / "glue" / f"{task}.yaml"),
+               "--model.pretrained", pretrained, *extra, *option_args(point, None), "--print_config"]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        last = "\n".join(line for line in done.stderr.splitlines()[-3:] if line.strip())
+        raise SystemExit(f"sweep: train.py refuses the grid's options {option_args(point, None)}:\n{last}\nA grid "
+                         f"key is a short name ({', '.join(SHORT_NAMES)}) or a full dotted train.py option; "
+                         f"`python train.py --config configs/glue/{task}.yaml --print_config` lists them.")
+
+
+def run_task(task: str, pretrained: str, root: Path, extra: list[str], redo: bool = False) -> dict:
+    """Train one task with its shipped config and `extra` arguments into `root` (resuming it where an earlier
+    sweep left it, unless `redo`); its metrics, time and status."""
     again = []
     if (root / "checkpoints" / LAST).is_file() and not redo:
-        again = ["--ckpt_path", "last"]  # an earlier sweep stopped inside this task: go on from its last checkpoint
+        again = ["--ckpt_path", "last"]  # an earlier sweep stopped inside this run: go on from its last checkpoint
     elif root.is_dir() and any(path.name != "sweep.json" for path in root.iterdir()):
         again = ["--overwrite", "true"]  # it stopped before any checkpoint, or --redo: nothing to go on from
     command = [sys.executable, str(REPO / "train.py"), "--config", str(REPO / "configs" / "glue" / f"{task}.yaml"),
@@ -65,44 +159,140 @@ def run_task(task: str, pretrained: str, out: Path, extra: list[str], redo: bool
 
 
 def recorded(out: Path) -> list[dict]:
-    """The outcome of every task `<out>` holds (`<task>/sweep.json`), in GLUE's order."""
-    paths = [out / task / "sweep.json" for task in GLUE_TASKS]
-    return [json.loads(path.read_text()) for path in paths if path.is_file()]
+    """The outcome of every run `<out>` holds (`<task>/.../sweep.json`), in GLUE's order of the tasks; each with
+    its `folder`."""
+    paths = [path for task in GLUE_TASKS if (out / task).is_dir() for path in sorted((out / task).rglob("sweep.json"))]
+    return [{"grid": {}, "seed": None, **json.loads(path.read_text()), "folder": str(path.parent)} for path in paths]
 
 
 def check_same_settings(out: Path, tasks: list[str], settings: dict) -> None:
-    """Stop where a task of `out` that the table and zip keep (or that the sweep resumes) was trained from another
+    """Stop where a run of `out` that the table and zip keep (or that the sweep resumes) was trained from another
     checkpoint or with other train.py arguments: they would mix two models."""
-    for task in tasks:
-        record = out / task / "sweep.json"
-        if not record.is_file():
+    for before in recorded(out):
+        if before["task"] not in tasks:
             continue
-        before = json.loads(record.read_text())
         old = {key: before.get(key) for key in settings}
         if old != settings:
-            raise SystemExit(f"sweep: {record.parent} was trained with --pretrained {old['pretrained']} and "
+            raise SystemExit(f"sweep: {before['folder']} was trained with --pretrained {old['pretrained']} and "
                              f"train.py arguments {old['extra']}; this sweep gives --pretrained "
                              f"{settings['pretrained']} and {settings['extra']}. Give another --out, or --redo to "
                              f"train the tasks again with these.")
 
 
-def results_table(results: list[dict]) -> str:
-    """Task, official metric(s) on dev (the best checkpoint), and wall-clock time, as Markdown."""
-    lines = ["| Task | Metric | Result | Training time |", "|---|---|---:|---:|"]
-    for result in results:
-        task = GLUE_TASKS[result["task"]]
-        minutes = f"{result['seconds'] / 60:.1f} min" + (" (resumed: this sitting's time)" if result.get("resumed")
-                                                         else "")
-        title = Path(task.folder).name  # GLUE's own name for it: CoLA, SST-2, MNLI
-        if result["status"] != 0:
-            lines.append(f"| {title} | (failed, status {result['status']}) | {result['error'][:120]} | {minutes} |")
+def metric_names(task: str) -> list[str]:
+    """The task's official metrics on each of its dev sets, as metrics.json names them (`val/f1`, `val/accuracy`)."""
+    spec = GLUE_TASKS[task]
+    return [f"{prefix}/{metric}" for prefix in validation_prefixes(spec.validation_splits) for metric in spec.metrics]
+
+
+def summarize(records: list[dict]) -> dict:
+    """Per task, every setting's task score over its seeds (mean, sample standard deviation, min, max), the best
+    setting (the highest mean among those whose runs all finished), and the GLUE average over the tasks with one."""
+    tasks: dict[str, dict] = {}
+    for record in records:
+        task = tasks.setdefault(record["task"], {"metrics": metric_names(record["task"]), "settings": {},
+                                                 "seconds": 0.0, "resumed": False})
+        task["seconds"] += record["seconds"]
+        task["resumed"] |= bool(record.get("resumed"))
+        label = setting_label(record["grid"])
+        setting = task["settings"].setdefault(label, {"setting": label, "grid": record["grid"], "runs": []})
+        run = {"seed": record["seed"], "status": record["status"], "folder": record["folder"]}
+        missing = [name for name in task["metrics"] if name not in record["metrics"]]
+        if record["status"] == 0 and missing:
+            run.update(status=1, error=f"metrics.json has no {', '.join(missing)}")
+        elif record["status"] != 0:
+            run["error"] = record.get("error", "")
+        else:  # the task's score: the mean of its official metrics (MRPC's F1 and accuracy, STS-B's correlations)
+            run["values"] = [record["metrics"][name] for name in task["metrics"]]
+            run["score"] = statistics.fmean(run["values"])
+        setting["runs"].append(run)
+    for task in tasks.values():
+        task["settings"] = list(task["settings"].values())
+        for setting in task["settings"]:
+            scores = [run["score"] for run in setting["runs"] if "score" in run]
+            setting["finished"] = len(scores) == len(setting["runs"])
+            if scores:
+                values = list(zip(*(run["values"] for run in setting["runs"] if "score" in run), strict=True))
+                setting.update(mean=statistics.fmean(scores), std=statistics.stdev(scores) if len(scores) > 1
+                               else None, min=min(scores), max=max(scores), seeds=len(scores),
+                               means={name: statistics.fmean(v) for name, v in zip(task["metrics"], values,
+                                                                                   strict=True)})
+        finished = [setting for setting in task["settings"] if setting["finished"]]
+        best = max(finished, key=lambda setting: setting["mean"], default=None)
+        task["best"] = best["setting"] if best else None
+        # The best run of the best setting (its best seed) gives the task's test-set predictions.
+        task["best_run"] = max(best["runs"], key=lambda run: run["score"])["folder"] if best else None
+    scored = [name for name in GLUE_TASKS if name in tasks and tasks[name]["best"] is not None]
+    average = statistics.fmean(best_of(tasks[name])["mean"] for name in scored) if scored else None
+    return {"tasks": tasks, "glue_average": {"score": average, "tasks": scored,
+                                             "without": [name for name in GLUE_TASKS if name not in scored]}}
+
+
+def best_of(task: dict) -> dict:
+    return next(setting for setting in task["settings"] if setting["setting"] == task["best"])
+
+
+def _title(task: str) -> str:
+    return Path(GLUE_TASKS[task].folder).name  # GLUE's own name for it: CoLA, SST-2, MNLI
+
+
+def _percent(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.2f}"
+
+
+def _spread(setting: dict) -> str:
+    return f"{_percent(setting['min'])}–{_percent(setting['max'])}" if setting["seeds"] > 1 else "–"
+
+
+def _score(setting: dict) -> str:
+    return _percent(setting["mean"]) + (f" ± {_percent(setting['std'])}" if setting["std"] is not None else "")
+
+
+def results_table(summary: dict) -> str:
+    """Each task's best setting (dev metrics and score over seeds), the GLUE average, every setting and every
+    failed run, as Markdown."""
+    lines = ["| Task | Metric | Best setting | Dev result | Score (mean ± std) | Min–max | Seeds | Training time |",
+             "|---|---|---|---:|---:|---:|---:|---:|"]
+    tasks = summary["tasks"]
+    for name, task in tasks.items():
+        minutes = f"{task['seconds'] / 60:.1f} min"
+        metric = "/".join(_label(metric) for metric in task["metrics"])
+        if task["best"] is None:
+            lines.append(f"| {_title(name)} | {metric} | (no setting finished: failed runs below) | | | | | "
+                         f"{minutes} |")
             continue
-        prefixes = validation_prefixes(task.validation_splits)
-        names = [f"{prefix}/{metric}" for prefix in prefixes for metric in task.metrics]
-        shown = [(name, result["metrics"].get(name)) for name in names if name in result["metrics"]]
-        metric = "/".join(_label(name) for name, _ in shown)
-        value = "/".join("n/a" if v is None else f"{100 * v:.2f}" for _, v in shown)
-        lines.append(f"| {title} | {metric} | {value} | {minutes} |")
+        best = best_of(task)
+        result = "/".join(_percent(value) for value in best["means"].values())
+        lines.append(f"| {_title(name)} | {metric} | {best['setting']} | {result} | {_score(best)} | "
+                     f"{_spread(best)} | {best['seeds']} | {minutes} |")
+    average = summary["glue_average"]
+    if average["score"] is not None:
+        included = [_title(name) for name in average["tasks"]]
+        lines.append(f"| GLUE average | | | | {_percent(average['score'])} | | | |")
+        lines += ["", f"GLUE average: the unweighted mean of the task scores over {', '.join(included)}"
+                      + (f" only ({len(included)} of GLUE's {len(GLUE_TASKS)} tasks): "
+                         f"{', '.join(_title(name) for name in average['without'])} have no result here, so it is "
+                         f"not GLUE's score." if average["without"] else f" (all of GLUE's {len(GLUE_TASKS)} tasks).")]
+    lines += ["", "A task's score is the mean of its metrics (and of MNLI's two dev sets); its best setting has the "
+                  "highest mean score over seeds among the settings whose runs all finished, chosen on the dev "
+                  "sets it is reported on."]
+    if any(task["resumed"] for task in tasks.values()):
+        lines.append("A resumed run's training time is its last sitting's.")
+    settings = [(name, setting) for name, task in tasks.items() for setting in task["settings"]]
+    if len(settings) > len(tasks):  # a grid: every setting beside the best
+        lines += ["", "Every setting:", "", "| Task | Setting | Score (mean ± std) | Min–max | Seeds finished |",
+                  "|---|---|---:|---:|---:|"]
+        for name, setting in settings:
+            score = (_score(setting), _spread(setting)) if "mean" in setting else ("n/a", "–")
+            done = sum("score" in run for run in setting["runs"])
+            lines.append(f"| {_title(name)} | {setting['setting']} | {score[0]} | {score[1]} | "
+                         f"{done} of {len(setting['runs'])} |")
+    failed = [(name, setting["setting"], run) for name, task in tasks.items() for setting in task["settings"]
+              for run in setting["runs"] if "score" not in run]
+    if failed:
+        lines += ["", "Failed runs:", ""]
+        lines += [f"- {_title(name)} {label}" + (f" seed {run['seed']}" if run["seed"] is not None else "")
+                  + f": status {run['status']}: {run['error'][:200]}" for name, label, run in failed]
     return "\n".join(lines) + "\n"
 
 
@@ -111,15 +301,19 @@ def _label(name: str) -> str:
     return metric if prefix == "val" else f"{metric} ({prefix.removeprefix('val_')})"
 
 
-def gather(out: Path) -> tuple[Path | None, list[str]]:
-    """`<out>/submission.zip` from every `<out>/*/submission/*.tsv`; returns it (None where there is no file to put in
-    it) and the files still missing."""
-    found: dict[str, Path] = {}
-    for path in sorted(out.glob("*/submission/*.tsv")):
-        if path.name in found:
-            raise SystemExit(f"sweep: {found[path.name]} and {path} are both {path.name}; the zip holds one. "
-                             f"Remove the one that is not this sweep's.")
-        found[path.name] = path
+def write_results(out: Path) -> dict:
+    """`<out>/results.md` and `<out>/results.json` from every run the folder holds; the summary."""
+    summary = summarize(recorded(out))
+    (out / "results.md").write_text(results_table(summary))
+    (out / "results.json").write_text(json.dumps(summary, indent=1) + "\n")
+    return summary
+
+
+def gather(out: Path, summary: dict) -> tuple[Path | None, list[str]]:
+    """`<out>/submission.zip` from the submission files of each task's best run; returns it (None where there is no
+    file to put in it) and the files still missing."""
+    found = {path.name: path for task in summary["tasks"].values() if task["best_run"] is not None
+             for path in sorted(Path(task["best_run"]).glob("submission/*.tsv"))}
     missing = [name for name in SUBMISSION_FILES if name not in found]
     if not found:
         return None, missing
@@ -141,7 +335,12 @@ def main(argv: list[str] | None = None) -> int:
                      help="checkpoint folder (transformers format or litbert export) or hub id (org/name[@revision])")
     run.add_argument("--out", type=Path, default=Path("runs/glue-sweep"))
     run.add_argument("--tasks", nargs="+", choices=list(GLUE_TASKS), default=list(GLUE_TASKS))
-    run.add_argument("--redo", action="store_true", help="train again the tasks an earlier sweep into --out finished")
+    run.add_argument("--grid", nargs="+", default=[], metavar="KEY=V1,V2",
+                     help=f"train each task at every combination of these values; a key is a short name "
+                          f"({', '.join(SHORT_NAMES)}) or a full dotted train.py option")
+    run.add_argument("--seeds", nargs="+", type=int, default=None,
+                     help="train each setting once per seed (seed_everything); the table gives mean and spread")
+    run.add_argument("--redo", action="store_true", help="train again the runs an earlier sweep into --out finished")
     zipping = commands.add_parser("zip", help="gather a finished sweep's submission files into submission.zip")
     zipping.add_argument("out", type=Path)
     args = parser.parse_args(argv)
@@ -149,39 +348,58 @@ def main(argv: list[str] | None = None) -> int:
 
     status = 0
     if args.command == "run":
+        grid = parse_grid(args.grid)
+        check_grid(grid, extra, args.seeds)
+        if args.seeds is not None and len(set(args.seeds)) != len(args.seeds):
+            raise SystemExit(f"sweep: --seeds {' '.join(map(str, args.seeds))}: each seed once.")
+        runs = [(task, point, seed) for task in args.tasks for point in grid_points(grid)
+                for seed in (args.seeds if args.seeds is not None else [None])]
         settings = {"pretrained": args.pretrained, "extra": extra}
-        # Every task the table and zip will hold, but those trained again now, must come from the same settings.
+        # Every run the table and zip will hold, but those trained again now, must come from the same settings.
         check_same_settings(out, [task for task in GLUE_TASKS if not (args.redo and task in args.tasks)], settings)
         out.mkdir(parents=True, exist_ok=True)
-        for task in args.tasks:
-            record = out / task / "sweep.json"
-            if not args.redo and record.is_file() and json.loads(record.read_text())["status"] == 0:
-                print(f"sweep: {task}: finished in {record.parent} by an earlier sweep, kept (--redo trains it "
-                      f"again)", flush=True)
+        todo = [(task, point, seed) for task, point, seed in runs if args.redo or not finished(
+            run_folder(out, task, point, seed))]
+        if todo and any(key not in SHORT_NAMES for key in grid):
+            check_options(todo[0][0], args.pretrained, todo[0][1], extra)
+        for task, point, seed in runs:
+            root = run_folder(out, task, point, seed)
+            record = root / "sweep.json"
+            if (task, point, seed) not in todo:
+                print(f"sweep: {task}: finished in {root} by an earlier sweep, kept (--redo trains it again)",
+                      flush=True)
                 continue
-            record.parent.mkdir(parents=True, exist_ok=True)
-            # Until the task ends, the record says it was cut short (a killed sweep leaves it so).
+            root.mkdir(parents=True, exist_ok=True)
+            keys = {"grid": point, "seed": seed, **settings}
+            # Until the run ends, the record says it was cut short (a killed sweep leaves it so).
             record.write_text(json.dumps({"task": task, "status": -1, "seconds": 0.0, "metrics": {},
-                                          "error": "the sweep stopped inside this task", **settings}) + "\n")
-            result = {**run_task(task, args.pretrained, out, extra, redo=args.redo), **settings}
-            record.write_text(json.dumps(result, indent=1) + "\n")
-            (out / "results.md").write_text(results_table(recorded(out)))
-        results = recorded(out)
-        (out / "results.md").write_text(results_table(results))
-        status = int(any(result["status"] != 0 for result in results if result["task"] in args.tasks))
-        print(results_table(results))
-        print(f"sweep: results in {out / 'results.md'}")
+                                          "error": "the sweep stopped inside this run", **keys}) + "\n")
+            result = run_task(task, args.pretrained, root, [*extra, *option_args(point, seed)], redo=args.redo)
+            record.write_text(json.dumps({**result, **keys}, indent=1) + "\n")
+            write_results(out)
+        summary = write_results(out)
+        status = int(any(record["status"] != 0 for record in recorded(out) if record["task"] in args.tasks))
+        print(results_table(summary))
+        print(f"sweep: results in {out / 'results.md'} and {out / 'results.json'}")
     elif not out.is_dir():
         print(f"sweep: {args.out} is not a folder; give the --out of a sweep (`run`).", file=sys.stderr)
         return 2
-    archive, missing = gather(out)
+    else:
+        summary = summarize(recorded(out))
+    archive, missing = gather(out, summary)
     if archive is None:
-        print(f"sweep: no submission file under {out}/*/submission/: nothing to zip (a task writes its file "
-              f"when train.py finishes it with --predict true)", file=sys.stderr)
+        print(f"sweep: no submission file in the best run of any task under {out}: nothing to zip (a run writes "
+              f"its files when train.py finishes it with --predict true)", file=sys.stderr)
         return status if args.command == "run" else 1
-    print(f"sweep: {archive}" + (f"; missing for a complete GLUE submission: {', '.join(missing)}" if missing
-                                       else " holds every file of a GLUE submission"))
+    print(f"sweep: {archive}, from each task's best run" + (
+        f"; missing for a complete GLUE submission: {', '.join(missing)}" if missing
+        else "; it holds every file of a GLUE submission"))
     return status
+
+
+def finished(root: Path) -> bool:
+    record = root / "sweep.json"
+    return record.is_file() and json.loads(record.read_text())["status"] == 0
 
 
 if __name__ == "__main__":

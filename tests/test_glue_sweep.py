@@ -1,0 +1,258 @@
+"""The GLUE sweep over a grid of settings and seeds (`python -m tasks.run.sweep run --grid ... --seeds ...`): each
+task's best setting by its mean dev score over seeds, the spread, the GLUE average over the tasks it has, and an
+interrupted sweep that goes on where it stopped. train.py is replaced at the subprocess boundary by a fake run that
+writes the metrics.json and submission file a real one would; the slow test trains a real grid."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+from runs import MINILM, REPO, environment
+
+from data import GLUE_TASKS
+from tasks.run import sweep as glue_sweep
+
+# What each fake run scores on dev: (task, learning rate) -> per seed 0, 1, 2, its metrics; None: the run fails.
+# MRPC's F1 alone would pick 1e-5, its score (the mean of F1 and accuracy, as GLUE's) picks 3e-5; RTE's 3e-5 has the
+# higher mean over the seeds that finished, but one of its seeds diverged.
+DEV = {
+    ("cola", "1e-5"): [{"val/matthews_corrcoef": v} for v in (0.40, 0.42, 0.44)],
+    ("cola", "3e-5"): [{"val/matthews_corrcoef": v} for v in (0.50, 0.47, 0.53)],
+    ("mrpc", "1e-5"): [{"val/f1": 0.90, "val/accuracy": 0.70}] * 3,
+    ("mrpc", "3e-5"): [{"val/f1": 0.88, "val/accuracy": 0.80}] * 3,
+    ("stsb", "1e-5"): [{"val/pearson": p, "val/spearman": p - 0.02} for p in (0.80, 0.82, 0.84)],
+    ("stsb", "3e-5"): [{"val/pearson": p, "val/spearman": p - 0.02} for p in (0.70, 0.72, 0.74)],
+    ("rte", "1e-5"): [{"val/accuracy": v} for v in (0.60, 0.62, 0.64)],
+    ("rte", "3e-5"): [{"val/accuracy": 0.70}, {"val/accuracy": 0.72}, None],
+    ("cola", "2e-5"): [{"val/matthews_corrcoef": v} for v in (0.45, 0.46)],
+}
+
+
+def value(command: list[str], option: str) -> str:
+    return command[command.index(option) + 1]
+
+
+class FakeTrainPy:
+    """`subprocess.run` of train.py: records each command; a run writes `metrics.json` (from DEV) and its
+    submission file (holding its folder's name) into its --trainer.default_root_dir; `--print_config` answers as
+    train.py's parser does for the options in `refused`."""
+
+    def __init__(self, refused: tuple[str, ...] = (), kill_at: int | None = None):
+        self.commands: list[list[str]] = []
+        self.checks: list[list[str]] = []
+        self.refused, self.kill_at = refused, kill_at
+
+    def __call__(self, command, **kwargs):
+        if "--print_config" in command:
+            self.checks.append(command)
+            bad = next((arg for arg in command if arg.removeprefix("--") in self.refused), None)
+            if bad is not None:
+                section, name = bad.removeprefix("--").rsplit(".", 1)
+                return subprocess.CompletedProcess(command, 2, stdout="", stderr=(
+                    f"litbert: error in the configuration:\n{section}: Option '{name}' is not accepted."))
+            return subprocess.CompletedProcess(command, 0, stdout="seed_everything: 0\n", stderr="")
+        self.commands.append(command)
+        root = Path(value(command, "--trainer.default_root_dir"))
+        task = Path(value(command, "--config")).stem
+        (root / "checkpoints").mkdir(parents=True, exist_ok=True)
+        (root / "checkpoints" / "last.ckpt").write_text("")
+        if len(self.commands) == self.kill_at:  # the sweep is killed inside this run, after its first checkpoint
+            raise KeyboardInterrupt
+        seed = int(value(command, "--seed_everything"))
+        metrics = DEV[task, value(command, "--model.optimization.learning_rate")][seed]
+        if metrics is None:
+            return subprocess.CompletedProcess(command, 1, stderr="step 40\nlitbert: the loss diverged at step 41")
+        (root / "metrics.json").write_text(json.dumps(metrics))
+        (root / "submission").mkdir(exist_ok=True)
+        (root / "submission" / GLUE_TASKS[task].submission["test"]).write_text(str(root))
+        return subprocess.CompletedProcess(command, 0, stderr="")
+
+
+def sweep(*args: str) -> int:
+    return glue_sweep.main(["run", "--pretrained", "ckpt", "--out", "sweep", *args])
+
+
+def test_the_grid_sweep_reports_each_tasks_best_setting_over_seeds_and_the_glue_average(tmp_path, monkeypatch):
+    """Four tasks x two learning rates x three seeds: every run through train.py in its own folder with its
+    setting and seed; each task's best setting by the mean over seeds of its score, its spread, the GLUE average
+    over those four tasks only (said so), the JSON beside the table, and the zip from each task's best run."""
+    fake = FakeTrainPy()
+    monkeypatch.setattr(glue_sweep.subprocess, "run", fake)
+    monkeypatch.chdir(tmp_path)
+    status = sweep("--tasks", "cola", "mrpc", "stsb", "rte", "--grid", "learning_rate=1e-5,3e-5", "--seeds", "0", "1",
+                   "2", "--", "--trainer.logger", "false")
+    assert status == 1  # RTE's diverged run
+    assert fake.checks == []  # a short name needs no check by train.py's parser
+    runs = [(Path(value(c, "--config")).stem, value(c, "--model.optimization.learning_rate"),
+             value(c, "--seed_everything"), value(c, "--trainer.default_root_dir")) for c in fake.commands]
+    assert runs == [(task, lr, seed, f"sweep/{task}/learning_rate={lr}/seed{seed}")
+                    for task in ("cola", "mrpc", "stsb", "rte") for lr in ("1e-5", "3e-5") for seed in "012"]
+    assert all(c[c.index("--trainer.logger"):c.index("--trainer.logger") + 2] == ["--trainer.logger", "false"]
+               for c in fake.commands)
+
+    summary = json.loads((tmp_path / "sweep" / "results.json").read_text())
+    tasks = summary["tasks"]
+    assert {name: task["best"] for name, task in tasks.items()} == {
+        "cola": "learning_rate=3e-5", "mrpc": "learning_rate=3e-5", "stsb": "learning_rate=1e-5",
+        "rte": "learning_rate=1e-5"}
+    cola = glue_sweep.best_of(tasks["cola"])
+    assert cola["mean"] == pytest.approx(0.50) and cola["std"] == pytest.approx(0.03)
+    assert (cola["min"], cola["max"], cola["seeds"]) == (pytest.approx(0.47), pytest.approx(0.53), 3)
+    stsb = glue_sweep.best_of(tasks["stsb"])
+    assert stsb["means"] == {"val/pearson": pytest.approx(0.82), "val/spearman": pytest.approx(0.80)}
+    assert stsb["mean"] == pytest.approx(0.81) and stsb["std"] == pytest.approx(0.02)
+    assert glue_sweep.best_of(tasks["mrpc"])["mean"] == pytest.approx(0.84)
+    rte = {setting["setting"]: setting for setting in tasks["rte"]["settings"]}
+    assert not rte["learning_rate=3e-5"]["finished"] and rte["learning_rate=3e-5"]["mean"] == pytest.approx(0.71)
+    assert summary["glue_average"] == {"score": pytest.approx((0.50 + 0.84 + 0.81 + 0.62) / 4),
+                                       "tasks": ["cola", "mrpc", "stsb", "rte"],
+                                       "without": ["sst2", "qqp", "mnli", "qnli", "wnli"]}
+
+    table = (tmp_path / "sweep" / "results.md").read_text()
+    assert "| CoLA | matthews_corrcoef | learning_rate=3e-5 | 50.00 | 50.00 ± 3.00 | 47.00–53.00 | 3 | 0.0 min |" \
+        in table
+    assert "| MRPC | f1/accuracy | learning_rate=3e-5 | 88.00/80.00 | 84.00 ± 0.00 | 84.00–84.00 | 3 |" in table
+    assert "| STS-B | pearson/spearman | learning_rate=1e-5 | 82.00/80.00 | 81.00 ± 2.00 | 79.00–83.00 | 3 |" in table
+    assert "| GLUE average | | | | 69.25 | | | |" in table
+    assert ("GLUE average: the unweighted mean of the task scores over CoLA, MRPC, STS-B, RTE only (4 of GLUE's 9 "
+            "tasks): SST-2, QQP, MNLI, QNLI, WNLI have no result here, so it is not GLUE's score.") in table
+    assert "| RTE | learning_rate=3e-5 | 71.00 ± 1.41 | 70.00–72.00 | 2 of 3 |" in table
+    assert "| MRPC | learning_rate=1e-5 | 80.00 ± 0.00 | 80.00–80.00 | 3 of 3 |" in table
+    assert "- RTE learning_rate=3e-5 seed 2: status 1: litbert: the loss diverged at step 41" in table
+
+    # Each task's test predictions come from its best setting's best seed (MRPC's seeds tie: the first).
+    with zipfile.ZipFile(tmp_path / "sweep" / "submission.zip") as archive:
+        assert {name: archive.read(name).decode() for name in archive.namelist()} == {
+            "CoLA.tsv": "sweep/cola/learning_rate=3e-5/seed2", "MRPC.tsv": "sweep/mrpc/learning_rate=3e-5/seed0",
+            "STS-B.tsv": "sweep/stsb/learning_rate=1e-5/seed2", "RTE.tsv": "sweep/rte/learning_rate=1e-5/seed2"}
+
+
+def test_an_interrupted_grid_sweep_goes_on_where_it_stopped_and_a_wider_grid_adds_to_it(tmp_path, monkeypatch):
+    """Killed inside its third run, the sweep run again keeps the two finished runs, resumes the third from its last
+    checkpoint and trains the rest; given a wider grid into the same folder, it trains only the new setting, and
+    the table then compares all three."""
+    monkeypatch.chdir(tmp_path)
+    fake = FakeTrainPy(kill_at=3)
+    monkeypatch.setattr(glue_sweep.subprocess, "run", fake)
+    with pytest.raises(KeyboardInterrupt):
+        sweep("--tasks", "cola", "--grid", "learning_rate=1e-5,3e-5", "--seeds", "0", "1")
+    killed = json.loads((tmp_path / "sweep" / "cola" / "learning_rate=3e-5" / "seed0" / "sweep.json").read_text())
+    assert killed["status"] == -1
+
+    fake = FakeTrainPy()
+    monkeypatch.setattr(glue_sweep.subprocess, "run", fake)
+    assert sweep("--tasks", "cola", "--grid", "learning_rate=1e-5,3e-5", "--seeds", "0", "1") == 0
+    assert [(value(c, "--trainer.default_root_dir"), c[c.index("--trainer.default_root_dir") + 2:][:2])
+            for c in fake.commands] == [("sweep/cola/learning_rate=3e-5/seed0", ["--ckpt_path", "last"]),
+                                        ("sweep/cola/learning_rate=3e-5/seed1",
+                                         ["--model.optimization.learning_rate", "3e-5"])]
+
+    fake = FakeTrainPy()
+    monkeypatch.setattr(glue_sweep.subprocess, "run", fake)
+    # The same option by its dotted path is the same setting: its runs are kept, not trained again.
+    assert sweep("--tasks", "cola", "--grid", "model.optimization.learning_rate=1e-5,3e-5,2e-5", "--seeds", "0",
+                 "1") == 0
+    assert [value(c, "--trainer.default_root_dir") for c in fake.commands] == [
+        "sweep/cola/learning_rate=2e-5/seed0", "sweep/cola/learning_rate=2e-5/seed1"]
+    assert fake.checks == []
+    settings = json.loads((tmp_path / "sweep" / "results.json").read_text())["tasks"]["cola"]["settings"]
+    assert sorted(setting["setting"] for setting in settings) == [f"learning_rate={lr}" for lr in
+                                                                   ("1e-5", "2e-5", "3e-5")]
+
+
+def test_a_grid_key_is_a_short_name_or_a_dotted_option_train_py_accepts(tmp_path, monkeypatch):
+    """A bad key is refused naming it and the short names, before any run; a dotted key goes through train.py's
+    parser (`--print_config`) once, before training; an option set by both the grid and the arguments after `--`,
+    or one the sweep sets itself, is refused."""
+    monkeypatch.chdir(tmp_path)
+    fake = FakeTrainPy(refused=("trainer.acumulate_grad_batches",))
+    monkeypatch.setattr(glue_sweep.subprocess, "run", fake)
+    with pytest.raises(SystemExit, match="'lr' is not a grid key: give one of the short names learning_rate "
+                                         "\\(model.optimization.learning_rate\\), batch_size \\(data.batch_size\\), "
+                                         "epochs \\(trainer.max_epochs\\), warmup"):
+        sweep("--tasks", "rte", "--grid", "lr=1e-5,2e-5")
+    with pytest.raises(SystemExit, match="--grid learning_rate: give key=value,value"):
+        sweep("--tasks", "rte", "--grid", "learning_rate")
+    with pytest.raises(SystemExit, match="the sweep sets trainer.default_root_dir on every run"):
+        sweep("--tasks", "rte", "--grid", "trainer.default_root_dir=a,b")
+    with pytest.raises(SystemExit, match="--grid gives model.optimization.learning_rate twice"):
+        sweep("--tasks", "rte", "--grid", "learning_rate=1e-5", "model.optimization.learning_rate=2e-5")
+    with pytest.raises(SystemExit, match="learning_rate \\(model.optimization.learning_rate\\) set both by the sweep "
+                                         "and in the train.py arguments after --"):
+        sweep("--tasks", "rte", "--grid", "learning_rate=1e-5", "--", "--model.optimization.learning_rate=3e-5")
+    with pytest.raises(SystemExit, match="--seeds \\(seed_everything\\) set both"):
+        sweep("--tasks", "rte", "--seeds", "0", "1", "--", "--seed_everything", "3")
+    with pytest.raises(SystemExit, match="none with '/'"):
+        sweep("--tasks", "rte", "--grid", "data.tokenizer=a/b,c")
+    with pytest.raises(SystemExit, match="train.py refuses the grid's options \\['--trainer.acumulate_grad_batches', "
+                                         "'1'\\]:\nlitbert: error in the configuration:\ntrainer: Option "
+                                         "'acumulate_grad_batches' is not accepted"):
+        sweep("--tasks", "rte", "--grid", "trainer.acumulate_grad_batches=1,2")
+    assert fake.commands == [] and len(fake.checks) == 1
+
+    fake = FakeTrainPy()
+    monkeypatch.setattr(glue_sweep.subprocess, "run", fake)
+    assert sweep("--tasks", "rte", "--grid", "learning_rate=1e-5", "trainer.accumulate_grad_batches=1,2", "--seeds",
+                 "0") == 0
+    assert len(fake.checks) == 1 and fake.checks[0][-5:] == [
+        "--model.optimization.learning_rate", "1e-5", "--trainer.accumulate_grad_batches", "1", "--print_config"]
+    assert [(value(c, "--trainer.accumulate_grad_batches"), value(c, "--trainer.default_root_dir"))
+            for c in fake.commands] == [
+        ("1", "sweep/rte/learning_rate=1e-5,trainer.accumulate_grad_batches=1/seed0"),
+        ("2", "sweep/rte/learning_rate=1e-5,trainer.accumulate_grad_batches=2/seed0")]
+
+
+@pytest.mark.slow  # trains through train.py: .ci/run runs it with -m slow
+def test_a_real_grid_of_two_learning_rates_by_two_seeds_on_wnli(shared_data, tmp_path):
+    """MiniLM on WNLI, two learning rates x two seeds, two training batches each, through the real train.py: each
+    run gets its setting and seed, the table's best setting and mean come from the runs' own metrics.json, the
+    average is WNLI's only and says so, and a second sweep trains nothing. A misspelt dotted key is refused by
+    train.py's parser before any run."""
+    env = environment(LITBERT_DATA=str(shared_data.resolve()), LITBERT_CACHE=str(tmp_path / "cache"),
+                      PYTHONPATH=str(REPO))
+    base = [sys.executable, "-m", "tasks.run.sweep", "run", "--pretrained", MINILM, "--out", "sweep", "--tasks",
+            "wnli"]
+    train_args = ["--", "--trainer.limit_train_batches", "2", "--trainer.max_epochs", "1", "--trainer.logger",
+                  "false", "--trainer.enable_progress_bar", "false", "--export", "false"]
+    bad = subprocess.run([*base, "--grid", "trainer.acumulate_grad_batches=1,2", *train_args], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 1, bad.stderr[-2000:]
+    assert ("sweep: train.py refuses the grid's options ['--trainer.acumulate_grad_batches', '1']:\nlitbert: error "
+            "in the configuration:\nunrecognized arguments: --trainer.acumulate_grad_batches 1\n") in bad.stderr
+    assert not list(tmp_path.glob("sweep/wnli/*"))
+
+    command = [*base, "--grid", "learning_rate=2e-5,1e-4", "--seeds", "0", "1", *train_args]
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    out = tmp_path / "sweep"
+    scores = {}
+    for lr in ("2e-5", "1e-4"):
+        for seed in (0, 1):
+            run = out / "wnli" / f"learning_rate={lr}" / f"seed{seed}"
+            config = yaml.safe_load((run / "config.yaml").read_text())  # what train.py ran with
+            assert config["seed_everything"] == seed
+            assert config["model"]["init_args"]["optimization"]["learning_rate"] == float(lr)
+            scores.setdefault(f"learning_rate={lr}", []).append(
+                json.loads((run / "metrics.json").read_text())["val/accuracy"])
+    best = max(scores, key=lambda label: statistics.fmean(scores[label]))
+    summary = json.loads((out / "results.json").read_text())
+    wnli = summary["tasks"]["wnli"]
+    assert wnli["best"] == best and glue_sweep.best_of(wnli)["mean"] == pytest.approx(statistics.fmean(scores[best]))
+    assert summary["glue_average"]["score"] == pytest.approx(statistics.fmean(scores[best]))
+    table = (out / "results.md").read_text()
+    assert f"| WNLI | accuracy | {best} | {100 * statistics.fmean(scores[best]):.2f} |" in table
+    assert "over WNLI only (1 of GLUE's 9 tasks)" in table
+    with zipfile.ZipFile(out / "submission.zip") as archive:
+        assert archive.namelist() == ["WNLI.tsv"]
+
+    again = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.count("finished in") == 4 and "train.py" not in again.stdout
+    assert (out / "results.md").read_text() == table
