@@ -91,9 +91,8 @@ def _run(cli: LitbertCLI, signals: LateSignals) -> dict[str, float]:
     root = Path(trainer.default_root_dir)
     signals.check(trainer)
     if config.export:
-        exported = export(trainer, model, export_path(config), data.tokenizer)
-        if exported is not None:  # rank 0
-            write_card(export_path(config), exported, cli, metrics, trainer)
+        export(trainer, model, export_path(config), data.tokenizer,
+               card=lambda exported: write_card(export_path(config), exported, cli, metrics, trainer))
     signals.check(trainer)
     if trainer.is_global_zero:  # before predicting: the run's results are kept whatever prediction meets
         write_metrics(root / "metrics.json", metrics)

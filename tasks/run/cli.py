@@ -43,6 +43,7 @@ from tasks.run.checkpoint_io import SafeCheckpointIO, load_checkpoint_file
 from tasks.run.checkpoints import BestCheckpoint, LastCheckpoint, ValidateFinalStep, data_seed, resume_path
 from tasks.run.configs import expand
 from tasks.run.folders import check_run_folder, export_path, run_root
+from tasks.run.fsdp import check_strategy, register
 from tasks.run.precision import choose_precision
 from tasks.run.progress import ProgressBar
 from tasks.run.publish import check_push
@@ -244,7 +245,9 @@ class LitbertCLI(LightningCLI):
         if not any(isinstance(plugin, CheckpointIO) for plugin in plugins):
             plugins.append(SafeCheckpointIO())  # atomic saves, weights_only loads
         kwargs["plugins"] = plugins
-        return super().instantiate_trainer(**kwargs)
+        trainer = super().instantiate_trainer(**kwargs)
+        check_strategy(trainer.strategy)
+        return trainer
 
 
 def check_same_tokenizer(folder: str, tokenizer: str, setting: str = "model.teacher",
@@ -331,6 +334,7 @@ def make_cli(args: Sequence[str] | None = None) -> LitbertCLI:
     first argument `predict` builds them for `python train.py predict` (`cli.command`)."""
     given = list(sys.argv[1:] if args is None else args)
     command = "predict" if given[:1] == ["predict"] else "fit"
+    register()  # `--trainer.strategy fsdp`: litbert's FSDPStrategy
     # The arguments are the command line with its `base:` files expanded; LightningCLI warns whenever both exist.
     warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended", category=UserWarning)
     cli = LitbertCLI(

@@ -4,38 +4,36 @@ where the configuration has a transformers equivalent, litbert's own otherwise) 
 
 from __future__ import annotations
 
-import inspect
+import contextlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 import torch
 from lightning.pytorch.strategies import FSDPStrategy
+from torch.distributed.fsdp import FullyShardedDataParallel
 
 from tasks.base import DivergenceError, EncoderTask
 
 
-def export(trainer: L.Trainer, model: EncoderTask, directory: Path, tokenizer: Any) -> EncoderTask | None:
-    """`model.export` on rank 0, which gets the task it exported back (None elsewhere). Under FSDP the parameters are
-    sharded across ranks: every rank takes part in gathering the full weights (the strategy's state dict), and rank
-    0 exports them from an unsharded copy."""
-    if isinstance(trainer.strategy, FSDPStrategy):
-        state = trainer.strategy.lightning_module_state_dict()
-        if not trainer.is_global_zero:
-            return None
-        model = rebuild(model)
-        model.load_state_dict(state)
-    if not trainer.is_global_zero:
-        return None
-    check_finite(model)
-    model.export(directory, tokenizer)
-    return model
-
-
-def rebuild(model: EncoderTask) -> EncoderTask:
-    """A new instance of the task with the same constructor arguments (LightningCLI adds its own keys to hparams)."""
-    accepted = inspect.signature(type(model).__init__).parameters
-    return type(model)(**{k: v for k, v in model.hparams.items() if k in accepted})
+def export(trainer: L.Trainer, model: EncoderTask, directory: Path, tokenizer: Any,
+           card: Callable[[EncoderTask], Any] | None = None) -> None:
+    """`model.export` on rank 0, then `card(model)` (the model card, which counts the full parameters). Under FSDP
+    each rank holds a shard of every parameter: every rank takes part in gathering the full weights, which rank 0
+    alone receives, and the task's parameters are those weights while it exports (FSDP's `summon_full_params`)."""
+    # Gathered into host memory, so that rank 0's GPU need not hold a second copy; on the CPU they are there already
+    # (and torch 2.13's FSDP, asked to move them there, frees the storage it was to move).
+    offload = trainer.strategy.root_device.type != "cpu"
+    gathered = (FullyShardedDataParallel.summon_full_params(trainer.strategy.model, writeback=False, rank0_only=True,
+                                                            offload_to_cpu=offload)
+                if isinstance(trainer.strategy, FSDPStrategy) else contextlib.nullcontext())
+    with gathered:
+        if trainer.is_global_zero:
+            check_finite(model)
+            model.export(directory, tokenizer)
+            if card is not None:
+                card(model)
 
 
 def check_finite(model: EncoderTask) -> None:

@@ -1,0 +1,144 @@
+"""Two CPU processes (gloo) train what one process trains, through `python train.py` and configs/glue/wnli.yaml: DDP,
+and FSDP (litbert's `tasks.run.fsdp.FSDPStrategy`, run on the CPU by `tests/fsdp_cpu.py`). A random bert-tiny
+without dropout, float32, a constant learning rate; each rank takes half of one process's batch of 16 (the
+distributed sampler deals the same shuffled order out to the ranks), so every step averages the gradient of the
+same 16 examples and clips it by the norm of the whole of it (above 1 at half the steps). The exported weights,
+metrics and test predictions are one process's, and an FSDP run resumed from its checkpoint ends with them too."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+from runs import MINILM, REPO, environment, train, wandb_runs
+from safetensors.torch import load_file
+
+from tasks.run.checkpoint_io import LAST
+from tasks.run.cli import make_cli
+
+GLUE = "configs/glue/wnli.yaml"  # 635 training pairs
+STRATEGIES = {"ddp": ["--trainer.strategy", "ddp"],
+              "fsdp": ["--trainer.strategy", "fsdp_cpu.CPUFSDPStrategy", "--trainer.strategy.process_group_backend",
+                       "gloo"]}
+# The largest difference between a weight trained by two ranks and by one process in 6 steps: the ranks sum each
+# gradient in another order (measured: 9.5e-8 under FSDP). One step moves a weight by up to the learning rate, 1e-3,
+# and the weight decay of 1.0 shrinks the matrices (not the biases and norm scales) by 0.1% a step.
+ATOL = 1e-6
+
+
+@pytest.fixture(scope="module")
+def env(shared_data, tmp_path_factory) -> dict[str, str]:
+    """The ranks import `fsdp_cpu` from tests/."""
+    paths = [str(REPO / "tests"), str(REPO), os.environ.get("PYTHONPATH", "")]
+    return environment(LITBERT_DATA=str(shared_data), LITBERT_CACHE=str(tmp_path_factory.mktemp("cache")),
+                       PYTHONPATH=os.pathsep.join(p for p in paths if p))
+
+
+def args(*extra: str) -> list[str]:
+    return ["--model.encoder.preset", "bert-tiny", "--model.encoder.hidden_dropout", "0",
+            "--model.encoder.attention_dropout", "0", "--model.classifier_dropout", "0", "--data.tokenizer", MINILM,
+            "--trainer.accelerator", "cpu", "--trainer.precision", "32", "--model.optimization.learning_rate", "1e-3",
+            "--model.optimization.schedule", "constant", "--model.optimization.warmup", "0",
+            "--model.optimization.weight_decay", "1.0", "--checkpoint.every_n_steps", "3", "--trainer.max_steps", "6",
+            *extra]
+
+
+def two_ranks(strategy: str, *extra: str) -> list[str]:
+    return args("--trainer.devices", "2", "--data.batch_size", "8", *STRATEGIES[strategy], *extra)
+
+
+def assert_ok(done: subprocess.CompletedProcess) -> None:
+    assert done.returncode == 0, f"status {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+
+
+def assert_same_weights(ours: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]) -> None:
+    assert ours.keys() == reference.keys()
+    for name, value in reference.items():
+        torch.testing.assert_close(ours[name], value, rtol=0, atol=ATOL, msg=name)
+
+
+def weights(checkpoint: Path) -> dict[str, torch.Tensor]:
+    return torch.load(checkpoint, map_location="cpu", weights_only=True)["state_dict"]
+
+
+@pytest.fixture(scope="module")
+def single(env, tmp_path_factory) -> Path:
+    """One process, batches of 16: the run the two ranks must repeat."""
+    root = tmp_path_factory.mktemp("single")
+    assert_ok(train(GLUE, root, *args("--trainer.devices", "1", "--data.batch_size", "16"), env=env))
+    return root
+
+
+@pytest.mark.slow  # three train.py runs, two of them of two processes: minutes on 2 cores
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_two_processes_train_and_export_what_one_process_does(strategy, single, env, tmp_path):
+    """fit, validation of the best checkpoint loaded into the (sharded) model, export gathered from the shards,
+    prediction of the test set: the exported model, metrics.json and the submission are one process's, written
+    once, with one W&B run."""
+    assert_ok(train(GLUE, tmp_path, *two_ranks(strategy), env=env))
+    ours = load_file(tmp_path / "model" / "model.safetensors")
+    reference = load_file(single / "model" / "model.safetensors")
+    assert_same_weights(ours, reference)
+    assert ours["bert.embeddings.word_embeddings.weight"].shape == (30522, 128)  # whole, not a rank's shard
+    assert (tmp_path / "model" / "config.json").read_text() == (single / "model" / "config.json").read_text()
+    metrics, expected = (json.loads((root / "metrics.json").read_text()) for root in (tmp_path, single))
+    assert metrics["val/accuracy"] == expected["val/accuracy"]
+    assert metrics["val/loss"] == pytest.approx(expected["val/loss"], rel=1e-5)
+    assert (tmp_path / "submission" / "WNLI.tsv").read_text() == (single / "submission" / "WNLI.tsv").read_text()
+    assert len(wandb_runs(tmp_path)) == 1
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["best-6.ckpt", LAST]
+
+
+@pytest.mark.slow  # two train.py runs of two processes, beside the single one: minutes on 2 cores
+def test_an_fsdp_run_resumed_from_its_checkpoint_ends_as_one_process_does(single, env, tmp_path):
+    """FSDP checkpoints hold the full state (Lightning's `state_dict_type="full"`): one file of whole tensors. A run
+    resumed from the checkpoint of its step 3 (weights, AdamW's moments, the data position) ends at step 6 with the
+    weights of the uninterrupted FSDP run, bit for bit, and of one process's run."""
+    kept = tmp_path / "kept"  # Lightning's ModelCheckpoint keeps every save; litbert's last.ckpt only the newest
+    keep_every_3 = ["--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint",
+                    "--trainer.callbacks.every_n_train_steps", "3", "--trainer.callbacks.save_top_k", "-1",
+                    "--trainer.callbacks.dirpath", str(kept), "--export", "false", "--predict", "false"]
+    assert_ok(train(GLUE, tmp_path / "whole", *two_ranks("fsdp", *keep_every_3), env=env))
+    halfway, whole = kept / "epoch=0-step=3.ckpt", kept / "epoch=0-step=6.ckpt"
+    state = torch.load(halfway, map_location="cpu", weights_only=True)
+    reference = weights(single / "checkpoints" / LAST)
+    assert state["global_step"] == 3
+    assert {k: v.shape for k, v in state["state_dict"].items()} == {k: v.shape for k, v in reference.items()}
+    (optimizer,) = state["optimizer_states"]
+    assert {tuple(moments["exp_avg"].shape) for moments in optimizer["state"].values()} >= {(30522, 128), (2, 128)}
+    # Three steps more move the weights far beyond the tolerance: a resume that lost the moments, or repeated or
+    # skipped batches, would not end at the reference.
+    assert max((state["state_dict"][k] - v).abs().max() for k, v in reference.items()) > 100 * ATOL
+
+    resumed = tmp_path / "resumed"
+    assert_ok(train(GLUE, resumed, *two_ranks("fsdp", "--ckpt_path", str(halfway), "--export", "false",
+                                              "--predict", "false"), env=env))
+    last = weights(resumed / "checkpoints" / LAST)
+    assert torch.load(resumed / "checkpoints" / LAST, map_location="cpu", weights_only=True)["global_step"] == 6
+    assert all(torch.equal(last[k], v) for k, v in weights(whole).items())
+    assert_same_weights(last, reference)
+
+
+def test_fsdp_is_litberts_strategy_and_refused_on_the_cpu(tmp_path, monkeypatch, shared_data):
+    """`--trainer.strategy fsdp` names litbert's FSDPStrategy, which Lightning refuses off CUDA; Lightning's own class
+    (whose evaluation after fit fails) and sharded checkpoints are refused with the way on."""
+    from lightning.pytorch.strategies import FSDPStrategy as LightningFSDP
+    from lightning.pytorch.strategies import StrategyRegistry
+
+    from tasks.run.fsdp import FSDPStrategy, check_strategy
+
+    monkeypatch.setenv("LITBERT_DATA", str(shared_data))
+    common = ["--config", GLUE, *args(), "--trainer.default_root_dir", str(tmp_path), "--trainer.logger", "false"]
+    with pytest.raises(ValueError, match="The strategy `fsdp` requires a GPU accelerator, but received `accelerator="):
+        make_cli([*common, "--trainer.devices", "2", "--trainer.strategy", "fsdp"])
+    assert StrategyRegistry["fsdp"]["strategy"] is FSDPStrategy
+    assert StrategyRegistry["fsdp_cpu_offload"]["init_params"] == {"cpu_offload": True}
+    with pytest.raises(ValueError, match="Use tasks.run.fsdp.FSDPStrategy"):
+        check_strategy(LightningFSDP())
+    check_strategy(FSDPStrategy())
+    with pytest.raises(ValueError, match="state_dict_type='sharded': litbert's checkpoints are single files"):
+        FSDPStrategy(state_dict_type="sharded").setup_environment()
