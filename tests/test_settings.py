@@ -218,7 +218,7 @@ ENCODER_VALUES = {"preset": "bert-mini", "vocab_size": 40000, "hidden_size": 64,
 SECOND_ENCODER_VALUES = {"preset": "bert-small", "position": "alibi", "norm_placement": "post", "norm": "layernorm",
                          "activation": "gelu", "hidden_dropout": 0.3, "attention_dropout": 0.3, "bias": True,
                          "num_layers": 3, "hidden_size": 96, "num_heads": 3, "intermediate_size": 384}
-CHOICES = {"pooling": "mean", "pooler_activation": "relu", "schedule": "cosine",
+CHOICES = {"pooling": "mean", "pooler_activation": "relu", "schedule": "cosine", "optimizer": "adam",
            "truncation": {"longest_first": "error", "head": "tail", "head+tail": "head"},
            "packing": "segments", "masking": "static", "tag_scheme": "iob2", "task": "wnli", "kind": "byte_level_bpe"}
 
@@ -232,7 +232,8 @@ def alternative(key: str, value: Any, assets: dict[str, str]) -> Any:
              "every_n_steps": 5, "max_documents": 20, "max_val_documents": 3, "dataset_config": "plain_text",
              "skip_labels": ["neg"], "val_split": "validation", "text_column": "review", "label_column": "stars",
              "lowercase": False, "alpha_kd": 0.3, "temperature": 3.0, "decay": 0.1,
-             "metrics": ["f1", "accuracy"], "pretrained_layers": "every_other"}
+             "metrics": ["f1", "accuracy"], "pretrained_layers": "every_other", "layer_decay": 0.8,
+             "optimizer_args": {"amsgrad": True}}
     if name in CHOICES:
         choice = CHOICES[name]
         return choice.get(value, choice) if isinstance(choice, dict) else choice
