@@ -114,12 +114,10 @@ def fusable(cls: type[torch.optim.Optimizer], arguments: dict[str, Any]) -> bool
 
 
 def layer_depths(encoder: nn.Module) -> dict[int, int]:
-    """id(parameter) -> depth for layer-wise learning-rate decay (see the module docstring): blocks.i at i + 1, the
-    final norm at num_layers + 1 (the head's), everything else of the encoder (embeddings, position tables) at 0."""
+    """id(parameter) -> depth for layer-wise learning-rate decay (see the module docstring): block i at i + 1, the
+    final norm at num_layers + 1 (the head's), everything else of the encoder (embeddings, position tables) at 0.
+    Found by module, not by name: a wrapper (FSDP's, torch.compile's) prefixes the names, not the modules."""
     top = len(encoder.blocks) + 1
-    depths: dict[int, int] = {}
-    for name, param in encoder.named_parameters():
-        parts = name.split(".")
-        depth = int(parts[1]) + 1 if parts[0] == "blocks" else top if parts[0] == "final_norm" else 0
-        depths.setdefault(id(param), depth)
-    return depths
+    depths = {id(param): i + 1 for i, block in enumerate(encoder.blocks) for param in block.parameters()}
+    depths.update({id(param): top for param in encoder.final_norm.parameters()})
+    return {id(param): depths.get(id(param), 0) for param in encoder.parameters()}
