@@ -14,6 +14,7 @@ metric to `<default_root_dir>/metrics.json`, predict the unlabelled test sets (G
 `python train.py predict --config <run>/config.yaml --model.pretrained <run>/model --data.predict_file FILE --output
 FILE` predicts a file of new inputs with a trained model instead, a line per input in the file's order (label and
 score, value, or a tag per word: the datamodule's `write_predictions`), through `trainer.predict`.
+A run stopped by `--early_stopping.patience` has finished: it says why, and metrics.json gives the step.
 
 A run that does not finish says so and exits non-zero: 128 + the signal number when stopped by a signal (with the
 checkpoint to resume from), 1 when training diverges or fails, 2 when the configuration, data or a checkpoint is
@@ -32,6 +33,7 @@ from lightning.pytorch.utilities.model_helpers import is_overridden
 from tasks.base import DivergenceError
 from tasks.run.checkpoints import LastCheckpoint
 from tasks.run.cli import LitbertCLI, make_cli
+from tasks.run.early_stopping import EarlyStopping
 from tasks.run.errors import exit_status
 from tasks.run.export import export
 from tasks.run.folders import export_path
@@ -74,6 +76,9 @@ def _run(cli: LitbertCLI, signals: LateSignals) -> dict[str, float]:
                  else "No checkpoint was saved before it.")
         raise DivergenceError(f"{error}\n{saved}") from None
     signals.install()
+    # Read now: evaluating the best checkpoint below restores the callbacks' state as it was saved there.
+    early = next((c for c in trainer.callbacks if isinstance(c, EarlyStopping) and c.stopped_step is not None), None)
+    stopped = (early.stopped_step, early.summary()) if early is not None else None
 
     best_callback = next((c for c in trainer.callbacks if isinstance(c, ModelCheckpoint)), None)
     best = best_callback.best_model_path if best_callback is not None else ""
@@ -86,6 +91,8 @@ def _run(cli: LitbertCLI, signals: LateSignals) -> dict[str, float]:
             metrics.update(results)
     elif is_overridden("test_step", model) and trainer.is_global_zero:
         print("litbert: the data has no labelled test split, so the model was not tested", flush=True)
+    if stopped is not None:  # a finished run that stopped on its metric, not a failure
+        metrics["early_stopping/stopped_at_step"] = stopped[0]
     metrics = {key: float(value) for key, value in sorted(metrics.items())}
 
     root = Path(trainer.default_root_dir)
@@ -109,7 +116,8 @@ def _run(cli: LitbertCLI, signals: LateSignals) -> dict[str, float]:
     config_dir = trainer.log_dir  # a collective call under DDP: every rank makes it
     if trainer.is_global_zero:
         print_summary(trainer, Path(config_dir or root) / "config.yaml", best,
-                      export_path(config) if config.export else None, submission, root / "metrics.json", pushed)
+                      export_path(config) if config.export else None, submission, root / "metrics.json", pushed,
+                      stopped[1] if stopped is not None else None)
     return metrics
 
 

@@ -316,6 +316,10 @@ class MLMDataModule(TokenizedDataModule):
             Wettig et al., 2023, and ModernBERT).
         val_mlm_probability: The same fraction for the fixed validation masks. Kept at BERT's 0.15 whatever the
             training rate, so that validation losses and accuracies of runs that mask differently compare.
+        mask_replace_probability: Of the tokens chosen in training, the fraction replaced by the mask token (BERT
+            0.8; transformers' `DataCollatorForLanguageModeling(mask_replace_prob=...)`).
+        random_replace_probability: Of the tokens chosen in training, the fraction replaced by a random token (BERT
+            0.1); the rest stay unchanged. Validation masks keep BERT's 80/10/10, as they keep their rate.
         max_documents: Train on the first N documents only (a user filter; the number left out is logged).
         max_val_documents: Validate on the first N documents only.
         batch_size: Training batch size.
@@ -355,6 +359,8 @@ class MLMDataModule(TokenizedDataModule):
         shuffle_buffer: int = 10_000,
         mlm_probability: float = 0.15,
         val_mlm_probability: float = 0.15,
+        mask_replace_probability: float = 0.8,
+        random_replace_probability: float = 0.1,
         max_documents: int | None = None,
         max_val_documents: int | None = None,
         batch_size: int = 32,
@@ -377,6 +383,12 @@ class MLMDataModule(TokenizedDataModule):
         if streaming and (packing != "full_sentences" or masking != "dynamic"):
             raise DataError(f"data.streaming packs and masks blocks as the documents come, so it needs packing: "
                             f"full_sentences and masking: dynamic (got packing={packing!r}, masking={masking!r}).")
+        if not (0 <= mask_replace_probability <= 1 and 0 <= random_replace_probability <= 1
+                and mask_replace_probability + random_replace_probability <= 1):
+            raise DataError(f"data.mask_replace_probability={mask_replace_probability} and "
+                            f"data.random_replace_probability={random_replace_probability} share out the tokens "
+                            f"chosen for prediction (the rest stay unchanged): each must lie in [0, 1] and their sum "
+                            f"at most 1 (BERT: 0.8 and 0.1).")
         if shuffle_buffer < 0:
             raise DataError(f"data.shuffle_buffer={shuffle_buffer} must be >= 0 (0 or 1: no shuffling).")
         if not streaming and shuffle_buffer != 10_000:
@@ -422,7 +434,9 @@ class MLMDataModule(TokenizedDataModule):
         self.packing, self.masking, self.document_mask = packing, masking, document_mask
         self.streaming, self.shuffle_buffer = streaming, shuffle_buffer
         self.val_mask_seed = val_mask_seed
-        self.collate = MLMCollator(self.tokenizer, mlm_probability, whole_word_masking, seed=self.seed)
+        self.collate = MLMCollator(self.tokenizer, mlm_probability, whole_word_masking,
+                                   mask_fraction=mask_replace_probability, random_fraction=random_replace_probability,
+                                   seed=self.seed)
         self.val_masks = MLMCollator(self.tokenizer, val_mlm_probability, whole_word_masking, seed=val_mask_seed)
         self.stats: dict[str, dict[str, int]] = {}
 

@@ -1,6 +1,8 @@
-"""What every task shares: building the encoder from a preset or a checkpoint, AdamW with no decay on biases and
-norms, linear warmup then linear or cosine decay, logging of loss, learning rate and gradient norm, and a stop with
-a clear error when training diverges (a non-finite loss or gradient norm) before the optimizer applies it."""
+"""What every task shares: building the encoder from a preset or a checkpoint, the optimizer (fused AdamW by default,
+`tasks.optimizers`) with no decay on biases and norms and optionally layer-wise learning rates, linear warmup then a
+linear, cosine or warmup-stable-decay schedule (the last ending with trainer.max_time when the time bounds the run),
+logging of loss, learning rate and gradient norm, and a stop with a clear error when training diverges (a non-finite
+loss or gradient norm) before the optimizer applies it."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from typing import Literal, Optional
 import lightning as L
 import torch
 import torch.distributed as dist
+from lightning.pytorch.callbacks import Timer
 from lightning.pytorch.strategies import FSDPStrategy
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
@@ -23,6 +26,7 @@ from torch import nn
 from encoders import Encoder, EncoderConfig, Kernels
 from encoders.checkpoints import Checkpoint, load_checkpoint, select_layers
 from encoders.choices import check_choice
+from tasks.optimizers import fusable, layer_depths, optimizer_arguments
 
 log = logging.getLogger(__name__)
 
@@ -74,17 +78,27 @@ Schedule = Literal["linear", "cosine", "constant", "wsd"]
 
 @dataclass
 class Optimization:
-    """AdamW and its schedule."""
+    """The optimizer, its parameter groups and its learning-rate schedule."""
 
-    learning_rate: float = 1e-4
+    learning_rate: float = 1e-4  # the peak; with layer_decay, the head's
     weight_decay: float = 0.01
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-6
     warmup: float = 0.06  # warmup length: a fraction of the run if < 1 (rounded up), else a number of steps
     schedule: Schedule = "linear"
     # `wsd` only (warmup-stable-decay, the trapezoid of Zhai et al., 2022 and Hu et al., 2024): the length of the
-    # final linear decay to zero, a fraction of the run if < 1, else a number of steps; 0.2 when unset.
+    # final linear decay, a fraction of the run if < 1, else a number of steps; 0.2 when unset. Under
+    # trainer.max_time the decay also ends with the time: it begins at (1 - decay) x max_time at the latest.
     decay: float | None = None
+    # Where the linear, cosine and wsd decays end, a fraction of the peak (0: they decay to zero).
+    min_lr_ratio: float = 0.0
+    # Layer-wise learning-rate decay (ELECTRA, DeBERTa): the head at learning_rate, each encoder layer below it at
+    # layer_decay times the rate of the layer above, the embeddings lowest (tasks.optimizers). None: one rate.
+    layer_decay: float | None = None
+    # `adamw` (fused), `adam`, `adafactor`, or the class path of a torch.optim.Optimizer (tasks.optimizers).
+    optimizer: str = "adamw"
+    # Further arguments of the optimizer's constructor (e.g. {momentum: 0.9} for torch.optim.SGD).
+    optimizer_args: dict[str, typing.Any] | None = None
 
     def __post_init__(self) -> None:
         if self.learning_rate <= 0 or self.warmup < 0 or self.weight_decay < 0:
@@ -95,6 +109,16 @@ class Optimization:
                              f"schedule={self.schedule!r} does not read it. Remove it or set schedule: wsd.")
         if self.decay is not None and self.decay <= 0:
             raise ValueError(f"Optimization.decay={self.decay} must be > 0.")
+        if not 0 <= self.min_lr_ratio < 1:
+            raise ValueError(f"Optimization.min_lr_ratio={self.min_lr_ratio} must lie in [0, 1): the fraction of the "
+                             f"peak learning rate the decay ends at.")
+        if self.min_lr_ratio and self.schedule == "constant":
+            raise ValueError(f"Optimization.min_lr_ratio={self.min_lr_ratio} is where a decay ends, but "
+                             f"schedule='constant' does not decay. Remove it or choose linear, cosine or wsd.")
+        if self.layer_decay is not None and not 0 < self.layer_decay <= 1:
+            raise ValueError(f"Optimization.layer_decay={self.layer_decay} must lie in (0, 1] (0.8-0.9 is usual); "
+                             f"unset, every layer trains at learning_rate.")
+        optimizer_arguments(self)  # a bad name or an argument the optimizer does not take, refused now
 
     @staticmethod
     def steps(length: float, total: int) -> int:
@@ -112,6 +136,33 @@ class Optimization:
                            f"steps: the warmup ends with the run, at the peak learning rate. Give a shorter warmup "
                            f"or a fraction of the run (e.g. 0.1).")
         return min(steps, total)
+
+    def schedule_lengths(self, total: float, max_time: float | None) -> tuple[float, int, int, float | None]:
+        """(run, warmup, decay) in steps and the `wsd` decay in seconds under `max_time` (None otherwise), for a run
+        of `total` optimizer steps (inf where trainer.max_time alone bounds it; then the settings that are fractions
+        of the step count are refused)."""
+        length = 0.2 if self.decay is None else self.decay
+        if not math.isfinite(total):
+            fix = "or set trainer.max_steps (or max_epochs)"
+            if self.schedule in ("linear", "cosine"):
+                raise ValueError(f"model.optimization.schedule={self.schedule!r} decays over the run's steps, but "
+                                 f"only trainer.max_time bounds this run. Use schedule: wsd (its decay ends with "
+                                 f"max_time) or constant, {fix}.")
+            if 0 < self.warmup < 1:
+                raise ValueError(f"model.optimization.warmup={self.warmup:g} is a fraction of the run's steps, but "
+                                 f"only trainer.max_time bounds this run: give the warmup in steps (e.g. 500), {fix}.")
+            if length >= 1:
+                raise ValueError(f"model.optimization.decay={length:g} steps cannot be placed at the end of a run "
+                                 f"that only trainer.max_time bounds: give it as a fraction of max_time (e.g. 0.2), "
+                                 f"{fix}.")
+            decay_seconds = length * max_time if self.schedule == "wsd" and max_time is not None else None
+            return math.inf, self.warmup_steps(total), 0, decay_seconds
+        total = max(1, int(total))
+        decay = self.steps(length, total)
+        decay_seconds = None
+        if self.schedule == "wsd" and max_time is not None:
+            decay_seconds = max_time * (length if length < 1 else decay / total)
+        return total, self.warmup_steps(total), decay, decay_seconds
 
 
 # Checkpoints store these with the hyperparameters; Lightning reloads checkpoints with torch.load(weights_only=True),
@@ -255,32 +306,48 @@ def sequence_lengths(batch: dict[str, torch.Tensor]) -> list[int]:
     return mask[example_rows(batch)].sum(dim=1).tolist()
 
 
-def lr_lambda(step: int, warmup_steps: int, total_steps: int, schedule: str, decay_steps: int = 0) -> float:
+def lr_lambda(step: int, warmup_steps: int, total_steps: float, schedule: str, decay_steps: int = 0,
+              min_lr_ratio: float = 0.0, time_left: float = 1.0) -> float:
     """Multiplier of the peak learning rate: linear warmup from 0 at the first step (`step / warmup_steps`, as
     BERT's optimizer and transformers' schedules have it, so equal settings give the `Trainer`'s learning rates step
-    for step), then linear or cosine decay to zero at the end, or (`wsd`) the peak held until the last
-    `decay_steps` steps, which decay linearly to zero."""
+    for step), then linear or cosine decay to `min_lr_ratio` at the end (transformers' `cosine_with_min_lr`), or
+    (`wsd`) the peak held until the last `decay_steps` steps, which decay linearly to `min_lr_ratio`. `time_left`
+    is the part of a `wsd` decay timed by trainer.max_time still to go (1 until it begins, 0 at max_time): the
+    decay follows the steps or the time, whichever is further along."""
     if step < warmup_steps:
         return step / warmup_steps
     if schedule == "constant":
         return 1.0
     if schedule == "wsd":
-        return min(1.0, max(0.0, (total_steps - step) / max(1, decay_steps)))
-    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
-    if schedule == "cosine":
-        return 0.5 * (1.0 + math.cos(math.pi * progress))
-    return 1.0 - progress
+        left = max(0.0, min(1.0, (total_steps - step) / max(1, decay_steps), time_left))
+    else:
+        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+        left = 0.5 * (1.0 + math.cos(math.pi * progress)) if schedule == "cosine" else 1.0 - progress
+    return min_lr_ratio + (1.0 - min_lr_ratio) * left
 
 
-def parameter_groups(module: nn.Module, weight_decay: float) -> list[dict]:
-    """Weight decay on matrices only: biases, norm scales and 1-d parameters are not decayed (BERT's recipe)."""
-    decay, no_decay, seen = [], [], set()
+def parameter_groups(module: nn.Module, weight_decay: float, learning_rate: float | None = None,
+                     layer_decay: float | None = None) -> list[dict]:
+    """Weight decay on matrices only: biases, norm scales and 1-d parameters are not decayed (BERT's recipe). With
+    `layer_decay` (`module.encoder`'s layers, `tasks.optimizers.layer_depths`), a pair of groups per depth, each at
+    learning_rate * layer_decay ** (num_layers + 1 - depth), the head's first (the rate logged as train/lr)."""
+    depths = layer_depths(module.encoder) if layer_decay is not None else {}
+    top = len(module.encoder.blocks) + 1 if layer_decay is not None else 0  # the head's depth
+    groups: dict[tuple[int, bool], list[nn.Parameter]] = {(top, True): [], (top, False): []}
+    seen = set()
     for name, param in module.named_parameters():
         if not param.requires_grad or id(param) in seen:
             continue
         seen.add(id(param))
-        (no_decay if param.ndim < 2 or name.endswith(".bias") else decay).append(param)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        decays = not (param.ndim < 2 or name.endswith(".bias"))
+        groups.setdefault((depths.get(id(param), top), decays), []).append(param)
+    if layer_decay is None:
+        return [{"params": groups[top, True], "weight_decay": weight_decay},
+                {"params": groups[top, False], "weight_decay": 0.0}]
+    return [{"params": params, "weight_decay": weight_decay if decays else 0.0,
+             "lr": learning_rate * layer_decay ** (top - depth), "depth": depth}
+            for (depth, decays), params in sorted(groups.items(), key=lambda item: (-item[0][0], not item[0][1]))
+            if params]
 
 
 def _loss_scaler(trainer: L.Trainer) -> bool:
@@ -321,25 +388,41 @@ class EncoderTask(L.LightningModule):
 
     def configure_optimizers(self):
         opt = self.optimization
-        # The fused kernel: one pass over all parameters instead of a chain of per-tensor ops. On this 2-core CPU
-        # an SST-2 step of MiniLM took 0.61 s with it against 0.96 s without (bench/finetune.py, BENCHMARKS.md).
-        # Clipping by norm keeps it (`configure_gradient_clipping`). Lightning clips under fp16's loss scaler (whose
-        # gradients are still scaled when clipped, as the fused kernel unscales only inside its step) and by value,
-        # and refuses a fused optimizer there.
-        trainer = self._trainer
-        by_lightning = trainer is not None and bool(trainer.gradient_clip_val) and (
-            _loss_scaler(trainer) or trainer.gradient_clip_algorithm == "value")
-        fused = not by_lightning
-        optimizer = torch.optim.AdamW(parameter_groups(self, opt.weight_decay), lr=opt.learning_rate,
-                                      betas=opt.betas, eps=opt.eps, fused=fused)
+        trainer = self.trainer
+        cls, arguments = optimizer_arguments(opt)
+        if fusable(cls, arguments):
+            # The fused kernel: one pass over all parameters instead of a chain of per-tensor ops. On this 2-core
+            # CPU an SST-2 step of MiniLM took 0.61 s with it against 0.96 s without (bench/finetune.py,
+            # BENCHMARKS.md). Clipping by norm keeps it (`configure_gradient_clipping`). Lightning clips under fp16's
+            # loss scaler (whose gradients are still scaled when clipped, as the fused kernel unscales only inside
+            # its step) and by value, and refuses a fused optimizer there.
+            arguments["fused"] = not (bool(trainer.gradient_clip_val) and (
+                _loss_scaler(trainer) or trainer.gradient_clip_algorithm == "value"))
+        optimizer = cls(parameter_groups(self, opt.weight_decay, opt.learning_rate, opt.layer_decay), **arguments)
         optimizer.register_step_post_hook(_forget_grad_scale)
-        total = max(1, int(self.trainer.estimated_stepping_batches))
-        warmup = opt.warmup_steps(total)
-        decay = opt.steps(0.2 if opt.decay is None else opt.decay, total)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda step: lr_lambda(step, warmup, total, opt.schedule, decay)
-        )
+        # Lightning's Timer holds trainer.max_time and the training time so far, kept in every checkpoint.
+        timer = next((c for c in trainer.callbacks if isinstance(c, Timer) and c.time_remaining() is not None), None)
+        max_time = None if timer is None else timer.time_elapsed() + timer.time_remaining()
+        total, warmup, decay, decay_seconds = opt.schedule_lengths(trainer.estimated_stepping_batches, max_time)
+        self._timer, self._elapsed = (timer if decay_seconds is not None else None), 0.0
+
+        def multiplier(step: int) -> float:
+            time_left = 1.0 if decay_seconds is None else (max_time - self._elapsed) / decay_seconds
+            return lr_lambda(step, warmup, total, opt.schedule, decay, opt.min_lr_ratio, time_left)
+
+        # A function, not an object: LambdaLR would store an object's attributes in checkpoints and restore them
+        # over a resumed run's settings. The time a resumed run goes on from is the Timer's, restored by Lightning.
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, multiplier)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def lr_scheduler_step(self, scheduler: typing.Any, metric: typing.Any) -> None:
+        """Step the schedule, telling it the training time first where a `wsd` decay ends with trainer.max_time:
+        rank 0's time, so that every rank sets the same learning rate (under DDP a broadcast each step, as Lightning's
+        Timer makes one each step to agree on the stop; on one device nothing is sent)."""
+        timer = getattr(self, "_timer", None)
+        if timer is not None:
+            self._elapsed = self.trainer.strategy.broadcast(timer.time_elapsed())
+        super().lr_scheduler_step(scheduler, metric)
 
     def architecture(self) -> dict[str, dict[str, typing.Any]]:
         """What the weights compute beyond their shapes: the encoder's configuration (less the fields a resume may
@@ -366,6 +449,7 @@ class EncoderTask(L.LightningModule):
         position scheme, norm or activation changed on the command line, or a head whose default changed since the
         run started (a DistilBERT classifier's pooler became ReLU). Checkpoints from before it was stored pass.
         A distillation resumes with the teacher it started with (the checkpoint holds its hash, not its weights)."""
+        self._check_optimizer(checkpoint)
         teacher = getattr(self, "teacher", None)
         state = checkpoint.get("state_dict")
         if teacher is not None and state is not None:
@@ -392,6 +476,23 @@ class EncoderTask(L.LightningModule):
                 "weights would compute something else in this one. Resume with these set as in the checkpoint, or "
                 "start a new run."
             )
+
+    def _check_optimizer(self, checkpoint: dict[str, typing.Any]) -> None:
+        """A resumed run restores the optimizer's state: it must be the same optimizer, with the same parameter
+        groups (torch would refuse another group count with a message about sizes, or apply the saved layer rates
+        over new ones without a word)."""
+        saved = checkpoint.get("hyper_parameters", {}).get("optimization")
+        if not checkpoint.get("optimizer_states") or not isinstance(saved, Optimization):
+            return
+        # getattr with the class defaults: a checkpoint from before these settings existed used AdamW, one rate.
+        changed = [f"model.optimization.{name}: {getattr(saved, name)!r} in the checkpoint, "
+                   f"{getattr(self.optimization, name)!r} now"
+                   for name in ("optimizer", "optimizer_args", "layer_decay")
+                   if getattr(saved, name) != getattr(self.optimization, name)]
+        if changed:
+            raise ValueError("The checkpoint to resume was trained with another optimizer setup: " + "; ".join(changed)
+                             + ". Its optimizer state does not fit this one. Resume with these set as in the "
+                             "checkpoint, or start a new run from its weights (--model.pretrained on its export).")
 
     def _check_head_names(self, checkpoint: dict[str, typing.Any]) -> None:
         """A checkpoint from before the architecture was stored: at least its head's parameters must be this head's

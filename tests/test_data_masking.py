@@ -10,6 +10,7 @@ from lightning.fabric.utilities.data import _set_sampler_epoch
 
 from data import MLMCollator, MLMDataModule, save_tokenizer, train_tokenizer
 from data.masking import keyed_uniform
+from data.sources import DataError
 
 
 @pytest.fixture(scope="module")
@@ -226,3 +227,40 @@ def test_masks_are_the_same_with_workers_kept_across_epochs_and_after_a_resume(m
     resumed.load_state_dict(stopped.state_dict())
     rest_of_epoch_1, epoch_2 = epochs(resumed, 1, 3)
     assert [taken + rest_of_epoch_1, epoch_2] == reference[1:]
+
+
+def replacement_shares(loader, mask_token_id: int) -> tuple[float, float, float]:
+    """Of the tokens chosen for prediction: the shares replaced by the mask token, by another token, and unchanged."""
+    counts = torch.zeros(3)
+    for batch in loader:
+        chosen = batch["labels"] != -100
+        given, original = batch["input_ids"][chosen], batch["labels"][chosen]
+        as_mask = given == mask_token_id
+        counts += torch.tensor([as_mask.sum(), (~as_mask & (given != original)).sum(), (given == original).sum()])
+    return tuple((counts / counts.sum()).tolist())
+
+
+@pytest.mark.parametrize(("mask", "random"), [(1.0, 0.0), (0.0, 1.0), (0.5, 0.3)])
+def test_replacement_probabilities_reach_the_training_masks(mask, random, minilm_tokenizer, wiki_lines, tmp_path):
+    """data.mask_replace_probability / random_replace_probability (transformers' names, without the abbreviation)
+    share out the chosen training tokens; validation masks keep BERT's 80/10/10, as they keep their rate."""
+    corpus = write_corpus(tmp_path, wiki_lines[:300])
+    folder = str(save_tokenizer(minilm_tokenizer, tmp_path / "tok"))
+    dm = MLMDataModule(folder, train_files=[corpus], val_files=[corpus], max_length=64, batch_size=16,
+                       cache_dir=str(tmp_path), mask_replace_probability=mask, random_replace_probability=random)
+    dm.setup("fit")
+    as_mask, replaced, unchanged = replacement_shares(dm.train_dataloader(), minilm_tokenizer.mask_token_id)
+    # A random replacement equals the original token once in ~30k (MiniLM's vocabulary).
+    assert as_mask == pytest.approx(mask, abs=0.02 if 0 < mask < 1 else 0)
+    assert replaced == pytest.approx(random, abs=0.02 if 0 < random < 1 else 0.001)
+    assert unchanged == pytest.approx(1 - mask - random, abs=0.02 if 0 < mask < 1 else 0.001)
+    val = replacement_shares(dm.val_dataloader(), minilm_tokenizer.mask_token_id)
+    assert val == pytest.approx((0.8, 0.1, 0.1), abs=0.02)
+
+
+def test_replacement_probabilities_out_of_range_are_refused_by_name(tmp_path):
+    for mask, random in ((0.9, 0.2), (-0.1, 0.5), (0.5, 1.5)):
+        with pytest.raises(DataError, match=rf"data.mask_replace_probability={mask} and "
+                                            rf"data.random_replace_probability={random} .* sum at most 1"):
+            MLMDataModule(str(tmp_path), train_files=[str(tmp_path / "x.txt")], mask_replace_probability=mask,
+                          random_replace_probability=random)

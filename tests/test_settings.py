@@ -33,6 +33,7 @@ from tasks.base import EncoderSpec
 from tasks.classification import SequenceClassification
 from tasks.run.checkpoints import BestCheckpoint, LastCheckpoint
 from tasks.run.cli import LitbertCLI, make_cli
+from tasks.run.early_stopping import EarlyStopping
 from tasks.run.errors import condense_parse_error, own_error
 from tasks.run.folders import RunFolderError
 from tasks.run.results import finite_or_none
@@ -192,7 +193,8 @@ def fingerprint(cli: LitbertCLI, batches: bool = True) -> Any:
     data_state = {k: v for k, v in vars(data).items() if k not in arguments}
     data_state["cache_path"] = data.cache_path  # where tokenized caches are read and written
     return summary({"model": cli.model, "task": model_state, "data": data_state, "batches": batches,
-                    "callbacks": [c for c in cli.trainer.callbacks if isinstance(c, (LastCheckpoint, BestCheckpoint))],
+                    "callbacks": [c for c in cli.trainer.callbacks
+                                  if isinstance(c, (LastCheckpoint, BestCheckpoint, EarlyStopping))],
                     "random": torch.rand(4)})
 
 
@@ -221,7 +223,7 @@ ENCODER_VALUES = {"preset": "bert-mini", "vocab_size": 40000, "hidden_size": 64,
 SECOND_ENCODER_VALUES = {"preset": "bert-small", "position": "alibi", "norm_placement": "post", "norm": "layernorm",
                          "activation": "gelu", "hidden_dropout": 0.3, "attention_dropout": 0.3, "bias": True,
                          "num_layers": 3, "hidden_size": 96, "num_heads": 3, "intermediate_size": 384}
-CHOICES = {"pooling": "mean", "pooler_activation": "relu", "schedule": "cosine",
+CHOICES = {"pooling": "mean", "pooler_activation": "relu", "schedule": "cosine", "optimizer": "adam",
            "truncation": {"longest_first": "error", "head": "tail", "head+tail": "head"},
            "packing": "segments", "masking": "static", "tag_scheme": "iob2", "task": "wnli", "kind": "byte_level_bpe"}
 
@@ -235,7 +237,8 @@ def alternative(key: str, value: Any, assets: dict[str, str]) -> Any:
              "every_n_steps": 5, "max_documents": 20, "max_val_documents": 3, "dataset_config": "plain_text",
              "skip_labels": ["neg"], "val_split": "validation", "text_column": "review", "label_column": "stars",
              "lowercase": False, "alpha_kd": 0.3, "temperature": 3.0, "decay": 0.1,
-             "metrics": ["f1", "accuracy"], "pretrained_layers": "every_other",
+             "metrics": ["f1", "accuracy"], "pretrained_layers": "every_other", "layer_decay": 0.8,
+             "optimizer_args": {"amsgrad": True}, "patience": 2,
              "predict_file": "{tmp}/new.csv"}  # read by `train.py predict` only: a training run refuses it
     if name in CHOICES:
         choice = CHOICES[name]
@@ -259,7 +262,7 @@ def alternative(key: str, value: Any, assets: dict[str, str]) -> Any:
 FAMILIES = {
     # name: (config, base overrides, the key prefixes walked)
     "glue": ("configs/glue/rte.yaml", lambda a: ["--model.pretrained", a["tiny"]],
-             ("model.init_args.", "data.init_args.", "checkpoint.", "seed_everything")),
+             ("model.init_args.", "data.init_args.", "checkpoint.", "early_stopping.", "seed_everything")),
     "sentiment": ("configs/sentiment/imdb.yaml", lambda a: [
         "--model.pretrained", a["tiny"], "--data.dataset", "null", "--data.train_file", a["sentiment_a_train"],
         "--data.val_file", a["sentiment_a_val"], "--data.test_file", a["sentiment_a_test"], "--data.text_columns",

@@ -7,6 +7,7 @@
 - `checkpoints`: the newest training state (exact resume) and the best checkpoint;
 - `checkpoint_io`: atomic checkpoint files, read without unpickling code;
 - `fsdp`: the FSDP strategy, wrapping the task once per run;
+- `early_stopping`: stopping once the task's metric stops improving (`--early_stopping.patience`);
 - `signals`: stopping on SIGTERM, SIGINT and SLURM's requeue signal;
 - `tracking`: Weights & Biases, the saved config, attention maps;
 - `throughput`: tokens/s, samples/s and MFU during training;

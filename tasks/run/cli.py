@@ -1,6 +1,7 @@
 """litbert's command line: LightningCLI over the constructors of the task (`--model`), the datamodule (`--data`)
 and Lightning's `Trainer` (`--trainer`), plus `--checkpoint` (`tasks.run.checkpoints.LastCheckpoint`: how often the
-newest training state is saved) and the run's own settings (`--ckpt_path`, `--export`, `--predict`, ...). Several
+newest training state is saved), `--early_stopping` (`tasks.run.early_stopping.EarlyStopping`: stop once the task's
+metric stops improving) and the run's own settings (`--ckpt_path`, `--export`, `--predict`, ...). Several
 `--config` files compose, later ones and flags winning (`tasks.run.configs`). Values that come from the data
 (vocabulary size, labels, metrics, validation sets) are linked into the task, not repeated.
 
@@ -42,6 +43,7 @@ from tasks.base import EncoderTask, validation_prefixes
 from tasks.run.checkpoint_io import SafeCheckpointIO, load_checkpoint_file
 from tasks.run.checkpoints import BestCheckpoint, LastCheckpoint, ValidateFinalStep, data_seed, resume_path
 from tasks.run.configs import expand
+from tasks.run.early_stopping import EarlyStopping
 from tasks.run.folders import check_run_folder, export_path, run_root
 from tasks.run.fsdp import check_strategy, register
 from tasks.run.precision import choose_precision
@@ -109,6 +111,8 @@ class LitbertCLI(LightningCLI):
                             help="Replace the run already in default_root_dir (its checkpoints, metrics.json, "
                                  "config.yaml and exported model) instead of stopping.")
         parser.add_lightning_class_args(LastCheckpoint, "checkpoint")
+        # Built always, added to the trainer only when patience is set (`instantiate_trainer`).
+        parser.add_class_arguments(EarlyStopping, "early_stopping", instantiate=True)
         # Every run tracks to W&B unless its config or command line says otherwise (`--trainer.logger false`,
         # `CSVLogger`): one place for it, not a block in each config.
         parser.set_defaults({"trainer.logger": {"class_path": WANDB_LOGGER}})
@@ -232,6 +236,9 @@ class LitbertCLI(LightningCLI):
         elif not any(isinstance(callback, ModelCheckpoint) for callback in callbacks):
             metric, mode = self.model.monitor
             callbacks.append(BestCheckpoint(metric, mode, dirpath=str(root / "checkpoints")))
+        early_stopping = self.config_init.early_stopping
+        if early_stopping.patience is not None:  # on the task's metric, the one BestCheckpoint picks by
+            callbacks.append(early_stopping)
         if not any(isinstance(callback, Throughput) for callback in callbacks):
             callbacks.append(Throughput())
         if trainer_config.get("enable_progress_bar") is not False and find_spec("rich") is not None \

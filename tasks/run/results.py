@@ -30,13 +30,16 @@ def finite_or_none(metrics: dict[str, float]) -> dict[str, float | None]:
 
 
 def print_summary(trainer: L.Trainer, config_path: Path, best: str, export_dir: Path | None,
-                  predictions: list[Path], metrics_path: Path, pushed: str | None = None) -> None:
-    """Rank 0's closing lines: the resolved config, the checkpoints, the export and where it was pushed, the
-    predictions, the W&B run and metrics.json. Ends the W&B run."""
+                  predictions: list[Path], metrics_path: Path, pushed: str | None = None,
+                  stopped_early: str | None = None) -> None:
+    """Rank 0's closing lines: the resolved config, the checkpoints, why training stopped early (where it did), the
+    export and where it was pushed, the predictions, the W&B run and metrics.json. Ends the W&B run."""
     last = next((c.last_path for c in trainer.callbacks if isinstance(c, LastCheckpoint)), None)
     print(f"litbert: resolved config  {config_path}")
     print(f"litbert: best checkpoint  {best or '(none saved: no validation during fit; final weights used)'}")
     print(f"litbert: last checkpoint  {last or '(none saved)'}")
+    if stopped_early is not None:
+        print(f"litbert: stopped early    {stopped_early}")
     if export_dir is not None:
         kind = "litbert format: this configuration has no transformers equivalent" \
             if (export_dir / LITBERT_CONFIG).exists() else "transformers format"
