@@ -65,6 +65,22 @@ def test_a_resumed_run_keeps_counting_validations_without_improvement(env, tmp_p
     assert "litbert: stopping early at step 15" in capsys.readouterr().out
 
 
+def test_a_run_stops_early_only_where_patience_is_given(env, tmp_path):
+    """Unset, there is no early stopping at all (Lightning's patience 0 would stop at the first validation that does
+    not improve); given, the callback watches the task's metric with that patience."""
+    from tasks.run.cli import make_cli
+
+    def early(*overrides: str) -> list[EarlyStopping]:
+        cli = make_cli(["--config", "configs/quickstart.yaml", "--trainer.default_root_dir", str(tmp_path),
+                        "--data.tokenizer", MINILM, "--data.train_tokenizer", "null", "--trainer.logger", "false",
+                        *overrides])
+        return [c for c in cli.trainer.callbacks if isinstance(c, EarlyStopping)]
+
+    assert early() == []
+    (stopping,) = early("--early_stopping.patience", "3")
+    assert stopping.patience == 3
+
+
 def test_early_stopping_without_validation_or_patience_is_refused():
     model = MaskedLM(encoder=TINY, vocab_size=64, optimization=Optimization(learning_rate=1e-3, warmup=1))
     with pytest.raises(ValueError, match=r"--early_stopping.patience 2 stops the run when val/loss stops improving, "

@@ -237,7 +237,7 @@ class LitbertCLI(LightningCLI):
             metric, mode = self.model.monitor
             callbacks.append(BestCheckpoint(metric, mode, dirpath=str(root / "checkpoints")))
         early_stopping = self.config_init.early_stopping
-        if early_stopping.patience is not None:  # on the task's metric, the one BestCheckpoint picks by
+        if early_stopping.requested:  # on the task's metric, the one BestCheckpoint picks by
             callbacks.append(early_stopping)
         if not any(isinstance(callback, Throughput) for callback in callbacks):
             callbacks.append(Throughput())

@@ -38,6 +38,7 @@ class EarlyStopping(LightningEarlyStopping):
         # The metric is the task's, known in `setup`.
         super().__init__(monitor="", min_delta=min_delta, patience=patience or 0, check_finite=False,
                          check_on_train_epoch_end=False)
+        self.requested = patience is not None  # Lightning's `patience` is 0 where unset, and 0 stops at once
         self.stopped_step: int | None = None
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
