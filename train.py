@@ -6,8 +6,9 @@ machinery, one module a job.
 
 One run: fit (or resume with `--ckpt_path`), validate the best checkpoint, test it where the data has labelled
 test sets, export the trained model with `save_pretrained` (to `<default_root_dir>/model` unless `--export_dir`
-says otherwise; `--export false` skips it), write every final metric to `<default_root_dir>/metrics.json`, and
-predict the unlabelled test sets (GLUE's) into `<default_root_dir>/submission` (`--predict false` skips it).
+says otherwise, in the format of `--export_format`; `--export false` skips it), write every final metric to
+`<default_root_dir>/metrics.json`, and predict the unlabelled test sets (GLUE's) into `<default_root_dir>/submission`
+(`--predict false` skips it).
 
 A run that does not finish says so and exits non-zero: 128 + the signal number when stopped by a signal (with the
 checkpoint to resume from), 1 when training diverges or fails, 2 when the configuration, data or a checkpoint is
@@ -27,7 +28,7 @@ from tasks.base import DivergenceError
 from tasks.run.checkpoints import LastCheckpoint
 from tasks.run.cli import LitbertCLI, make_cli
 from tasks.run.errors import exit_status
-from tasks.run.export import export
+from tasks.run.export import check_export_format, export
 from tasks.run.folders import export_path
 from tasks.run.predict import predict_test_sets
 from tasks.run.results import print_summary, write_metrics
@@ -46,6 +47,8 @@ def run(cli: LitbertCLI) -> dict[str, float]:
 def _run(cli: LitbertCLI, signals: LateSignals) -> dict[str, float]:
     trainer, model, data, config = cli.trainer, cli.model, cli.datamodule, cli.config
     data.check_model(model.encoder.config)  # positions and vocabulary big enough, before any training
+    if config.export:
+        check_export_format(model, config.export_format)
     tests = getattr(data, "has_test_split", True) and is_overridden("test_dataloader", data) \
         and is_overridden("test_step", model)
     predicts = config.predict and callable(getattr(data, "write_submission", None))
@@ -81,7 +84,7 @@ def _run(cli: LitbertCLI, signals: LateSignals) -> dict[str, float]:
     root = Path(trainer.default_root_dir)
     signals.check(trainer)
     if config.export:
-        export(trainer, model, export_path(config), data.tokenizer)
+        export(trainer, model, export_path(config), data.tokenizer, config.export_format)
     signals.check(trainer)
     if trainer.is_global_zero:  # before predicting: the run's results are kept whatever prediction meets
         write_metrics(root / "metrics.json", metrics)

@@ -629,10 +629,14 @@ def _mismatches(config: EncoderConfig, layout: Layout, kind: str | None = None,
     return reasons
 
 
-def transformers_layout(config: EncoderConfig, kind: str | None = None,
-                        head_options: dict[str, Any] | None = None) -> Layout:
+SAVE_INSTEAD = "Save it with format='litbert' (or 'auto') instead."
+
+
+def transformers_layout(config: EncoderConfig, kind: str | None = None, head_options: dict[str, Any] | None = None,
+                        instead: str = SAVE_INSTEAD) -> Layout:
     """The first family of EXPORT_FAMILIES that expresses `config` (and a head of `kind` with `head_options`)
-    exactly; `ValueError` saying, for the closest family, what it cannot express."""
+    exactly; `ValueError` saying, for the closest family, what it cannot express (each setting with the family's
+    value), then `instead`: the way on."""
     found = {name: _mismatches(config, LAYOUTS[name], kind, head_options) for name in EXPORT_FAMILIES}
     for name, reasons in found.items():
         if not reasons:
@@ -640,9 +644,14 @@ def transformers_layout(config: EncoderConfig, kind: str | None = None,
     closest = min(found, key=lambda name: len(found[name]))
     raise ValueError(
         "This configuration has no transformers equivalent: " + "; ".join(found[closest])
-        + f" (the closest family is {LAYOUTS[closest].class_prefix}). Save it with format='litbert' (or 'auto') "
-        "instead."
+        + f" (the closest family is {LAYOUTS[closest].class_prefix}). {instead}"
     )
+
+
+def export_layout(encoder: nn.Module, head: nn.Module | None = None, instead: str = SAVE_INSTEAD) -> Layout:
+    """The transformers family `save_checkpoint(encoder, head=head, format="transformers")` writes; the
+    `transformers_layout` error where none holds them, checkable before a model is trained."""
+    return transformers_layout(encoder.config, _head_kind(head), _head_options(head), instead)
 
 
 def _transformers_config(config: EncoderConfig, layout: Layout, architecture: str, extra: dict) -> dict[str, Any]:

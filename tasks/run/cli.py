@@ -34,6 +34,7 @@ from tasks.base import EncoderTask, validation_prefixes
 from tasks.run.checkpoint_io import SafeCheckpointIO, load_checkpoint_file
 from tasks.run.checkpoints import BestCheckpoint, LastCheckpoint, ValidateFinalStep, data_seed, resume_path
 from tasks.run.configs import expand
+from tasks.run.export import ExportFormat
 from tasks.run.folders import check_run_folder, run_root
 from tasks.run.precision import choose_precision
 from tasks.run.progress import ProgressBar
@@ -66,6 +67,10 @@ class LitbertCLI(LightningCLI):
                             help="Save the trained model with save_pretrained at the end of the run.")
         parser.add_argument("--export_dir", type=str | None, default=None,
                             help="Where to export the model; by default <trainer.default_root_dir>/model.")
+        parser.add_argument("--export_format", type=ExportFormat, default="auto",
+                            help="The export's format: transformers' where the model has a transformers equivalent "
+                                 "and litbert's otherwise (auto), transformers' or the run is refused before it "
+                                 "trains (transformers), or litbert's own (litbert).")
         parser.add_argument("--predict", type=bool, default=True,
                             help="Predict the unlabelled test sets of the data (GLUE) with the best checkpoint and "
                                  "write the files the benchmark's server takes to <default_root_dir>/submission.")
@@ -98,6 +103,9 @@ class LitbertCLI(LightningCLI):
                                 for _, target, _ in DATA_LINKS if target.rsplit(".", 1)[-1] in model}
         if config.export_dir is not None and not config.export:
             raise ValueError(f"--export_dir {config.export_dir} says where to export, but --export is false; drop one.")
+        if config.export_format != "auto" and not config.export:
+            raise ValueError(f"--export_format {config.export_format} says how to export, but --export is false; drop "
+                             f"one.")
         if config.overwrite and config.ckpt_path is not None:
             raise ValueError("--overwrite replaces a finished or abandoned run, but --ckpt_path resumes one in place; "
                              "drop one of them.")

@@ -1,21 +1,35 @@
 """The trained model saved for use outside litbert: `EncoderTask.export` (transformers' `save_pretrained` format
-where the configuration has a transformers equivalent, litbert's own otherwise) into `<default_root_dir>/model` or
-`--export_dir`, with the tokenizer beside it. Weights holding NaN or infinity are refused, not exported."""
+where the configuration has a transformers equivalent, litbert's own otherwise; `--export_format` chooses one) into
+`<default_root_dir>/model` or `--export_dir`, with the tokenizer beside it. A format the model cannot take is refused
+before training (`check_export_format`); weights holding NaN or infinity are refused, not exported."""
 
 from __future__ import annotations
 
 import inspect
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import lightning as L
 import torch
 from lightning.pytorch.strategies import FSDPStrategy
 
+from encoders.checkpoints import export_layout
 from tasks.base import DivergenceError, EncoderTask
 
+ExportFormat = Literal["auto", "transformers", "litbert"]  # encoders.checkpoints.save_checkpoint's `format`
 
-def export(trainer: L.Trainer, model: EncoderTask, directory: Path, tokenizer: Any) -> None:
+
+def check_export_format(model: EncoderTask, format: ExportFormat) -> None:
+    """Refuse `--export_format transformers` for a model transformers has no equivalent of, naming the settings
+    that differ and the family's values, before the run trains it."""
+    if format == "transformers":
+        export_layout(model.encoder, model.head, instead=(
+            "--export_format transformers cannot be honoured: set those model.encoder / head settings to the "
+            "family's values, or export with --export_format auto (litbert's format for such a model)."))
+
+
+def export(trainer: L.Trainer, model: EncoderTask, directory: Path, tokenizer: Any,
+           format: ExportFormat = "auto") -> None:
     """`model.export` on rank 0. Under FSDP the parameters are sharded across ranks: every rank takes part in
     gathering the full weights (the strategy's state dict), and rank 0 exports them from an unsharded copy."""
     if isinstance(trainer.strategy, FSDPStrategy):
@@ -26,7 +40,7 @@ def export(trainer: L.Trainer, model: EncoderTask, directory: Path, tokenizer: A
         model.load_state_dict(state)
     if trainer.is_global_zero:
         check_finite(model)
-        model.export(directory, tokenizer)
+        model.export(directory, tokenizer, format)
 
 
 def rebuild(model: EncoderTask) -> EncoderTask:
