@@ -124,10 +124,13 @@ def _modernbert_keys(hf: dict[str, Any], source: str) -> dict[str, Any]:
 
 
 def _modernbert_entries(config: EncoderConfig) -> dict[str, Any]:
-    """Both spellings, for transformers 4 (flat keys) and 5 (nested)."""
+    """Both spellings, for transformers 4 (flat keys) and 5 (nested). The special-token ids are left unset:
+    ModernBertConfig's defaults are ModernBERT's own tokenizer's (50281, 50282), outside any other vocabulary (which
+    transformers warns of on every load), the model never reads them, and the tokenizer saved beside it has its own."""
     local_base = config.local_rope_base or config.rope_base
     types = ["full_attention" if config.is_global(i) else "sliding_attention" for i in range(config.num_layers)]
-    return {"layer_types": types, "global_attn_every_n_layers": config.global_every,
+    return {**dict.fromkeys(("bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id")),
+            "layer_types": types, "global_attn_every_n_layers": config.global_every,
             "local_attention": 2 * config.local_window if config.local_window else 128,
             "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": config.rope_base},
                                 "sliding_attention": {"rope_type": "default", "rope_theta": local_base}},

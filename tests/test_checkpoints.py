@@ -341,6 +341,8 @@ def test_a_modernbert_shaped_model_exports_as_transformers_modernbert(tmp_path, 
     theirs = getattr(transformers, architecture).from_pretrained(tmp_path, attn_implementation=attention).eval()
     assert theirs.config.layer_types == ["full_attention", "sliding_attention"] * 2
     assert theirs.config.sliding_window == 3
+    # no special-token ids of ModernBERT's own vocabulary (50281, ...) in one of 101 tokens
+    assert (theirs.config.cls_token_id, theirs.config.sep_token_id, theirs.config.bos_token_id) == (None,) * 3
     ids, mask, _ = inputs("modernbert", 0)
     with torch.no_grad():
         output = theirs(input_ids=ids, attention_mask=mask)
