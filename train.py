@@ -6,10 +6,10 @@ machinery, one module a job.
 
 One run: print where its data comes from, fit (or resume with `--ckpt_path`), validate the best checkpoint, test it
 where the data has labelled test sets, export the trained model with `save_pretrained` (to `<default_root_dir>/model`
-unless `--export_dir` says otherwise; `--export false` skips it) with a model card (README.md), write every final
-metric to `<default_root_dir>/metrics.json`, predict the unlabelled test sets (GLUE's) into
-`<default_root_dir>/submission` (`--predict false` skips it), and upload the export to the Hugging Face Hub where
-`--push_to_hub org/name` asks.
+unless `--export_dir` says otherwise, in the format of `--export_format`; `--export false` skips it) with a model
+card (README.md), write every final metric to `<default_root_dir>/metrics.json`, predict the unlabelled test sets
+(GLUE's) into `<default_root_dir>/submission` (`--predict false` skips it), and upload the export to the Hugging
+Face Hub where `--push_to_hub org/name` asks.
 
 `python train.py predict --config <run>/config.yaml --model.pretrained <run>/model --data.predict_file FILE --output
 FILE` predicts a file of new inputs with a trained model instead, a line per input in the file's order (label and
@@ -35,7 +35,7 @@ from tasks.run.checkpoints import LastCheckpoint
 from tasks.run.cli import LitbertCLI, make_cli
 from tasks.run.early_stopping import EarlyStopping
 from tasks.run.errors import exit_status
-from tasks.run.export import export
+from tasks.run.export import check_export_format, export
 from tasks.run.folders import export_path
 from tasks.run.predict import check_trained_head, predict_file, predict_test_sets
 from tasks.run.publish import push, write_card
@@ -55,6 +55,8 @@ def run(cli: LitbertCLI) -> dict[str, float]:
 def _run(cli: LitbertCLI, signals: LateSignals) -> dict[str, float]:
     trainer, model, data, config = cli.trainer, cli.model, cli.datamodule, cli.config
     data.check_model(model.encoder.config)  # positions and vocabulary big enough, before any training
+    if config.export:
+        check_export_format(model, config.export_format)
     if trainer.is_global_zero:
         replaced = f" (replacing the config's {', '.join(cli.replaced_source)})" if cli.replaced_source else ""
         print(f"litbert: data from {data.describe_source()}{replaced}", flush=True)
@@ -98,7 +100,7 @@ def _run(cli: LitbertCLI, signals: LateSignals) -> dict[str, float]:
     root = Path(trainer.default_root_dir)
     signals.check(trainer)
     if config.export:
-        export(trainer, model, export_path(config), data.tokenizer,
+        export(trainer, model, export_path(config), data.tokenizer, config.export_format,
                card=lambda exported: write_card(export_path(config), exported, cli, metrics, trainer))
     signals.check(trainer)
     if trainer.is_global_zero:  # before predicting: the run's results are kept whatever prediction meets

@@ -125,10 +125,13 @@ def _modernbert_keys(hf: dict[str, Any], source: str) -> dict[str, Any]:
 
 
 def _modernbert_entries(config: EncoderConfig) -> dict[str, Any]:
-    """Both spellings, for transformers 4 (flat keys) and 5 (nested)."""
+    """Both spellings, for transformers 4 (flat keys) and 5 (nested). The special-token ids are left unset:
+    ModernBertConfig's defaults are ModernBERT's own tokenizer's (50281, 50282), outside any other vocabulary (which
+    transformers warns of on every load), the model never reads them, and the tokenizer saved beside it has its own."""
     local_base = config.local_rope_base or config.rope_base
     types = ["full_attention" if config.is_global(i) else "sliding_attention" for i in range(config.num_layers)]
-    return {"layer_types": types, "global_attn_every_n_layers": config.global_every,
+    return {**dict.fromkeys(("bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id")),
+            "layer_types": types, "global_attn_every_n_layers": config.global_every,
             "local_attention": 2 * config.local_window if config.local_window else 128,
             "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": config.rope_base},
                                 "sliding_attention": {"rope_type": "default", "rope_theta": local_base}},
@@ -627,10 +630,14 @@ def _mismatches(config: EncoderConfig, layout: Layout, kind: str | None = None,
     return reasons
 
 
-def transformers_layout(config: EncoderConfig, kind: str | None = None,
-                        head_options: dict[str, Any] | None = None) -> Layout:
+SAVE_INSTEAD = "Save it with format='litbert' (or 'auto') instead."
+
+
+def transformers_layout(config: EncoderConfig, kind: str | None = None, head_options: dict[str, Any] | None = None,
+                        instead: str = SAVE_INSTEAD) -> Layout:
     """The first family of EXPORT_FAMILIES that expresses `config` (and a head of `kind` with `head_options`)
-    exactly; `ValueError` saying, for the closest family, what it cannot express."""
+    exactly; `ValueError` saying, for the closest family, what it cannot express (each setting with the family's
+    value), then `instead`: the way on."""
     found = {name: _mismatches(config, LAYOUTS[name], kind, head_options) for name in EXPORT_FAMILIES}
     for name, reasons in found.items():
         if not reasons:
@@ -638,9 +645,14 @@ def transformers_layout(config: EncoderConfig, kind: str | None = None,
     closest = min(found, key=lambda name: len(found[name]))
     raise ValueError(
         "This configuration has no transformers equivalent: " + "; ".join(found[closest])
-        + f" (the closest family is {LAYOUTS[closest].class_prefix}). Save it with format='litbert' (or 'auto') "
-        "instead."
+        + f" (the closest family is {LAYOUTS[closest].class_prefix}). {instead}"
     )
+
+
+def export_layout(encoder: nn.Module, head: nn.Module | None = None, instead: str = SAVE_INSTEAD) -> Layout:
+    """The transformers family `save_checkpoint(encoder, head=head, format="transformers")` writes; the
+    `transformers_layout` error where none holds them, checkable before a model is trained."""
+    return transformers_layout(encoder.config, _head_kind(head), _head_options(head), instead)
 
 
 def _transformers_config(config: EncoderConfig, layout: Layout, architecture: str, extra: dict) -> dict[str, Any]:

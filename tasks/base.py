@@ -639,10 +639,11 @@ class EncoderTask(L.LightningModule):
         """The head's label names in id order, stored with an exported classifier."""
         return None
 
-    def export(self, directory: str | Path, tokenizer=None) -> Path:
-        """Save the trained encoder and head with `save_pretrained` (transformers format whenever it can express
-        the configuration) and the tokenizer beside them, so the folder is a `--model.pretrained` of its own."""
-        path = self.encoder.save_pretrained(directory, head=self.head, label_names=self.export_labels())
+    def export(self, directory: str | Path, tokenizer=None, format: str = "auto") -> Path:
+        """Save the trained encoder and head with `save_pretrained` (`format` "auto": transformers format whenever it
+        can express the configuration) and the tokenizer beside them, so the folder is a `--model.pretrained` of its
+        own."""
+        path = self.encoder.save_pretrained(directory, head=self.head, format=format, label_names=self.export_labels())
         if tokenizer is not None:
             tokenizer.save_pretrained(str(path))
         return path

@@ -303,6 +303,106 @@ def test_modernbert_preset_exports_to_transformers_and_back(tmp_path):
         encoder.save_pretrained(tmp_path / "strict", head=classifier, format="transformers")
 
 
+def modernbert_shaped(**overrides) -> EncoderConfig:
+    """litbert's axes set as ModernBERT has them, from a BERT preset rather than `modernbert-base`: pre-norm
+    LayerNorms without bias (none before the first attention), RoPE, GeGLU, no biases, no token types; every second
+    layer global and the others within 3 tokens of the 17-token `inputs`, with their own RoPE base."""
+    return EncoderConfig.from_name("bert-tiny", **{
+        **dict(num_layers=4, hidden_size=32, num_heads=4, intermediate_size=40, vocab_size=101, type_vocab_size=0,
+               position="rope", rope_base=5_000.0, local_rope_base=500.0, local_window=3, global_every=2,
+               norm_placement="pre", norm="layernorm", first_attention_norm=False, norm_eps=1e-6,
+               activation="geglu", bias=False), **overrides})
+
+
+# head kind -> the transformers class its export is, and the head (ModernBERT's classifiers: GELU, a norm)
+MODERNBERT_HEADS = {
+    None: ("ModernBertModel", lambda config, encoder: None),
+    "mlm": ("ModernBertForMaskedLM", lambda config, encoder: MaskedLMHead(config, encoder.embeddings.word)),
+    "sequence_classification": ("ModernBertForSequenceClassification", lambda _, __: SequenceClassificationHead(
+        32, 3, pooling="mean", pooler_activation="gelu", pooler_bias=False, pooler_norm=True, norm_eps=1e-6)),
+    "token_classification": ("ModernBertForTokenClassification", lambda _, __: TokenClassificationHead(
+        32, 4, transform_activation="gelu", transform_bias=False, transform_norm=True, norm_eps=1e-6)),
+}
+
+
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+@pytest.mark.parametrize("kind", list(MODERNBERT_HEADS))
+def test_a_modernbert_shaped_model_exports_as_transformers_modernbert(tmp_path, kind, attention):
+    """A model whose settings are ModernBERT's is saved by format "auto" as transformers' ModernBERT class of its
+    head (the base model without one), which gives litbert's outputs in both of transformers' CPU attention
+    implementations, windowed layers included; it loads back into litbert unchanged."""
+    config = modernbert_shaped()
+    encoder = random_weights(Encoder(config))
+    architecture, build_head = MODERNBERT_HEADS[kind]
+    head = build_head(config, encoder)
+    head = random_weights(head) if head is not None else None
+    encoder.save_pretrained(tmp_path, head=head)
+    assert json.loads((tmp_path / "config.json").read_text())["architectures"] == [architecture]
+    assert not (tmp_path / "litbert.json").exists()
+    theirs = getattr(transformers, architecture).from_pretrained(tmp_path, attn_implementation=attention).eval()
+    assert theirs.config.layer_types == ["full_attention", "sliding_attention"] * 2
+    assert theirs.config.sliding_window == 3
+    # no special-token ids of ModernBERT's own vocabulary (50281, ...) in one of 101 tokens
+    assert (theirs.config.cls_token_id, theirs.config.sep_token_id, theirs.config.bos_token_id) == (None,) * 3
+    ids, mask, _ = inputs("modernbert", 0)
+    with torch.no_grad():
+        output = theirs(input_ids=ids, attention_mask=mask)
+        hidden = encoder(ids, mask)
+        if kind == "sequence_classification":
+            torch.testing.assert_close(head(hidden, mask), output.logits, atol=1e-5, rtol=0)
+        else:
+            ours, expected = (hidden, output.last_hidden_state) if head is None else (head(hidden), output.logits)
+            assert max_diff_on_real_tokens(ours, expected, mask) < 1e-5
+    reloaded = Encoder.from_pretrained(tmp_path)
+    assert reloaded.config == config
+    pairs = [(reloaded, encoder)]
+    if kind == "mlm":
+        pairs.append((MaskedLMHead.from_pretrained(tmp_path, reloaded), head))
+    elif kind is not None:
+        pairs.append((type(head).from_pretrained(tmp_path), head))
+        assert pairs[-1][0].options == head.options
+    for loaded, saved in pairs:
+        assert loaded.state_dict().keys() == saved.state_dict().keys()
+        for name, value in saved.state_dict().items():
+            torch.testing.assert_close(loaded.state_dict()[name], value, rtol=0, atol=0)
+
+
+def test_transformers_format_names_what_differs_from_the_closest_family(tmp_path):
+    """One setting from ModernBERT (the README job's RMSNorm before it took LayerNorm): "transformers" refuses,
+    naming each differing setting with the family's value; "auto" saves litbert's format."""
+    encoder = Encoder(modernbert_shaped(norm="rmsnorm", first_attention_norm=True))
+    with pytest.raises(ValueError, match=r"no transformers equivalent: norm='rmsnorm' \(ModernBert has 'layernorm'\); "
+                                         r"first_attention_norm=True \(ModernBert has False\) \(the closest family "
+                                         r"is ModernBert\)\. Save it with format='litbert'"):
+        encoder.save_pretrained(tmp_path / "strict", format="transformers")
+    assert (encoder.save_pretrained(tmp_path / "auto") / "litbert.json").exists()
+
+
+def test_a_modernbert_export_loads_with_transformers_and_sentence_transformers(tmp_path, minilm_tokenizer):
+    """The README job's export in small: a ModernBERT-shaped encoder and MLM head saved with a tokenizer loads with
+    `AutoModelForMaskedLM.from_pretrained` (litbert's logits) and embeds with sentence-transformers (the mean of
+    litbert's hidden states over each sentence's tokens)."""
+    from sentence_transformers import SentenceTransformer
+
+    config = modernbert_shaped(vocab_size=len(minilm_tokenizer))
+    encoder = random_weights(Encoder(config))
+    head = random_weights(MaskedLMHead(config, encoder.embeddings.word))
+    encoder.save_pretrained(tmp_path, head=head)
+    minilm_tokenizer.save_pretrained(str(tmp_path))
+    sentences = ["a quiet film that grows on you", "the plot never quite holds together, but the cast is a joy"]
+    batch = minilm_tokenizer(sentences, padding=True, return_tensors="pt")
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    assert mask[0].sum() < mask[1].sum() and mask[1].sum() > 3 * 2 + 1  # padding, and longer than a window
+    with torch.no_grad():
+        hidden = encoder(ids, mask)
+        theirs = transformers.AutoModelForMaskedLM.from_pretrained(tmp_path).eval()
+        assert max_diff_on_real_tokens(theirs(input_ids=ids, attention_mask=mask).logits, head(hidden), mask) < 1e-5
+    weights = mask.unsqueeze(-1).float()
+    expected = (hidden * weights).sum(dim=1) / weights.sum(dim=1)
+    embedder = SentenceTransformer(str(tmp_path), device="cpu")
+    torch.testing.assert_close(embedder.encode(sentences, convert_to_tensor=True), expected, atol=1e-5, rtol=0)
+
+
 def test_a_modernbert_student_keeps_layer_zero_first_and_each_layers_attention(tmp_path):
     """Layer 0 alone has no attention norm: a student may start from it or from another layer (which brings its
     norm), but may not move it later. Each kept layer attends as it did, globally or within its window; a choice of

@@ -516,6 +516,25 @@ def test_a_used_run_folder_is_never_silently_reused(glue, tmp_path):
         glue("--export", "false", "--export_dir", str(tmp_path / "elsewhere"), root=tmp_path / "fresh")
 
 
+def test_an_export_format_the_model_cannot_take_is_refused_before_training(glue, tmp_path):
+    """--export_format transformers for a model without a transformers equivalent (BERT with a mean-pooled
+    classifier) stops the run before it trains, naming the setting and the family's value; a format the model can
+    take is written as asked, litbert's even where transformers' would do."""
+    from tasks.run.export import export
+
+    cli = glue("--model.pooling", "mean", "--export_format", "transformers")
+    with pytest.raises(ValueError, match=r"pooling='mean' \(the Bert classifier's is 'cls'\) \(the closest family is "
+                                         r"Bert\)\. --export_format transformers cannot be honoured"):
+        train.run(cli)
+    assert cli.trainer.global_step == 0 and not (tmp_path / "run" / "checkpoints").exists()
+    for format, written in (("litbert", "litbert.json"), ("transformers", "config.json")):
+        cli = glue("--export_format", format)
+        export(cli.trainer, cli.model, tmp_path / format, None, cli.config.export_format)
+        assert [path.name for path in (tmp_path / format).glob("*.json")] == [written]
+    with pytest.raises(ValueError, match="--export_format litbert says how to export, but --export is false"):
+        glue("--export", "false", "--export_format", "litbert")
+
+
 def test_a_run_never_removes_or_writes_over_its_own_input(glue, tmp_path):
     """--overwrite removes the earlier run's files: where the checkpoint it fine-tunes (or its tokenizer) is the
     earlier run's export, the run is refused before anything is removed, as is an export into the input folder."""

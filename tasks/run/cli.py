@@ -44,6 +44,7 @@ from tasks.run.checkpoint_io import SafeCheckpointIO, load_checkpoint_file
 from tasks.run.checkpoints import BestCheckpoint, LastCheckpoint, ValidateFinalStep, data_seed, resume_path
 from tasks.run.configs import expand
 from tasks.run.early_stopping import EarlyStopping
+from tasks.run.export import ExportFormat
 from tasks.run.folders import check_run_folder, export_path, run_root
 from tasks.run.fsdp import check_strategy, register
 from tasks.run.precision import choose_precision
@@ -94,6 +95,10 @@ class LitbertCLI(LightningCLI):
                             help="Save the trained model with save_pretrained at the end of the run.")
         parser.add_argument("--export_dir", type=str | None, default=None,
                             help="Where to export the model; by default <trainer.default_root_dir>/model.")
+        parser.add_argument("--export_format", type=ExportFormat, default="auto",
+                            help="The export's format: transformers' where the model has a transformers equivalent "
+                                 "and litbert's otherwise (auto), transformers' or the run is refused before it "
+                                 "trains (transformers), or litbert's own (litbert).")
         parser.add_argument("--push_to_hub", type=str | None, default=None,
                             help="Upload the exported model, its tokenizer and model card to this Hugging Face Hub "
                                  "repo at the end of the run: org/name, or org/name@branch. Needs a token (HF_TOKEN "
@@ -148,6 +153,9 @@ class LitbertCLI(LightningCLI):
                                 for _, target, _ in DATA_LINKS if target.rsplit(".", 1)[-1] in model}
         if config.export_dir is not None and not config.export:
             raise ValueError(f"--export_dir {config.export_dir} says where to export, but --export is false; drop one.")
+        if config.export_format != "auto" and not config.export:
+            raise ValueError(f"--export_format {config.export_format} says how to export, but --export is false; drop "
+                             f"one.")
         if config.overwrite and config.ckpt_path is not None:
             raise ValueError("--overwrite replaces a finished or abandoned run, but --ckpt_path resumes one in place; "
                              "drop one of them.")

@@ -1,27 +1,40 @@
 """The trained model saved for use outside litbert: `EncoderTask.export` (transformers' `save_pretrained` format
-where the configuration has a transformers equivalent, litbert's own otherwise) into `<default_root_dir>/model` or
-`--export_dir`, with the tokenizer beside it. Weights holding NaN or infinity are refused, not exported."""
+where the configuration has a transformers equivalent, litbert's own otherwise; `--export_format` chooses one) into
+`<default_root_dir>/model` or `--export_dir`, with the tokenizer beside it. A format the model cannot take is refused
+before training (`check_export_format`); weights holding NaN or infinity are refused, not exported."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import lightning as L
 import torch
 from lightning.pytorch.strategies import FSDPStrategy
 from torch.distributed.fsdp import FullyShardedDataParallel
 
+from encoders.checkpoints import export_layout
 from tasks.base import DivergenceError, EncoderTask
+
+ExportFormat = Literal["auto", "transformers", "litbert"]  # encoders.checkpoints.save_checkpoint's `format`
+
+def check_export_format(model: EncoderTask, format: ExportFormat) -> None:
+    """Refuse `--export_format transformers` for a model transformers has no equivalent of, naming the settings
+    that differ and the family's values, before the run trains it."""
+    if format == "transformers":
+        export_layout(model.encoder, model.head, instead=(
+            "--export_format transformers cannot be honoured: set those model.encoder / head settings to the "
+            "family's values, or export with --export_format auto (litbert's format for such a model)."))
+
 
 
 def export(trainer: L.Trainer, model: EncoderTask, directory: Path, tokenizer: Any,
-           card: Callable[[EncoderTask], Any] | None = None) -> None:
-    """`model.export` on rank 0, then `card(model)` (the model card, which counts the full parameters). Under FSDP
-    each rank holds a shard of every parameter: every rank takes part in gathering the full weights, which rank 0
-    alone receives, and the task's parameters are those weights while it exports (FSDP's `summon_full_params`)."""
+           format: ExportFormat = "auto", card: Callable[[EncoderTask], Any] | None = None) -> None:
+    """`model.export` in `format` on rank 0, then `card(model)` (the model card, which counts the full parameters).
+    Under FSDP each rank holds a shard of every parameter: every rank takes part in gathering the full weights, which
+    rank 0 alone receives, and the task's parameters are those weights while it exports (`summon_full_params`)."""
     # Gathered into host memory, so that rank 0's GPU need not hold a second copy; on the CPU they are there already
     # (and torch 2.13's FSDP, asked to move them there, frees the storage it was to move).
     offload = trainer.strategy.root_device.type != "cpu"
@@ -31,7 +44,7 @@ def export(trainer: L.Trainer, model: EncoderTask, directory: Path, tokenizer: A
     with gathered:
         if trainer.is_global_zero:
             check_finite(model)
-            model.export(directory, tokenizer)
+            model.export(directory, tokenizer, format)
             if card is not None:
                 card(model)
 
