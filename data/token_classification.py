@@ -1,4 +1,14 @@
-"""Token classification (NER, chunking, POS): CoNLL-2003 or any CoNLL-style column file.
+"""Token classification (NER, chunking, POS): CoNLL-2003 or any CoNLL-style column file, a hub dataset of words and
+tags (the hub's `conll2003`, `wnut_17`), or JSON lines of `{"tokens": [...], "tags": [...]}`.
+
+Sources. A column file holds a word a line (`word_column`, `label_column` are column numbers), blank lines between
+sentences. A hub dataset (`dataset`, with `dataset_config`) and a `.json`/`.jsonl` file hold a sentence a row, whose
+fields (`word_column`, `label_column` are field names) are a list of words and a list of tags: tag names, or ids
+that a hub `ClassLabel` feature names (`features[tag].feature.names`, which then give the default label order, as
+run_ner has it) or that `label_names` names. Unset, the fields are `tokens` and, for the tags, `ner_tags` in a hub
+dataset (conll2003's and wnut_17's name) and `tags` in JSON lines. A row whose fields are no lists, differ in length,
+hold no words or hold a tag outside the label set is an error naming the file and line (hub: dataset, split and row)
+and the field.
 
 Words are split into sub-tokens; the word's label goes on its first sub-token and the others get -100, as in
 BERT's NER setup (Devlin et al., 2019, section 5.3), or on every sub-token (`label_all_subtokens`). Sentences with
@@ -42,14 +52,17 @@ from data.sources import (
     describe_files,
     file_identity,
     fingerprint,
+    load_hub_split,
     local_split_file,
     read_conll,
+    read_json_records,
 )
 from encoders.choices import check_choice
 
 log = logging.getLogger(__name__)
 
 TagScheme = Literal["auto", "iob1", "iob2", "none"]
+TABLE_SUFFIXES = (".json", ".jsonl")  # files of rows (a sentence a row); any other is a column file
 
 
 def _chunk_type(tag: str) -> str | None:
@@ -78,23 +91,64 @@ def iob1_to_iob2(tags: list[str]) -> list[str]:
     return out
 
 
+def row_tags(words: Any, tags: Any, fields: tuple[str, str], id_names: list[str] | None) -> list[str]:
+    """The tag names of one row of words and tags (none where `tags` is None), its tags given by name or by an id
+    that `id_names` names; a `DataError` says what is wrong with the row, the caller where it is."""
+    for field, value in zip(fields, (words, tags), strict=True):
+        if value is not None and not isinstance(value, list):
+            raise DataError(f"field {field!r} is {type(value).__name__} {str(value)[:60]!r}, not a list; a row is a "
+                            f"sentence: a list of words and a list of their tags.")
+    if not words:
+        raise DataError(f"field {fields[0]!r} is empty; a sentence needs at least one word: remove the row.")
+    bad = next((word for word in words if not isinstance(word, str)), None)
+    if bad is not None:
+        raise DataError(f"field {fields[0]!r} holds {type(bad).__name__} {bad!r}; words are strings.")
+    if tags is None:
+        return []
+    if len(tags) != len(words):
+        raise DataError(f"field {fields[0]!r} has {len(words)} words and field {fields[1]!r} {len(tags)} tags; each "
+                        f"word needs one tag.")
+    named = []
+    for tag in tags:
+        if isinstance(tag, int) and not isinstance(tag, bool):
+            if id_names is None:
+                raise DataError(f"field {fields[1]!r} holds tag ids ({tag}) that nothing names; set data.label_names "
+                                f"to the tag names in id order, or write the tags as names.")
+            if not 0 <= tag < len(id_names):
+                raise DataError(f"tag id {tag} in field {fields[1]!r} names none of the {len(id_names)} tags "
+                                f"{id_names}; fix the row or data.label_names.")
+            tag = id_names[tag]
+        elif not isinstance(tag, str):
+            raise DataError(f"field {fields[1]!r} holds {type(tag).__name__} {tag!r}; a tag is a name (a string) or "
+                            f"an id (an integer).")
+        named.append(tag)
+    return named
+
+
 class TokenClassificationDataModule(TokenizedDataModule):
-    """Sentences of a CoNLL-style column file, tokenized with per-token labels.
+    """Sentences of words and their tags, tokenized with per-token labels: from CoNLL-style column files, JSON lines,
+    or a hub dataset.
 
     Args:
         tokenizer: A tokenizer folder, tokenizer.json or hub id (`org/name[@revision]`); train.py defaults it to
             `model.pretrained`.
-        dataset: `conll2003` (or `eriktks/conll2003`), read from the data root; or None to read local files.
-        train_file: Local CoNLL column file for training.
-        val_file: Local CoNLL column file for validation.
-        test_file: Local CoNLL column file for testing.
-        predict_file: A file of words to tag with `python train.py predict`: a word a line (in `word_column`), blank
-            lines between sentences; its tags, if any, are not read.
-        word_column: Column of the word (0-based).
-        label_column: Column of the tag (negative counts from the end; CoNLL-2003 NER is -1, chunks -2, POS 1).
+        dataset: A hub dataset of words and tags (`conll2003`, `wnut_17`, `org/name`, or a folder `load_dataset`
+            reads); `conll2003` (or `eriktks/conll2003`) is read from its local copy under the data root when there
+            is one. None to read local files.
+        dataset_config: Hub config name, for datasets that have several.
+        train_file: Local training file: a CoNLL column file, or `.json`/`.jsonl` rows of words and tags.
+        val_file: Local validation file (either format).
+        test_file: Local test file (either format).
+        predict_file: A file of words to tag with `python train.py predict`: a column file (a word a line in
+            `word_column`, blank lines between sentences) or JSON lines of words; its tags, if any, are not read.
+        word_column: The words: a column number in column files (unset: 0), a field name in JSON lines and hub
+            datasets (unset: `tokens`).
+        label_column: The tags: a column number in column files (unset: -1, the last; CoNLL-2003 chunks -2, POS 1),
+            a field name in JSON lines (unset: `tags`) and hub datasets (unset: `ner_tags`).
         tag_scheme: `auto` (convert IOB1 when detected), `iob1` (always convert), `iob2` (refuse IOB1), or `none`
             for tags that are not chunks (POS).
-        label_names: The tags in id order; by default the training tags, sorted with `O` first.
+        label_names: The tags in id order; by default a hub dataset's `ClassLabel` names, else the training tags
+            sorted with `O` first. Names the ids of JSON lines whose tags are ids.
         label_all_subtokens: Put the word's label on every sub-token instead of only the first.
         max_length: Longest sequence, special tokens included; longer sentences become several windows.
         data_root: Folder of local dataset copies (defaults to $LITBERT_DATA).
@@ -108,12 +162,13 @@ class TokenClassificationDataModule(TokenizedDataModule):
         self,
         tokenizer: str | None = None,
         dataset: str | None = None,
+        dataset_config: str | None = None,
         train_file: str | None = None,
         val_file: str | None = None,
         test_file: str | None = None,
         predict_file: str | None = None,
-        word_column: int = 0,
-        label_column: int = -1,
+        word_column: int | str | None = None,
+        label_column: int | str | None = None,
         tag_scheme: TagScheme = "auto",
         label_names: list[str] | None = None,
         label_all_subtokens: bool = False,
@@ -125,18 +180,24 @@ class TokenClassificationDataModule(TokenizedDataModule):
         self.save_hyperparameters(ignore=["label_names"])  # the task logs the final label names (linked from here)
         check_choice("tag_scheme", tag_scheme, TagScheme, DataError)
         check_source(dataset, train_file, {"val_file": val_file, "test_file": test_file}, data_root)
-        self.dataset = dataset
+        if train_file is not None and dataset_config is not None:
+            raise DataError(f"data.dataset_config={dataset_config!r} names a hub config, but the data comes from "
+                            f"local files; remove it.")
+        self.dataset, self.dataset_config = dataset, dataset_config
         self.files = {"train": train_file, "validation": val_file, "test": test_file}
         self.predict_file = predict_file
         self.word_column, self.label_column = word_column, label_column
         self.tag_scheme = tag_scheme
         self.label_all_subtokens = label_all_subtokens
         self.sentences: dict[str, list[ConllSentence]] = {}
+        self.hub_tables: dict[str, datasets.Dataset] = {}
+        self.class_names: list[str] | None = None  # a hub dataset's ClassLabel names of its tags, in id order
         self.windows: dict[str, dict[str, int]] = {}
+        self.label_names = list(label_names) if label_names is not None else None  # names tag ids while reading
         # The label set is needed by the model before setup(): read the training tags now.
         if label_names is None:
             tags = {tag for sentence in self._sentences("train") for tag in sentence.tags}
-            label_names = sorted(tags, key=lambda tag: (tag != "O", tag[2:], tag))
+            label_names = self.class_names or sorted(tags, key=lambda tag: (tag != "O", tag[2:], tag))
         repeated = sorted({tag for tag in label_names if list(label_names).count(tag) > 1})
         if repeated:
             raise DataError(f"data.label_names lists {repeated} more than once; each tag needs one id.")
@@ -145,33 +206,103 @@ class TokenClassificationDataModule(TokenizedDataModule):
 
     # ---- reading ----------------------------------------------------------------------------------------------
 
-    def _path(self, split: str) -> str:
+    def _path(self, split: str) -> str | None:
+        """The file of a split, or None where it comes from the hub."""
         if split == "predict":
-            return self.predict_file  # type: ignore[return-value]
+            return self.predict_file
         if (path := self.given_file(split)) is not None:
             return path
-        local = local_split_file(self.dataset, None, split, data_root(self.data_root))  # type: ignore[arg-type]
-        if local is None:
-            raise DataError(f"No local copy of {self.dataset!r} under the data root (${'LITBERT_DATA'}); token "
-                            f"classification reads CoNLL column files, so pass train_file/val_file/test_file.")
-        return str(local)
+        local = local_split_file(self.dataset, self.dataset_config, split,  # type: ignore[arg-type]
+                                 data_root(self.data_root))
+        return None if local is None else str(local)
+
+    def _hub_table(self, split: str) -> datasets.Dataset:
+        if split not in self.hub_tables:
+            self.hub_tables[split] = load_hub_split(self.dataset, self.dataset_config, split)  # type: ignore[arg-type]
+        return self.hub_tables[split]
+
+    def _where(self, split: str) -> str:
+        """The split's file, or `dataset[split]`, for messages."""
+        path = self._path(split)
+        return path if path is not None else f"{self.dataset}[{split}]"
+
+    def _at(self, split: str, line: int) -> str:
+        """`file, line N` (a hub dataset: `name[split], row N`), for messages."""
+        return f"{self._where(split)}, {'row' if self._path(split) is None else 'line'} {line}"
 
     def _sentences(self, split: str) -> list[ConllSentence]:
         if split in self.sentences:
             return self.sentences[split]
+        labelled = split != "predict"
         path = self._path(split)
-        sentences = read_conll(path, self.word_column, None if split == "predict" else self.label_column)
-        if self.tag_scheme != "none" and split != "predict":
+        if path is None:
+            sentences = self._from_hub(split)
+        elif Path(path).suffix.lower() in TABLE_SUFFIXES:
+            words, tags = self._field_names(path, "tags")
+            columns = read_json_records(path, [words, tags] if labelled else [words])
+            sentences = self._rows(split, columns[words], columns[tags] if labelled else None, columns["_line"],
+                                   (words, tags), None)
+        else:
+            word_column, label_column = self._column_numbers(path)
+            sentences = read_conll(path, word_column, label_column if labelled else None)
+        if self.tag_scheme != "none" and labelled:
             opening = next(((s, i) for s in sentences if (i := starts_with_inside(s.tags)) is not None), None)
             if opening is not None and self.tag_scheme == "iob2":
                 sentence, i = opening
-                raise DataError(f"{path}, line {sentence.lines[i]}: tag {sentence.tags[i]!r} opens a chunk, which "
-                                f"IOB2 forbids; the file looks like IOB1: set tag_scheme='iob1' (or 'auto').")
+                raise DataError(f"{self._at(split, sentence.lines[i])}: tag {sentence.tags[i]!r} opens a chunk, which "
+                                f"IOB2 forbids; the data looks like IOB1: set tag_scheme='iob1' (or 'auto').")
             if self.tag_scheme == "iob1" or opening is not None:
                 for sentence in sentences:
                     sentence.tags = iob1_to_iob2(sentence.tags)
-                log.info("%s: tags converted from IOB1 to IOB2", path)
+                log.info("%s: tags converted from IOB1 to IOB2", self._where(split))
         self.sentences[split] = sentences
+        return sentences
+
+    def _column_numbers(self, path: str) -> tuple[int, int]:
+        for name, value in (("word_column", self.word_column), ("label_column", self.label_column)):
+            if isinstance(value, str):
+                raise DataError(f"{path} is a column file, whose columns are numbered, but data.{name}={value!r} "
+                                f"names a field; give a column number (CoNLL-2003 NER: words 0, tags -1), or read "
+                                f"named fields from a .jsonl file or a hub dataset.")
+        return (0 if self.word_column is None else self.word_column,  # type: ignore[return-value]
+                -1 if self.label_column is None else self.label_column)
+
+    def _field_names(self, where: str, tags: str) -> tuple[str, str]:
+        """(words, tags) field names; `tags` is the tag field's name when label_column is unset."""
+        for name, value in (("word_column", self.word_column), ("label_column", self.label_column)):
+            if value is not None and not isinstance(value, str):
+                raise DataError(f"{where} has named fields, but data.{name}={value!r} is a column number (for "
+                                f"CoNLL column files); name the field, e.g. tokens, ner_tags or tags.")
+        return self.word_column or "tokens", self.label_column or tags  # type: ignore[return-value]
+
+    def _from_hub(self, split: str) -> list[ConllSentence]:
+        table = self._hub_table(split)
+        words, tags = self._field_names(self._where(split), "ner_tags")
+        labelled = split != "predict"
+        missing = [c for c in ([words, tags] if labelled else [words]) if c not in table.column_names]
+        if missing:
+            raise DataError(f"Hub dataset {self.dataset!r} split {split!r} lacks column(s) {missing}; it has "
+                            f"{table.column_names}. Set data.word_column / data.label_column to its fields.")
+        feature = getattr(table.features[tags], "feature", None)
+        names = list(feature.names) if isinstance(feature, datasets.ClassLabel) else None
+        if split == "train":
+            self.class_names = names
+        columns = table.select_columns([words, tags] if labelled else [words]).to_dict()
+        return self._rows(split, columns[words], columns[tags] if labelled else None, list(range(len(table))),
+                          (words, tags), names)
+
+    def _rows(self, split: str, words: list[Any], tags: list[Any] | None, lines: list[int], fields: tuple[str, str],
+              class_names: list[str] | None) -> list[ConllSentence]:
+        """Sentences of rows (JSON lines, hub rows): each a list of words and, unless `tags` is None, a list of
+        as many tags, given by name or by an id that `class_names` (a ClassLabel's) or `label_names` names."""
+        id_names = class_names if class_names is not None else self.label_names
+        sentences = []
+        for row, (row_words, line) in enumerate(zip(words, lines, strict=True)):
+            try:
+                named = row_tags(row_words, None if tags is None else tags[row], fields, id_names)
+            except DataError as problem:
+                raise DataError(f"{self._at(split, line)}: {problem}") from None
+            sentences.append(ConllSentence(row_words, named, [line] * len(row_words)))
         return sentences
 
     # ---- tokenization -----------------------------------------------------------------------------------------
@@ -198,7 +329,7 @@ class TokenClassificationDataModule(TokenizedDataModule):
                     pieces[i] = [self.tokenizer.unk_token_id]
                     erased += 1
                 if len(pieces[i]) > budget:
-                    raise DataError(f"{batch['path'][row]}, line {batch['lines'][row][i]}: word {sentence[i]!r} "
+                    raise DataError(f"{batch['where'][row]} {batch['lines'][row][i]}: word {sentence[i]!r} "
                                     f"has {len(pieces[i])} sub-tokens, more than a window of max_length="
                                     f"{self.max_length} holds; raise max_length.")
             start = 0
@@ -245,10 +376,12 @@ class TokenClassificationDataModule(TokenizedDataModule):
         return windows
 
     def _build(self, split: str) -> datasets.Dataset:
-        path = self._path(split)
+        path, where = self._path(split), self._where(split)
+        identity = file_identity(path) if path is not None else \
+            ["hub", self.dataset, self.dataset_config, split, self._hub_table(split)._fingerprint]
         settings = (self.word_column, self.label_column, self.tag_scheme, self.label_names, self.max_length,
-                    self.label_all_subtokens, 2)
-        key = fingerprint(split, file_identity(path), self.tokenizer_key(), settings)
+                    self.label_all_subtokens, 3)
+        key = fingerprint(split, identity, self.tokenizer_key(), settings)
 
         def raw() -> datasets.Dataset:
             sentences = self._sentences(split)
@@ -260,12 +393,13 @@ class TokenClassificationDataModule(TokenizedDataModule):
                     continue
                 for tag, line in zip(sentence.tags, sentence.lines, strict=True):
                     if tag not in index:
-                        raise DataError(f"{path}, line {line}: tag {tag!r} is not in the label set {self.label_names}"
-                                        f"; fix the file or add the tag to label_names.")
+                        raise DataError(f"{self._at(split, line)}: tag {tag!r} is not in the label set "
+                                        f"{self.label_names}; fix the data or add the tag to label_names.")
                 labels.append([index[tag] for tag in sentence.tags])
+            unit = "line" if path is not None else "row"
             return datasets.Dataset.from_dict({
                 "words": [s.words for s in sentences], "labels": labels, "lines": [s.lines for s in sentences],
-                "sentence": list(range(len(sentences))), "path": [path] * len(sentences)})
+                "sentence": list(range(len(sentences))), "where": [f"{where}, {unit}"] * len(sentences)})
 
         dataset = cached_map(raw, self._encode, cache_dir=self.cache_path, name=f"tokens-{split}", key=key)
         if split == "predict":
@@ -277,11 +411,11 @@ class TokenClassificationDataModule(TokenizedDataModule):
                                "split_sentences": split_sentences}
         if split_sentences:
             log.warning("%s: %d of %d sentences were longer than max_length=%d and were split into windows "
-                        "(%d examples in all); nothing was cut", path, split_sentences, len(windows) - extra,
+                        "(%d examples in all); nothing was cut", where, split_sentences, len(windows) - extra,
                         self.max_length, len(windows))
         erased = sum(dataset["erased"])
         if erased:
-            log.warning("%s: %d words had no sub-tokens and were given the unknown token", path, erased)
+            log.warning("%s: %d words had no sub-tokens and were given the unknown token", where, erased)
         return dataset
 
     # ---- the source, and predictions of new text ----------------------------------------------------------
@@ -291,8 +425,8 @@ class TokenClassificationDataModule(TokenizedDataModule):
             source = f"files: {describe_files(self.files)}"
         else:
             splits = ["train", *self.val_split_names, *(["test"] if self.has_test_split else [])]
-            source = f"dataset {self.dataset}: " + ", ".join(f"{split} split {split!r} ({self._path(split)})"
-                                                             for split in splits)
+            source = f"dataset {self.dataset}: " + ", ".join(
+                f"{split} split {split!r} ({self._path(split) or 'hub'})" for split in splits)
         return source + (f"; predicting {self.predict_file}" if self.predict_file else "")
 
     def check_predictions_path(self, path: str | os.PathLike[str]) -> None:

@@ -2,8 +2,10 @@
 IOB1 -> IOB2, windows for long sentences (counted, nothing cut), and the all-sub-tokens option."""
 
 import logging
+import os
 
 import pytest
+import torch
 from runs import MINILM
 
 from data import DataError, TokenClassificationDataModule, iob1_to_iob2
@@ -159,3 +161,211 @@ def test_local_training_files_need_their_other_splits_as_files(module, tmp_path)
     assert with_test.has_test_split
     with_test.setup("test")
     assert len(with_test.datasets["test"]) == 2
+
+
+# ---- hub datasets and JSON lines --------------------------------------------------------------------------------
+
+# The hub's conll2003 `ner_tags` ClassLabel names, in its id order.
+HUB_CONLL_TAGS = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC"]
+CONLL_FILES = {"train": "train.txt", "validation": "valid.txt", "test": "test.txt"}
+
+
+def hub_folder(folder, splits: dict[str, list], tag_names: list[str] | None) -> str:
+    """A dataset as the hub serves it: parquet files `data/<split>-00000-of-00001.parquet` that `load_dataset(folder)`
+    reads, with a `tokens` column and a `ner_tags` column of `ClassLabel(tag_names)` ids (names where None)."""
+    import datasets
+
+    tags = datasets.ClassLabel(names=tag_names) if tag_names is not None else datasets.Value("string")
+    features = datasets.Features({"id": datasets.Value("string"), "tokens": datasets.List(datasets.Value("string")),
+                                  "ner_tags": datasets.List(tags)})
+    (folder / "data").mkdir(parents=True)
+    for split, sentences in splits.items():
+        rows = {"id": [str(i) for i in range(len(sentences))], "tokens": [s.words for s in sentences],
+                "ner_tags": [[tag_names.index(t) for t in s.tags] if tag_names else s.tags for s in sentences]}
+        datasets.Dataset.from_dict(rows, features=features).to_parquet(
+            str(folder / "data" / f"{split}-00000-of-00001.parquet"))
+    return str(folder)
+
+
+@pytest.fixture
+def hub_cache(tmp_path, monkeypatch):
+    """`load_dataset`'s cache in the test's folder."""
+    import datasets
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-cache")
+
+
+def test_hub_dataset_gives_the_batches_of_the_conll_files(conll, tmp_path, hub_cache):
+    """CoNLL-2003 as the hub serves it (tokens and ClassLabel `ner_tags`, in the hub's tag order) reads as the same
+    sentences and tags as the shared CoNLL files, split by split, and at the files' label order gives their
+    tokenized dev set and batches exactly."""
+    files = {split: conll._sentences(split) for split in CONLL_FILES}
+    folder = hub_folder(tmp_path / "conll2003-hub", files, HUB_CONLL_TAGS)
+    hub = TokenClassificationDataModule(MINILM, dataset=folder, label_names=conll.label_names, max_length=128,
+                                        cache_dir=str(tmp_path / "cache"))
+    for split, sentences in files.items():
+        read = hub._sentences(split)
+        assert len(read) == len(sentences) == {"train": 14041, "validation": 3250, "test": 3453}[split]
+        assert [(s.words, s.tags) for s in read] == [(s.words, s.tags) for s in sentences]
+    hub.setup("validate")
+    ours, theirs = hub.datasets["validation"], conll.datasets["validation"]
+    assert ours.column_names == theirs.column_names and ours.to_dict() == theirs.to_dict()
+    for a, b in zip(hub.val_dataloader(), conll.val_dataloader(), strict=True):
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert "split 'validation' (hub)" in hub.describe_source()
+
+
+def test_a_hub_name_loads_through_load_dataset_with_its_tag_names(tmp_path, hub_cache, monkeypatch):
+    """`dataset: wnut_17` goes to `datasets.load_dataset("wnut_17", None, split=...)`; its `ner_tags` ClassLabel
+    names the tags (and orders them), and `label_column` picks another tag column."""
+    import datasets
+
+    from data.sources import ConllSentence
+
+    tags = ["O", "B-corporation", "I-corporation", "B-person", "I-person"]
+    sentences = [ConllSentence(["@paul", "works", "at", "Acme", "Corp"], ["B-person", "O", "O", "B-corporation",
+                                                                           "I-corporation"], []),
+                 ConllSentence(["so", "it", "goes"], ["O", "O", "O"], [])]
+    folder = hub_folder(tmp_path / "wnut", {"train": sentences, "validation": sentences[:1]}, tags)
+    calls, load = [], datasets.load_dataset
+
+    def load_dataset(name, config=None, split=None, **kwargs):
+        calls.append((name, config, split))
+        return load(folder, split=split)
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    dm = TokenClassificationDataModule(MINILM, dataset="wnut_17", cache_dir=str(tmp_path))
+    dm.setup("fit")
+    assert calls[0] == ("wnut_17", None, "train") and ("wnut_17", None, "validation") in calls
+    assert dm.label_names == tags  # the ClassLabel's names, in its id order (not sorted), as run_ner takes them
+    row = dm.datasets["train"][0]
+    first = first_subtokens(torch.tensor([row["word_ids"]]))[0]
+    assert [tags[label] for label, keep in zip(row["labels"], first.tolist(), strict=True) if keep] == \
+        sentences[0].tags
+    with pytest.raises(DataError, match=r"Hub dataset 'wnut_17' split 'train' lacks column\(s\) \['pos_tags'\]; "
+                                        r"it has \['id', 'tokens', 'ner_tags'\]"):
+        TokenClassificationDataModule(MINILM, dataset="wnut_17", label_column="pos_tags", cache_dir=str(tmp_path))
+
+
+def write_jsonl(path, rows) -> str:
+    import json
+
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return str(path)
+
+
+def test_json_lines_give_the_batches_of_a_conll_file(tmp_path):
+    """JSON lines of {"tokens", "tags"} (tags as names, or as ids named by label_names) tokenize to the examples a
+    CoNLL file of the same sentences gives, windows included."""
+    sentences = read_conll(os.path.join(os.environ["LITBERT_DATA"], "conll2003", "valid.txt"))[:300]
+    conll = tmp_path / "dev.txt"
+    conll.write_text("\n\n".join("\n".join(f"{w} {t}" for w, t in zip(s.words, s.tags, strict=True))
+                                 for s in sentences) + "\n", encoding="utf-8")
+    names = write_jsonl(tmp_path / "dev.jsonl", [{"tokens": s.words, "tags": s.tags} for s in sentences])
+    ids = write_jsonl(tmp_path / "ids.jsonl", [{"tokens": s.words, "tags": [HUB_CONLL_TAGS.index(t) for t in s.tags]}
+                                               for s in sentences])
+    built = []
+    for train in (str(conll), names, ids):
+        dm = TokenClassificationDataModule(MINILM, train_file=train, val_file=train, max_length=32,
+                                           label_names=HUB_CONLL_TAGS, cache_dir=str(tmp_path / str(len(built))))
+        dm.setup("fit")
+        built.append(dm.datasets["train"].to_dict())
+    assert built[0]["window"].count(1) > 0  # sentences split into windows
+    assert built[0] == built[1] == built[2]
+    by_name = TokenClassificationDataModule(MINILM, train_file=names, val_file=names, cache_dir=str(tmp_path / "n"),
+                                            predict_file=write_jsonl(tmp_path / "new.jsonl", [
+                                                {"tokens": s.words} for s in sentences]), max_length=32)
+    assert by_name.label_names == ["O", "B-LOC", "I-LOC", "B-MISC", "I-MISC", "B-ORG", "I-ORG", "B-PER", "I-PER"]
+    by_name.setup("predict")  # new text as JSON lines of words: the same examples, without labels
+    predict = by_name.datasets["predict"].to_dict()
+    assert predict == {k: v for k, v in built[0].items() if k != "labels"}
+
+
+@pytest.mark.parametrize("row, settings, message", [
+    pytest.param({"tokens": "EU rejects", "tags": ["B-ORG", "O"]}, {},
+                 r"train.jsonl, line 2: field 'tokens' is str 'EU rejects', not a list", id="tokens-not-a-list"),
+    pytest.param({"tokens": ["EU", "rejects"], "tags": "B-ORG O"}, {},
+                 r"train.jsonl, line 2: field 'tags' is str 'B-ORG O', not a list", id="tags-not-a-list"),
+    pytest.param({"tokens": ["EU", "rejects", "it"], "tags": ["B-ORG", "O"]}, {},
+                 r"train.jsonl, line 2: field 'tokens' has 3 words and field 'tags' 2 tags; each word needs one tag",
+                 id="length-mismatch"),
+    pytest.param({"tokens": [], "tags": []}, {}, r"train.jsonl, line 2: field 'tokens' is empty", id="no-words"),
+    pytest.param({"tokens": ["EU", 7], "tags": ["B-ORG", "O"]}, {},
+                 r"train.jsonl, line 2: field 'tokens' holds int 7; words are strings", id="word-not-a-string"),
+    pytest.param({"tokens": ["EU"], "tags": [1]}, {},
+                 r"train.jsonl, line 2: field 'tags' holds tag ids \(1\) that nothing names; set data.label_names",
+                 id="ids-without-names"),
+    pytest.param({"tokens": ["EU"], "tags": [5]}, {"label_names": ["O", "B-ORG"]},
+                 r"train.jsonl, line 2: tag id 5 in field 'tags' names none of the 2 tags", id="id-out-of-range"),
+    pytest.param({"tokens": ["EU"], "tags": [None]}, {},
+                 r"train.jsonl, line 2: field 'tags' holds NoneType None; a tag is a name", id="tag-not-a-name"),
+    pytest.param({"tokens": ["EU"], "tags": ["B-PER"]}, {"label_names": ["O", "B-ORG"]},
+                 r"train.jsonl, line 2: tag 'B-PER' is not in the label set \['O', 'B-ORG'\]", id="unknown-tag"),
+    pytest.param({"tokens": ["EU"], "labels": ["B-ORG"]}, {},
+                 r"train.jsonl, line 2: missing column\(s\) \['tags'\]", id="missing-field"),
+    pytest.param({"tokens": ["EU"], "tags": ["B-ORG"]}, {"label_column": 1},
+                 r"train.jsonl has named fields, but data.label_column=1 is a column number", id="column-number"),
+])
+def test_bad_json_lines_rows_are_refused_by_file_line_and_field(row, settings, message, tmp_path):
+    path = write_jsonl(tmp_path / "train.jsonl", [{"tokens": ["Peter"], "tags": ["B-ORG"]}, row])
+    with pytest.raises(DataError, match=message):
+        TokenClassificationDataModule(MINILM, train_file=path, val_file=path, cache_dir=str(tmp_path),
+                                      **settings).setup("fit")
+
+
+def test_bad_hub_rows_are_refused_by_dataset_split_row_and_field(tmp_path, hub_cache):
+    import datasets
+
+    folder = tmp_path / "hub"
+    (folder / "data").mkdir(parents=True)
+    datasets.Dataset.from_dict({"tokens": [["EU", "rejects"], ["Peter", "Blackburn"]],
+                                "ner_tags": [["B-ORG", "O"], ["B-PER"]]}).to_parquet(
+        str(folder / "data" / "train-00000-of-00001.parquet"))
+    with pytest.raises(DataError, match=r"hub\[train\], row 1: field 'tokens' has 2 words and field 'ner_tags' 1 tags"):
+        TokenClassificationDataModule(MINILM, dataset=str(folder), cache_dir=str(tmp_path))
+
+
+def test_a_field_name_for_a_conll_file_is_refused(tmp_path):
+    path = tmp_path / "train.txt"
+    path.write_text("EU NNP B-ORG\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"train.txt is a column file, whose columns are numbered, but "
+                                        r"data.label_column='ner_tags' names a field"):
+        TokenClassificationDataModule(MINILM, train_file=str(path), label_column="ner_tags", cache_dir=str(tmp_path))
+
+
+@pytest.mark.slow  # two short fine-tunes of MiniLM-L6 through train.py: a minute or two on 2 CPU cores
+def test_train_py_on_a_hub_dataset_equals_the_conll_files(shared_data, tmp_path, hub_cache, monkeypatch):
+    """The shipped NER config trained a few steps on CoNLL-2003 sentences from CoNLL files and on the same sentences
+    as a hub dataset (`--data.dataset`) reaches the same dev and test metrics, value for value; unset, the hub run's
+    labels are its ClassLabel's, stored with the export."""
+    import json
+
+    import train
+
+    sentences = {split: read_conll(shared_data / "conll2003" / name)[:count]
+                 for (split, name), count in zip(CONLL_FILES.items(), (96, 48, 48), strict=True)}
+    files = {}
+    for split, rows in sentences.items():
+        files[split] = tmp_path / f"{split}.txt"
+        files[split].write_text("\n\n".join("\n".join(f"{w} {t}" for w, t in zip(s.words, s.tags, strict=True))
+                                            for s in rows) + "\n", encoding="utf-8")
+    folder = hub_folder(tmp_path / "hub", sentences, HUB_CONLL_TAGS)
+    monkeypatch.setenv("LITBERT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+
+    def fine_tune(name: str, *source: str) -> dict:
+        train.main(["--config", "configs/ner/conll2003.yaml", "--model.pretrained", MINILM, *source,
+                    "--trainer.default_root_dir", str(tmp_path / name), "--trainer.max_steps", "6",
+                    "--data.batch_size", "16", "--trainer.logger", "false", "--trainer.enable_progress_bar", "false",
+                    "--model.optimization.learning_rate", "1e-4"])
+        return json.loads((tmp_path / name / "metrics.json").read_text())
+
+    order = ["--data.label_names", json.dumps(HUB_CONLL_TAGS)]
+    from_files = fine_tune("files", "--data.train_file", str(files["train"]), "--data.val_file",
+                           str(files["validation"]), "--data.test_file", str(files["test"]), *order)
+    from_hub = fine_tune("hub", "--data.dataset", folder, *order)
+    assert {"val/f1", "test/f1", "val/loss"} <= set(from_files)
+    assert from_hub == from_files
+    fine_tune("hub-labels", "--data.dataset", folder, "--export", "true")
+    config = json.loads((tmp_path / "hub-labels" / "model" / "config.json").read_text())
+    assert [config["id2label"][str(i)] for i in range(9)] == HUB_CONLL_TAGS

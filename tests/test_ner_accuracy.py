@@ -1,0 +1,87 @@
+"""The shipped NER config trains as transformers' run_ner recipe does (bench/ner.py, BENCHMARKS.md): at equal
+settings a litbert step on CoNLL-2003 from the real MiniLM-L6 is the `Trainer`'s."""
+
+from __future__ import annotations
+
+import pytest
+from runs import MINILM
+
+
+@pytest.mark.slow  # trains MiniLM-L6 twice through 12 steps: minutes on 2 CPU cores
+def test_the_shipped_ner_config_trains_as_run_ner_does_step_for_step(shared_data, tmp_path, monkeypatch):
+    """The shipped CoNLL-2003 config from MiniLM-L6 and transformers' `Trainer` with `AutoModelForTokenClassification`
+    at the same settings (float32, dropout off on both sides, the same classifier initialisation, the same batches in
+    the same order, each word's label on its first sub-token as run_ner puts it) reach the same loss at every step,
+    within float32 rounding: the token loss over labelled sub-tokens, the learning-rate schedule (warmup from 0,
+    rounded up), AdamW's epsilon and decay groups and the clipping at 1.0 all enter from the second step on."""
+    import datasets
+    import lightning as L
+    import torch
+    import transformers
+
+    from tasks.run.cli import make_cli
+
+    steps = 12
+    monkeypatch.setenv("LITBERT_DATA", str(shared_data))
+    monkeypatch.setenv("LITBERT_CACHE", str(tmp_path / "cache"))
+    cli = make_cli([
+        "--config", "configs/ner/conll2003.yaml", "--model.pretrained", MINILM, "--seed_everything", "0",
+        "--trainer.precision", "32-true", "--trainer.accelerator", "cpu", "--trainer.max_steps", str(steps),
+        "--trainer.default_root_dir", str(tmp_path), "--trainer.logger", "false",
+        "--trainer.enable_checkpointing", "false", "--trainer.enable_progress_bar", "false",
+        "--trainer.limit_val_batches", "0", "--trainer.num_sanity_val_steps", "0", "--export", "false",
+        "--model.encoder.hidden_dropout", "0", "--model.encoder.attention_dropout", "0",
+        "--model.classifier_dropout", "0"])
+    assert float(cli.config.trainer.gradient_clip_val) == 1.0 and not cli.datamodule.group_by_length
+    head = {k: v.clone() for k, v in cli.model.head.classifier.state_dict().items()}
+    batches, losses = [], []
+
+    class Record(L.Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            batches.append({k: v.clone() for k, v in batch.items()})
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            losses.append(float(outputs["loss"]))
+
+    cli.trainer.callbacks.append(Record())
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    assert len(losses) == steps
+
+    rows = {"input_ids": [], "token_type_ids": [], "labels": []}  # the batches' sentences, in their order
+    for batch in batches:
+        for ids, types, mask, labels in zip(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
+                                            batch["labels"], strict=True):
+            length = int(mask.sum())
+            rows["input_ids"].append(ids[:length].tolist())
+            rows["token_type_ids"].append(types[:length].tolist())
+            rows["labels"].append(labels[:length].tolist())
+    tokenizer = transformers.AutoTokenizer.from_pretrained(MINILM)
+    transformers.set_seed(0)
+    model = transformers.AutoModelForTokenClassification.from_pretrained(
+        MINILM, num_labels=len(cli.datamodule.label_names), attn_implementation="sdpa", dtype=torch.float32,
+        classifier_dropout=0.0, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    model.classifier.load_state_dict(head)
+    optimization = cli.model.optimization
+    reference = []
+
+    class Losses(transformers.TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "loss" in logs:
+                reference.append(float(logs["loss"]))
+
+    settings = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "trainer"), per_device_train_batch_size=cli.datamodule.batch_size,
+        learning_rate=optimization.learning_rate, weight_decay=optimization.weight_decay,
+        adam_beta1=optimization.betas[0], adam_beta2=optimization.betas[1], adam_epsilon=optimization.eps,
+        max_grad_norm=float(cli.config.trainer.gradient_clip_val), warmup_steps=optimization.warmup,
+        lr_scheduler_type=optimization.schedule, num_train_epochs=1, seed=0, use_cpu=True, report_to="none",
+        save_strategy="no", eval_strategy="no", logging_strategy="steps", logging_steps=1, disable_tqdm=True,
+        train_sampling_strategy="sequential", logging_nan_inf_filter=False)
+    transformers.Trainer(model=model, args=settings, train_dataset=datasets.Dataset.from_dict(rows),
+                         data_collator=transformers.DataCollatorForTokenClassification(tokenizer),
+                         callbacks=[Losses()]).train()
+    assert len(reference) == steps
+    assert losses == pytest.approx(reference, rel=1e-5, abs=1e-5), list(zip(losses, reference, strict=True))
+    weights, initial = cli.model.head.classifier.weight.detach(), head["weight"]
+    assert (weights - initial).abs().max() > 1e-5  # 12 steps of a warmup to 5e-5 moved it
+    torch.testing.assert_close(weights, model.classifier.weight.detach(), rtol=1e-5, atol=1e-6)
