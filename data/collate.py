@@ -25,12 +25,15 @@ PAD_VALUES: dict[str, int | str] = {
 class PaddingCollator:
     """Pads list columns to the longest example of the batch; scalar columns become (B,) tensors.
 
-    Integer scalars become long tensors, floats float32 (STS-B's regression targets). Datasets store no
-    attention mask (it would be all ones before padding); it is made here from the lengths.
+    Integer scalars become long tensors, floats float32 (STS-B's regression targets). `stacked` list columns have
+    one length in every example (a multi-label target, a 0/1 per label) and are stacked as they are, never padded.
+    Datasets store no attention mask (it would be all ones before padding); it is made here from the lengths.
     """
 
-    def __init__(self, pad_token_id: int, pad_to_multiple_of: int = 1, max_length: int | None = None) -> None:
+    def __init__(self, pad_token_id: int, pad_to_multiple_of: int = 1, max_length: int | None = None,
+                 stacked: tuple[str, ...] = ()) -> None:
         self.pad_token_id = pad_token_id
+        self.stacked = stacked
         # Lengths padded up to a multiple of this, never past `max_length`: few shapes (`TokenizedDataModule`).
         self.pad_to_multiple_of = pad_to_multiple_of
         self.max_length = max_length
@@ -39,7 +42,9 @@ class PaddingCollator:
         batch: dict[str, torch.Tensor] = {}
         for column, first in examples[0].items():
             values = [example[column] for example in examples]
-            if isinstance(first, (list, tuple, torch.Tensor)):
+            if column in self.stacked and isinstance(first, (list, tuple, torch.Tensor)):
+                batch[column] = torch.stack([torch.as_tensor(value, dtype=torch.long) for value in values])
+            elif isinstance(first, (list, tuple, torch.Tensor)):
                 batch[column] = self._pad(column, values)
             else:
                 batch[column] = torch.tensor(values, dtype=torch.float32 if isinstance(first, float) else torch.long)
