@@ -1,4 +1,5 @@
-"""Sequence classification data: one text or a pair of texts per example, and a class or a score.
+"""Sequence classification data: one text or a pair of texts per example, and a class, a set of labels
+(multi-label) or a score.
 
 Any dataset of that shape is a YAML, no code: a hub name (with its config) or local CSV/TSV/JSON/JSONL files, the
 text column(s) and the label column. The datasets litbert knows are rows of `TEXT_SETS`, each saying which columns
@@ -11,6 +12,12 @@ the sorted training labels (numerically sorted when they are all integers). The 
 datamodule's `state_dict`, which Lightning stores in every checkpoint, so a model is reloaded with its own
 mapping. Scores (`regression: true`; STS-B) are floats; STS-B's outside [0, 5] are an error, not clipped.
 
+Multi-label examples have a set of labels, possibly empty: `multi_label: true` with a `label_column` that holds a
+list (a JSON list, a hub `Sequence` of labels or a `ClassLabel` sequence; in a CSV or TSV the labels separated by
+`label_separator`), or `label_columns`, one 0/1 column a label, named after it. Each example becomes a 0/1 target
+per label. A label outside the label set, or a 0/1 column holding another value, is an error naming the file, line
+and column. `conll2003-entity-types` is such a set, built from the CoNLL-2003 files (`conll_entity_types`).
+
 Over-long examples are cut by an explicit strategy and counted in the log. A single text: `head`, `tail`, or
 `head+tail`, the first `head_fraction` of the budget and the end (Sun et al., 2019, "How to Fine-Tune BERT for
 Text Classification?", section 5.3: 128 + 382 tokens were their best); a pair: `longest_first`, a token at a time
@@ -21,7 +28,8 @@ server takes (`index<TAB>prediction`, one file per test set, named as in GLUE's 
 `MNLI-m.tsv`, `AX.tsv`, ...). The diagnostic set (AX) is predicted with the MNLI model: it is a test split of MNLI.
 A file of new inputs (`predict_file`, read by `python train.py predict`) is predicted instead of the test sets, and
 `write_predictions` writes a line per input: JSON lines with the input's texts, `label` and `score` (the label's
-probability; for regression the predicted value), or a TSV `index<TAB>label<TAB>score`.
+probability; for regression the predicted value), or a TSV `index<TAB>label<TAB>score`; multi-label, the
+`labels` whose probability exceeds the model's threshold with their `scores` (TSV: comma-separated).
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ import json
 import logging
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -41,6 +49,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from data.base import TokenizedDataModule
+from data.collate import PaddingCollator
 from data.sources import (
     LOCAL_COPIES,
     DataError,
@@ -52,6 +61,7 @@ from data.sources import (
     fingerprint,
     load_hub_split,
     local_copy_folder,
+    read_conll,
     read_delimited,
     read_table,
     split_file,
@@ -83,10 +93,15 @@ class TextSet:
     headerless: tuple[str, ...] | None = None  # column names of labelled local files without a header (CoLA)
     hub_text_columns: tuple[str, ...] = ()  # the text columns on the hub, where they are named differently
     score_range: tuple[float, float] | None = None  # regression: the scale's bounds
+    multi_label: bool = False  # a set of labels per example
+    # A set built from the local files of another dataset (`hub`), by a reader of one file: (texts, label lists,
+    # line of each example). It has no hub version of its own, and is named by `title`.
+    builder: Callable[[Path], tuple[list[str], list[list[str]], list[int]]] | None = None
+    title: str | None = None
 
     @property
     def name(self) -> str:
-        return self.config or self.hub
+        return self.title or self.config or self.hub
 
     @property
     def is_regression(self) -> bool:
@@ -107,6 +122,16 @@ class TextSet:
         return copy.folder.format(config=copy.configs[self.config]) if copy.configs else copy.folder
 
 
+def conll_entity_types(path: Path) -> tuple[list[str], list[list[str]], list[int]]:
+    """The sentences of a CoNLL-2003 file as texts (the words joined by spaces) with the entity types each contains
+    (the tags' types, B-/I- prefixes removed: PER, ORG, LOC, MISC), and the line of each sentence's first word. A
+    sentence without an entity is kept, with no labels: a fifth of CoNLL-2003's, and telling them apart is part of
+    the task (dropping them would also lift exact match)."""
+    sentences = read_conll(path)
+    types = [sorted({tag[2:] for tag in sentence.tags if tag[:2] in ("B-", "I-")}) for sentence in sentences]
+    return [" ".join(sentence.words) for sentence in sentences], types, [sentence.lines[0] for sentence in sentences]
+
+
 def _glue(config: str, text_columns: tuple[str, ...], label_column: str, labels: tuple[str, ...] | None,
           label_names: tuple[str, ...], metrics: tuple[str, ...] = ("accuracy",), **more: Any) -> TextSet:
     submission = more.pop("submission", {"test": f"{LOCAL_COPIES['nyu-mll/glue'].configs[config]}.tsv"})
@@ -118,6 +143,7 @@ _BINARY = ("0", "1")
 _ENTAILMENT = ("entailment", "not_entailment")
 _NLI = ("entailment", "neutral", "contradiction")
 _PAIR = ("sentence1", "sentence2")
+_ENTITY_TYPES = ("LOC", "MISC", "ORG", "PER")
 
 TEXT_SETS: dict[str, TextSet] = {
     "cola": _glue("cola", ("sentence",), "label", _BINARY, ("unacceptable", "acceptable"), ("matthews_corrcoef",),
@@ -138,6 +164,11 @@ TEXT_SETS: dict[str, TextSet] = {
     # IMDB has no development set; its test split is the customary place to evaluate.
     "imdb": TextSet("stanfordnlp/imdb", None, ("text",), "label", _BINARY, ("neg", "pos"),
                     validation_splits=("test",), labelled_test=True),
+    # Multi-label: each CoNLL-2003 sentence and the set of entity types it mentions (Tjong Kim Sang & De Meulder,
+    # 2003), read from its local copy (LOCAL_COPIES["conll2003"]).
+    "conll2003-entity-types": TextSet("conll2003", None, ("text",), "entity_types", _ENTITY_TYPES, _ENTITY_TYPES,
+                                      ("f1_micro", "f1_macro", "exact_match"), labelled_test=True, multi_label=True,
+                                      builder=conll_entity_types, title="conll2003-entity-types"),
 }
 GLUE_TASKS: dict[str, TextSet] = {name: row for name, row in TEXT_SETS.items() if row.hub == "nyu-mll/glue"}
 # Names people write: GLUE's folder names, and hub names with or without the organisation.
@@ -151,7 +182,9 @@ def text_set(name: str, config: str | None = None) -> TextSet | None:
     key = key if key in TEXT_SETS else _ALIASES.get(key, key)
     if key in TEXT_SETS:
         return TEXT_SETS[key]
-    return next((row for row in TEXT_SETS.values() if (row.hub, row.config) == (name, config)), None)
+    # A set built from another's files is named by its key alone: `conll2003` stays the NER dataset's name.
+    return next((row for row in TEXT_SETS.values() if (row.hub, row.config) == (name, config) and row.builder is None),
+                None)
 
 
 def glue_task(name: str) -> TextSet:
@@ -192,7 +225,8 @@ def _sort_labels(values: set[str]) -> list[str]:
 
 @dataclass
 class Rows:
-    """The raw rows of one split: texts per column, labels as read (None for unlabelled test sets), test ids."""
+    """The raw rows of one split: texts per column, labels as read (None for unlabelled test sets; multi-label, a
+    list of labels per row, or a tuple of the 0/1 columns' values), test ids."""
 
     texts: list[list[Any]]
     labels: list[Any] | None
@@ -204,14 +238,14 @@ class Rows:
 
 
 class ClassificationDataModule(TokenizedDataModule):
-    """Sequence classification (or regression) of one text or a pair of texts, from a known or hub dataset or local
-    files.
+    """Sequence classification (one class or, multi-label, a set of labels per example) or regression of one text or
+    a pair of texts, from a known or hub dataset or local files.
 
     Args:
         tokenizer: A tokenizer folder, tokenizer.json or hub id (`org/name[@revision]`); train.py defaults it to
             `model.pretrained`.
-        dataset: A known dataset (`imdb`, a GLUE task such as `sst2` or `rte`) or a hub name (with `dataset_config`);
-            None to read local files.
+        dataset: A known dataset (`imdb`, a GLUE task such as `sst2` or `rte`, the multi-label
+            `conll2003-entity-types`) or a hub name (with `dataset_config`); None to read local files.
         dataset_config: Hub config name, for hub datasets litbert does not know.
         train_file: Local training file (CSV, TSV, JSON or JSONL).
         val_file: Local validation file.
@@ -219,12 +253,20 @@ class ClassificationDataModule(TokenizedDataModule):
         predict_file: A file of inputs to predict with `python train.py predict` (CSV, TSV, JSON or JSONL with the
             text column(s); a label column, if any, is not read). It replaces the unlabelled test sets.
         text_columns: The column of the text, or the two columns of a pair (known datasets have theirs).
-        label_column: The column of the label (known datasets have theirs).
+        label_column: The column of the label (known datasets have theirs); multi-label, of the list of labels.
         label_names: The labels as spelled in the data, in id order; by default the sorted training labels.
+        label_columns: Multi-label: one column a label, holding 0 or 1 (or true/false) for each example; the column
+            names are the label names, in this order. Instead of `label_column`.
+        multi_label: Each example has a set of labels (possibly none), in `label_column` as a list: a JSON list, a
+            hub sequence, or in a CSV/TSV the labels separated by `label_separator`. Unset: true with
+            `label_columns` or a multi-label known dataset, else false. The task learns it from here.
+        label_separator: What separates the labels in a CSV/TSV list column (`,` when unset; an empty cell is no
+            label).
         regression: The label is a score (a float), predicted by regression; metrics Pearson and Spearman.
         skip_labels: Rows with these label values are left out (e.g. IMDB's unlabelled `-1`); counted in the log.
-        metrics: Metric names (`tasks.metrics.METRICS`); by default the dataset's official ones, else accuracy
-            (Pearson and Spearman for regression).
+        metrics: Metric names (`tasks.metrics.METRICS`, multi-label `MULTILABEL_METRICS`); by default the
+            dataset's official ones, else accuracy (Pearson and Spearman for regression; micro F1, macro F1 and
+            exact match for multi-label); macro F1 is added for more than two classes.
         max_length: Longest sequence, special tokens included.
         truncation: `head`, `tail`, `head+tail` (one text) or `longest_first` (a pair; the default) for over-long
             examples, or `error` to refuse them. By default `head` for one text.
@@ -248,6 +290,9 @@ class ClassificationDataModule(TokenizedDataModule):
         text_columns: list[str] | None = None,
         label_column: str | None = None,
         label_names: list[str] | None = None,
+        label_columns: list[str] | None = None,
+        multi_label: bool | None = None,
+        label_separator: str | None = None,
         regression: bool = False,
         skip_labels: list[str] | None = None,
         metrics: list[str] | None = None,
@@ -268,7 +313,8 @@ class ClassificationDataModule(TokenizedDataModule):
         self.spec = None if train_file else text_set(dataset or "", dataset_config)
         spec = self.spec
         if spec is not None:
-            self._refuse_overrides(dataset, dataset_config, text_columns, label_column, regression)
+            self._refuse_overrides(dataset, dataset_config, text_columns, label_column, regression, multi_label,
+                                   label_columns, label_separator)
             text_columns, label_column = list(spec.text_columns), spec.label_column
         elif data_dir is not None:
             raise DataError(f"data.data_dir={data_dir!r} names the folder of a known dataset in its official layout, "
@@ -280,7 +326,14 @@ class ClassificationDataModule(TokenizedDataModule):
             raise DataError(f"data.data_dir={data_dir!r} names the dataset's folder itself, so data.data_root="
                             f"{data_root!r} would not be read; set one of them.")
         self.text_columns = list(text_columns or ["text"])
+        self._check_multi_label(label_column, label_names, label_columns, multi_label, label_separator, regression,
+                                skip_labels)
         self.label_column = label_column or "label"
+        self.label_columns = list(label_columns) if label_columns is not None else None
+        self.multi_label = spec.multi_label if spec is not None else bool(multi_label or label_columns)
+        self.label_separator = label_separator or ","
+        # A multi-label target is a row of 0/1, one a label: stacked, never padded to the batch's length multiple.
+        self.collate = PaddingCollator(self.pad_token_id, stacked=("labels",))
         if len(self.text_columns) not in (1, 2):
             raise DataError(f"data.text_columns={self.text_columns}: one text column, or two for a pair.")
         pair = len(self.text_columns) == 2
@@ -298,8 +351,6 @@ class ClassificationDataModule(TokenizedDataModule):
             raise DataError("data.label_names and data.skip_labels are for class labels, but the labels are scores "
                             "(regression); remove them.")
         self.skip_labels = set(skip_labels or [])
-        self.metric_names = list(metrics or (spec.metrics if spec is not None else
-                                             ("pearson", "spearman") if self.is_regression else ("accuracy",)))
         self.val_split_names = list(spec.validation_splits if spec is not None else ("validation",))
         self.test_split_names: list[str] = []  # the unlabelled test sets set up for prediction
         self._said_missing: set[str] = set()  # optional test sets found missing, and said so once
@@ -309,6 +360,8 @@ class ClassificationDataModule(TokenizedDataModule):
         self._rows: dict[str, Rows] = {}
         if self.is_regression:
             self.label_values, self.label_names = [], list(spec.label_names if spec is not None else ["score"])
+        elif self.label_columns is not None:
+            self.label_values, self.label_names = list(self.label_columns), list(self.label_columns)
         elif label_names is not None:
             self.label_values = [str(v) for v in label_names]
             self.label_names = list(self.label_values)
@@ -316,13 +369,56 @@ class ClassificationDataModule(TokenizedDataModule):
             self.label_values, self.label_names = list(spec.labels or ()), list(spec.label_names)
         else:  # the label set comes from the training data, so it is known before setup() for the model
             train = self._read("train")
-            self.label_values = train.class_names or _sort_labels(set(train.labels or ()))
+            found = {label for row in train.labels or () for label in row} if self.multi_label \
+                else set(train.labels or ())
+            self.label_values = train.class_names or _sort_labels(found)
             self.label_names = list(self.label_values)
             log.info("labels found in the training data: %s", self.label_values)
         self.num_labels = len(self.label_names)
+        if self.multi_label and self.num_labels < 2:
+            raise DataError(f"multi-label data with the label set {self.label_names}: a set of labels needs at least "
+                            f"two to choose from (one label present or absent is binary classification: a "
+                            f"label_column of two classes). Check the label column or set data.label_names.")
+        default = spec.metrics if spec is not None else ("pearson", "spearman") if self.is_regression else \
+            ("f1_micro", "f1_macro", "exact_match") if self.multi_label else ("accuracy",)
+        # Macro F1 weighs every class alike: the check on small classes that accuracy hides.
+        more = ["f1_macro"] if self.num_labels > 2 and not self.multi_label and "f1_macro" not in default else []
+        self.metric_names = list(metrics) if metrics else [*default, *more]
+
+    def _check_multi_label(self, label_column: str | None, label_names: list[str] | None,
+                           label_columns: list[str] | None, multi_label: bool | None, separator: str | None,
+                           regression: bool, skip_labels: list[str] | None) -> None:
+        """Refuse multi-label settings that contradict each other or the data."""
+        if label_columns is not None:
+            if label_column is not None:
+                raise DataError(f"data.label_column={label_column!r} and data.label_columns={label_columns} both "
+                                f"name the labels; set one: a column holding a list of labels, or 0/1 columns.")
+            if len(label_columns) < 2 or len(set(label_columns)) != len(label_columns):
+                raise DataError(f"data.label_columns={label_columns}: give two or more different columns, one a "
+                                f"label (a single 0/1 column is binary classification: set data.label_column).")
+            if multi_label is False:
+                raise DataError(f"data.label_columns={label_columns} are a multi-label target, but data.multi_label "
+                                f"is false; remove it.")
+            if label_names is not None:
+                raise DataError(f"data.label_names={label_names}: with data.label_columns the columns name the "
+                                f"labels; remove data.label_names.")
+            if set(label_columns) & set(self.text_columns):
+                raise DataError(f"data.label_columns={label_columns} include a text column {self.text_columns}.")
+        multi = self.spec.multi_label if self.spec is not None else bool(multi_label or label_columns)
+        if multi and regression:
+            raise DataError("data.regression=true and multi-label labels: a score is not a set of labels; remove one.")
+        if multi and skip_labels:
+            raise DataError(f"data.skip_labels={skip_labels} leaves out rows of one class; multi-label rows have sets "
+                            f"of labels (an empty one included). Remove it.")
+        if separator is not None and (not multi or label_columns is not None or self.spec is not None):
+            raise DataError(f"data.label_separator={separator!r} splits a CSV/TSV column holding a list of labels "
+                            f"(multi_label with label_column); these labels are not one. Remove it.")
+        if separator == "" or separator is not None and separator.strip() == "":
+            raise DataError(f"data.label_separator={separator!r} must be a visible character (`,`, `|`, `;`).")
 
     def _refuse_overrides(self, dataset: str | None, config: str | None, text_columns: list[str] | None,
-                          label_column: str | None, regression: bool) -> None:
+                          label_column: str | None, regression: bool, multi_label: bool | None,
+                          label_columns: list[str] | None, separator: str | None) -> None:
         spec = self.spec
         assert spec is not None
         if config is not None and config != spec.config:
@@ -335,6 +431,14 @@ class ClassificationDataModule(TokenizedDataModule):
                                 f"local files and hub datasets litbert does not know).")
         if regression and not spec.is_regression:
             raise DataError(f"data.regression=true, but {dataset}'s labels are classes; remove it.")
+        if multi_label is not None and multi_label != spec.multi_label:
+            kind = "a set of labels" if spec.multi_label else "one class" if spec.labels else "a score"
+            raise DataError(f"data.multi_label={multi_label}, but {dataset} has {kind} per example; remove it.")
+        for name, value in (("label_columns", label_columns), ("label_separator", separator)):
+            if value is not None:
+                raise DataError(f"data.{name}={value!r}, but {dataset} has its own label column "
+                                f"{spec.label_column!r}; remove data.{name} (it is for local files and hub datasets "
+                                f"litbert does not know).")
 
     # ---- reading ----------------------------------------------------------------------------------------------
 
@@ -381,16 +485,49 @@ class ClassificationDataModule(TokenizedDataModule):
             self._rows[split] = rows
             return rows
         labelled = split not in (self.spec.submission if self.spec else {})
-        needed = [*self.text_columns, self.label_column] if labelled else \
+        needed = [*self.text_columns, *self.label_fields] if labelled else \
             [self.spec.id_column, *self.text_columns]  # type: ignore[union-attr]
         if (path := self.given_file(split)) is not None:
             rows = self._from_file(Path(path), needed, labelled, quoting=True, headerless=None)
         elif self.spec is not None and (path := self._local_file(split)) is not None:
-            copy = LOCAL_COPIES[self.spec.hub]
-            rows = self._from_file(path, needed, labelled, copy.quoting, self.spec.headerless if labelled else None)
+            if self.spec.builder is not None:
+                texts, labels, lines = self.spec.builder(path)
+                rows = Rows([texts], labels, [], lines, str(path), file_identity(path))
+            else:
+                copy = LOCAL_COPIES[self.spec.hub]
+                rows = self._from_file(path, needed, labelled, copy.quoting,
+                                       self.spec.headerless if labelled else None)
+        elif self.spec is not None and self.spec.builder is not None:
+            raise DataError(f"{self.spec.name} is built from the local files of {self.spec.hub}, and there is none: "
+                            f"set $LITBERT_DATA (or data.data_root) to a folder holding "
+                            f"{self.spec.folder}/{{train,valid,test}}.txt, or data.data_dir to that folder.")
         else:
             rows = self._from_hub(split, labelled)
         self._rows[split] = rows
+        return rows
+
+    @property
+    def label_fields(self) -> list[str]:
+        """The column(s) the labels are read from."""
+        return self.label_columns or [self.label_column]
+
+    def _labels_read(self, columns: dict[str, list[Any]], lines: list[int], where: str,
+                     delimited: bool) -> list[Any]:
+        """The labels of the rows as read: strings; multi-label, a list of labels per row (split at
+        `label_separator` in a CSV/TSV), or a tuple of the 0/1 columns' values."""
+        if self.label_columns is not None:
+            return list(zip(*(columns[column] for column in self.label_columns), strict=True))
+        values = columns[self.label_column]
+        if not self.multi_label:
+            return [str(v) for v in values]
+        rows = []
+        for value, line in zip(values, lines, strict=True):
+            if delimited and isinstance(value, str):
+                value = [label.strip() for label in value.split(self.label_separator) if label.strip()]
+            if not isinstance(value, (list, tuple)) or not all(isinstance(v, (str, int)) for v in value):
+                raise DataError(f"{where}, line {line}: {self.label_column}={value!r} is not a list of labels; "
+                                f"multi-label rows hold a list such as [\"PER\", \"LOC\"] (or [] for none).")
+            rows.append([str(v) for v in value])
         return rows
 
     def _from_file(self, path: Path, needed: list[str], labelled: bool, quoting: bool,
@@ -401,7 +538,8 @@ class ClassificationDataModule(TokenizedDataModule):
             columns = read_delimited(path, "\t", needed, quoting=quoting, column_names=headerless)
         else:
             columns = read_table(path, needed)
-        labels = [str(v) for v in columns[self.label_column]] if labelled else None
+        delimited = path.suffix.lower() in (".csv", ".tsv")
+        labels = self._labels_read(columns, columns["_line"], str(path), delimited) if labelled else None
         id_column = needed[0] if id_column == "" else id_column
         ids = [] if labelled else [str(v) for v in columns[id_column]] if id_column is not None else \
             [str(i) for i in range(len(columns["_line"]))]
@@ -418,13 +556,22 @@ class ClassificationDataModule(TokenizedDataModule):
             hub, config, name, columns, label_column = self.dataset, self.dataset_config, split, self.text_columns, \
                 self.label_column
         table = load_hub_split(hub, config, name)  # type: ignore[arg-type]
-        wanted = [*columns, label_column] if labelled else columns
+        label_fields = self.label_fields if spec is None else [label_column]
+        wanted = [*columns, *label_fields] if labelled else columns
         missing = [c for c in wanted if c not in table.column_names]
         if missing:
             raise DataError(f"Hub dataset {hub!r} split {name!r} lacks column(s) {missing}; it has "
-                            f"{table.column_names}. Set text_columns / label_column.")
+                            f"{table.column_names}. Set text_columns / label_column"
+                            f"{' / label_columns' if self.multi_label else ''}.")
         labels, class_names = None, None
-        if labelled:
+        lines = list(range(1, len(table) + 1))
+        inner = getattr(table.features.get(label_column), "feature", None)  # a sequence's items
+        if labelled and self.multi_label and isinstance(inner, datasets.ClassLabel):
+            labels = [[inner.names[v] for v in row] for row in table[label_column]]
+            class_names = list(inner.names)
+        elif labelled and self.multi_label:
+            labels = self._labels_read({c: table[c] for c in label_fields}, lines, f"{hub}[{name}]", False)
+        elif labelled:
             labels = table[label_column]
             feature = table.features[label_column]
             if spec is not None and spec.labels is not None:  # the hub's ids count in the row's label order
@@ -436,11 +583,14 @@ class ClassificationDataModule(TokenizedDataModule):
                 labels = [str(v) for v in labels]
         ids = [] if labelled else [str(i) for i in (table["idx"] if "idx" in table.column_names
                                                     else range(len(table)))]
-        return Rows([table[c] for c in columns], labels, ids, list(range(1, len(table) + 1)), f"{hub}[{name}]",
+        return Rows([table[c] for c in columns], labels, ids, lines, f"{hub}[{name}]",
                     ["hub", hub, config, name, table._fingerprint], class_names)
 
-    def _label_ids(self, rows: Rows) -> tuple[list[int] | list[float], list[int]]:
-        """(label ids or scores, indices of the rows kept) of labelled rows; every bad label is an error."""
+    def _label_ids(self, rows: Rows) -> tuple[list[int] | list[float] | list[list[int]], list[int]]:
+        """(label ids, scores or multi-label 0/1 rows, indices of the rows kept) of labelled rows; every bad label
+        is an error."""
+        if self.multi_label:
+            return self._label_sets(rows), list(range(len(rows.lines)))
         if self.is_regression:
             low, high = self.spec.score_range if self.spec and self.spec.score_range else (-math.inf, math.inf)
             scores = []
@@ -470,6 +620,24 @@ class ClassificationDataModule(TokenizedDataModule):
             raise DataError(f"{rows.where}: no examples left (skip_labels={sorted(self.skip_labels)} removed all "
                             f"{len(rows.lines)}); check the file and the settings.")
         return ids, kept
+
+    def _label_sets(self, rows: Rows) -> list[list[int]]:
+        """A 0/1 row per example, one a label, from its list of labels or its 0/1 columns."""
+        index = {label: i for i, label in enumerate(self.label_values)}
+        targets = []
+        for value, line in zip(rows.labels, rows.lines, strict=True):  # type: ignore[arg-type]
+            if self.label_columns is not None:
+                targets.append([_zero_one(v, column, rows.where, line) for v, column in
+                                zip(value, self.label_columns, strict=True)])
+                continue
+            target = [0] * len(index)
+            for label in value:
+                if label not in index:
+                    raise DataError(f"{rows.where}, line {line}: label {label!r} in column {self.label_column!r} is "
+                                    f"not one of the labels {self.label_values}; fix the row, or set label_names.")
+                target[index[label]] = 1
+            targets.append(target)
+        return targets
 
     # ---- tokenization -----------------------------------------------------------------------------------------
 
@@ -504,8 +672,9 @@ class ClassificationDataModule(TokenizedDataModule):
 
     def _build(self, split: str) -> datasets.Dataset:
         rows = self._read(split)
-        settings = (self.text_columns, self.label_column, self.max_length, self.truncation, self.head_fraction,
-                    sorted(self.skip_labels), self.label_values, self.is_regression, 2)
+        settings = (self.text_columns, self.label_fields, self.max_length, self.truncation, self.head_fraction,
+                    sorted(self.skip_labels), self.label_values, self.is_regression, self.multi_label,
+                    self.label_separator, 2)
         key = fingerprint(split, rows.identity, self.tokenizer_key(), settings)
 
         def raw() -> datasets.Dataset:
@@ -591,6 +760,8 @@ class ClassificationDataModule(TokenizedDataModule):
         else:
             spec = self.spec
             hub, config = (spec.hub, spec.config) if spec is not None else (self.dataset, self.dataset_config)
+            if spec is not None and spec.builder is not None:
+                hub = f"{spec.name} (built from {spec.hub})"
             folder = self._folder(spec.config) if spec is not None else None
             splits = [("train", ["train"]), ("validation", self.val_split_names),
                       ("test", ["test"] if self.has_test_split else [])]
@@ -603,20 +774,29 @@ class ClassificationDataModule(TokenizedDataModule):
     def check_predictions_path(self, path: str | os.PathLike[str]) -> None:
         """Refuse an output name whose suffix says a format `write_predictions` does not write."""
         if Path(path).suffix.lower() not in (".jsonl", ".tsv"):
+            columns = "index, labels, scores" if self.multi_label else "index, label, score"
             raise DataError(f"--output {path}: classification predictions are written as JSON lines (.jsonl) or as "
-                            f"a TSV (.tsv: index, label, score); name the file with one of these suffixes.")
+                            f"a TSV (.tsv: {columns}); name the file with one of these suffixes.")
+        commas = [name for name in self.label_names if "," in name]
+        if self.multi_label and commas and Path(path).suffix.lower() == ".tsv":
+            raise DataError(f"--output {path}: the labels {commas} hold commas, which separate a TSV's labels; write "
+                            f"JSON lines (.jsonl) instead.")
 
-    def write_predictions(self, outputs: Sequence[Any], path: str | os.PathLike[str]) -> Path:
+    def write_predictions(self, outputs: Sequence[Any], path: str | os.PathLike[str], threshold: float = 0.5) -> Path:
         """A line per input of `predict_file`, in its order, from the model's `outputs` (its logits, or the scores
         of regression): JSON lines (`.jsonl`) holding the input's texts by column, the `label` (its name) and its
         probability `score` (for regression `score` alone, the predicted value, not clipped to a scale); or a TSV
-        (`.tsv`) with the header `index<TAB>label<TAB>score` (`index<TAB>score`), `index` counting the inputs from 0."""
+        (`.tsv`) with the header `index<TAB>label<TAB>score` (`index<TAB>score`), `index` counting the inputs from 0.
+        Multi-label: the `labels` whose probability exceeds `threshold` (the model's), in label order, and their
+        `scores` (lists; in the TSV `index<TAB>labels<TAB>scores`, each comma-separated, empty for none)."""
         self.check_predictions_path(path)
         rows = self._read("predict")
         if len(outputs) != len(rows.lines):
             raise DataError(f"{len(outputs)} predictions for the {len(rows.lines)} inputs of {rows.where}; predict "
                             f"the whole file.")
         values = torch.tensor(outputs, dtype=torch.float64)
+        if self.multi_label:
+            return self._write_label_sets(values.sigmoid(), threshold, rows, Path(path))
         scores, ids = (values, None) if self.is_regression else values.softmax(-1).max(-1)
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -633,6 +813,34 @@ class ClassificationDataModule(TokenizedDataModule):
                 record.update({"label": label[0]} if label else {}, score=score)
                 handle.write(json.dumps(record, ensure_ascii=False) + "\n")
         return path
+
+    def _write_label_sets(self, probabilities: torch.Tensor, threshold: float, rows: Rows, path: Path) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w", encoding="utf-8", newline="") as handle:
+            tsv = csv.writer(handle, delimiter="\t", lineterminator="\n") if path.suffix.lower() == ".tsv" else None
+            if tsv is not None:
+                tsv.writerow(["index", "labels", "scores"])
+            for row, scores in enumerate(probabilities.tolist()):
+                chosen = [(name, score) for name, score in zip(self.label_names, scores, strict=True)
+                          if score > threshold]
+                if tsv is not None:
+                    tsv.writerow([row, ",".join(name for name, _ in chosen),
+                                  ",".join(f"{score:.6f}" for _, score in chosen)])
+                    continue
+                record = {column: texts[row] for column, texts in zip(self.text_columns, rows.texts, strict=True)}
+                record.update(labels=[name for name, _ in chosen], scores=[score for _, score in chosen])
+                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+        return path
+
+
+def _zero_one(value: Any, column: str, where: str, line: int) -> int:
+    """A 0/1 label column's value as 0 or 1: 0, 1, true, false, or their strings ("0", "1", "true", "false")."""
+    if isinstance(value, bool) or isinstance(value, (int, float)) and value in (0, 1):
+        return int(value)
+    if isinstance(value, str) and value.strip().lower() in ("0", "1", "true", "false"):
+        return int(value.strip().lower() in ("1", "true"))
+    raise DataError(f"{where}, line {line}: label column {column!r} holds {value!r}, not 0 or 1 (whether the example "
+                    f"has the label {column!r}); fix the row.")
 
 
 def write_submission(task: TextSet | str, split: str, ids: Sequence[str], predictions: Sequence[float],

@@ -31,8 +31,9 @@ FILLER_VALUES: dict[str, int | str] = {"input_ids": "pad", "attention_mask": 1, 
 class PaddingCollator:
     """Pads list columns to the longest example of the batch; scalar columns become (B,) tensors.
 
-    Integer scalars become long tensors, floats float32 (STS-B's regression targets). Datasets store no
-    attention mask (it would be all ones before padding); it is made here from the lengths.
+    Integer scalars become long tensors, floats float32 (STS-B's regression targets). `stacked` list columns have
+    one length in every example (a multi-label target, a 0/1 per label) and are stacked as they are, never padded.
+    Datasets store no attention mask (it would be all ones before padding); it is made here from the lengths.
 
     A `data.loading.Batch` of examples that asks for `fill` rows gets them appended: filler rows (`FILLER_VALUES`)
     that keep the batch at its full size, hence at a shape the run has met already. The batch then says how many
@@ -40,8 +41,10 @@ class PaddingCollator:
     tasks leave the rest out of every loss, metric, count and prediction (`tasks.base.example_rows`).
     """
 
-    def __init__(self, pad_token_id: int, pad_to_multiple_of: int = 1, max_length: int | None = None) -> None:
+    def __init__(self, pad_token_id: int, pad_to_multiple_of: int = 1, max_length: int | None = None,
+                 stacked: tuple[str, ...] = ()) -> None:
         self.pad_token_id = pad_token_id
+        self.stacked = stacked
         # Lengths padded up to a multiple of this, never past `max_length`: few shapes (`TokenizedDataModule`).
         self.pad_to_multiple_of = pad_to_multiple_of
         self.max_length = max_length
@@ -53,7 +56,9 @@ class PaddingCollator:
         batch: dict[str, Any] = {}
         for column, first in examples[0].items():
             values = [example[column] for example in examples]
-            if isinstance(first, (list, tuple, torch.Tensor)):
+            if column in self.stacked and isinstance(first, (list, tuple, torch.Tensor)):
+                batch[column] = torch.stack([torch.as_tensor(value, dtype=torch.long) for value in values])
+            elif isinstance(first, (list, tuple, torch.Tensor)):
                 batch[column] = self._pad(column, values)
             else:
                 batch[column] = torch.tensor(values, dtype=torch.float32 if isinstance(first, float) else torch.long)

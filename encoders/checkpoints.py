@@ -263,6 +263,7 @@ class Checkpoint:
     source: str = ""  # the directory it was read from, for messages
     untied_decoder: bool = False  # its MLM decoder is a matrix of its own, not the word embeddings (litbert ties)
     label_names: list[str] | None = None  # its classifier's labels in output order, where the checkpoint names them
+    problem_type: str | None = None  # transformers' problem_type of its classifier, where stored (multi-label)
 
 
 # ----------------------------------------------------------------------------------------------------- reading
@@ -515,7 +516,8 @@ def _from_transformers(directory: Path) -> Checkpoint:
     names = [str(id2label.get(str(i), id2label.get(i, ""))) for i in range(len(id2label))]
     generic = all(name == f"LABEL_{i}" for i, name in enumerate(names))  # transformers' default: no names given
     return Checkpoint(config, encoder, heads, options | {"norm_eps": config.norm_eps}, untied_decoder=untied,
-                      label_names=None if generic or not all(names) else names)
+                      label_names=None if generic or not all(names) else names,
+                      problem_type=hf_config.get("problem_type"))
 
 
 def _from_litbert(directory: Path) -> Checkpoint:
@@ -529,7 +531,8 @@ def _from_litbert(directory: Path) -> Checkpoint:
     head_meta = meta.get("head") or {}
     if head_meta:
         heads[head_meta["kind"]] = {k[len("head."):]: v for k, v in state.items() if k.startswith("head.")}
-    return Checkpoint(config, encoder, heads, head_meta.get("options", {}), label_names=meta.get("label_names"))
+    return Checkpoint(config, encoder, heads, head_meta.get("options", {}), label_names=meta.get("label_names"),
+                      problem_type=meta.get("problem_type"))
 
 
 def load_checkpoint(directory: str | Path | Checkpoint) -> Checkpoint:
@@ -727,10 +730,18 @@ def _to_transformers(encoder: nn.Module, head: nn.Module | None, kind: str | Non
     return _transformers_config(config, layout, architecture, extra), state
 
 
+PROBLEM_TYPES = ("multi_label_classification",)  # those a save stores; the others follow from the outputs
+
+
 def save_checkpoint(encoder: nn.Module, directory: Path, head: nn.Module | None = None, format: str = "auto",
-                    label_names: Sequence[str] | None = None) -> Path:
+                    label_names: Sequence[str] | None = None, problem_type: str | None = None) -> Path:
     if label_names is not None and getattr(head, "num_labels", None) not in (None, len(label_names)):
         raise ValueError(f"{len(label_names)} label names for a head with {head.num_labels} outputs.")
+    if problem_type is not None:
+        check_choice("problem_type", problem_type, PROBLEM_TYPES)
+        if getattr(head, "kind", None) != "sequence_classification":
+            raise ValueError(f"problem_type={problem_type!r} describes a sequence classifier's outputs; the head is "
+                             f"{getattr(head, 'kind', None)!r}.")
     check_choice("format", format, ("auto", "transformers", "litbert"))
     kind = _head_kind(head)
     if format == "auto":
@@ -746,6 +757,8 @@ def save_checkpoint(encoder: nn.Module, directory: Path, head: nn.Module | None 
         if label_names is not None:  # what transformers' pipelines show instead of LABEL_0, LABEL_1, ...
             hf_config["id2label"] = {str(i): name for i, name in enumerate(label_names)}
             hf_config["label2id"] = {name: i for i, name in enumerate(label_names)}
+        if problem_type is not None:  # what transformers' loss and pipelines read to apply a sigmoid per label
+            hf_config["problem_type"] = problem_type
         (directory / LITBERT_CONFIG).unlink(missing_ok=True)
         (directory / "config.json").write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
     else:
@@ -757,7 +770,7 @@ def save_checkpoint(encoder: nn.Module, directory: Path, head: nn.Module | None 
                           if not (tied and k == "decoder.weight")})
             head_meta = {"kind": kind, "options": _head_options(head)}
         meta = {"format": "litbert", "version": 1, "encoder": encoder.config.to_dict(), "head": head_meta,
-                "label_names": list(label_names) if label_names is not None else None}
+                "label_names": list(label_names) if label_names is not None else None, "problem_type": problem_type}
         (directory / "config.json").unlink(missing_ok=True)  # a transformers config of an earlier save would be read
         (directory / LITBERT_CONFIG).write_text(json.dumps(meta, indent=2) + "\n")
     # safetensors refuses tensors that share memory (the split QKV views); give each its own storage.

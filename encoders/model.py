@@ -397,7 +397,7 @@ class Encoder(nn.Module):
 
     def save_pretrained(
         self, directory: str | Path, head: nn.Module | None = None, format: str = "auto",
-        label_names: Sequence[str] | None = None,
+        label_names: Sequence[str] | None = None, problem_type: str | None = None,
     ) -> Path:
         """Write this encoder (and optionally one head) to `directory`.
 
@@ -405,6 +405,8 @@ class Encoder(nn.Module):
         `*ForMaskedLM` / `*ForSequenceClassification` / `*ForTokenClassification` for a head) loads, and raises if
         the configuration has no transformers equivalent; `"litbert"` writes litbert's own safetensors + JSON;
         `"auto"` picks transformers whenever it can express the configuration. `label_names` (a classifier head's
-        labels in id order) are stored as transformers' `id2label`.
+        labels in id order) are stored as transformers' `id2label`, `problem_type` (`multi_label_classification`)
+        as its `problem_type`.
         """
-        return save_checkpoint(self, Path(directory), head=head, format=format, label_names=label_names)
+        return save_checkpoint(self, Path(directory), head=head, format=format, label_names=label_names,
+                               problem_type=problem_type)

@@ -639,11 +639,17 @@ class EncoderTask(L.LightningModule):
         """The head's label names in id order, stored with an exported classifier."""
         return None
 
+    @property
+    def problem_type(self) -> str | None:
+        """transformers' `problem_type` stored with an exported classifier, where its outputs do not imply it."""
+        return None
+
     def export(self, directory: str | Path, tokenizer=None, format: str = "auto") -> Path:
         """Save the trained encoder and head with `save_pretrained` (`format` "auto": transformers format whenever it
         can express the configuration) and the tokenizer beside them, so the folder is a `--model.pretrained` of its
         own."""
-        path = self.encoder.save_pretrained(directory, head=self.head, format=format, label_names=self.export_labels())
+        path = self.encoder.save_pretrained(directory, head=self.head, format=format, label_names=self.export_labels(),
+                                            problem_type=self.problem_type)
         if tokenizer is not None:
             tokenizer.save_pretrained(str(path))
         return path

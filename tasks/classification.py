@@ -1,4 +1,9 @@
-"""Fine-tuning: sequence classification and regression (GLUE, sentiment) and token classification (NER)."""
+"""Fine-tuning: sequence classification (one class, or a set of labels: multi-label) and regression (GLUE,
+sentiment), and token classification (NER).
+
+Multi-label classification scores each label on its own: a sigmoid per logit and binary cross-entropy with the 0/1
+targets, averaged over every (example, label) as transformers' `problem_type="multi_label_classification"` computes
+it; a label is predicted where its probability exceeds `threshold`."""
 
 from __future__ import annotations
 
@@ -38,6 +43,8 @@ class SequenceClassification(EncoderTask):
         metrics: Sequence[str] = ("accuracy",),
         validation_names: Sequence[str] = ("val",),
         label_names: Sequence[str] | None = None,
+        multi_label: bool = False,
+        threshold: float | None = None,
         encoder: EncoderSpec | None = None,
         pretrained: str | None = None,
         pretrained_layers: Sequence[int] | Literal["every_other"] | None = None,
@@ -54,10 +61,16 @@ class SequenceClassification(EncoderTask):
     ) -> None:
         """
         Args:
-            num_labels: classes, or 1 for regression (STS-B); linked from the datamodule.
-            metrics: names from `tasks.metrics.METRICS`, the task's official ones; linked from the datamodule.
+            num_labels: classes (or labels of a multi-label task), or 1 for regression (STS-B); linked from the
+                datamodule.
+            metrics: names from `tasks.metrics.METRICS` (`MULTILABEL_METRICS` for a multi-label task), the task's
+                official ones; linked from the datamodule. The first is the checkpoint monitor's.
             validation_names: the log prefix of each validation set, e.g. ("val", "val_mismatched") for MNLI.
             label_names: the labels in id order, stored with the exported model; linked from the datamodule.
+            multi_label: each example has a set of labels (sigmoid and binary cross-entropy per label), exported as
+                transformers' `problem_type="multi_label_classification"`; linked from the datamodule.
+            threshold: a multi-label task predicts the labels whose probability exceeds this (0.5 when unset); it
+                decides the metrics and `train.py predict`'s labels, not the loss.
             encoder: preset and overrides for a new encoder (ignored when `pretrained` is given).
             pretrained: a litbert or transformers-format checkpoint directory to fine-tune, or a Hugging Face
                 Hub id (`org/name[@revision]`, `encoders.hub`).
@@ -93,8 +106,21 @@ class SequenceClassification(EncoderTask):
             raise ValueError(f"alpha_kd={alpha_kd} must be in [0, 1] and temperature={temperature} positive.")
         if label_names is not None and len(label_names) != num_labels:
             raise ValueError(f"{len(label_names)} label_names {list(label_names)} for num_labels={num_labels}.")
+        if threshold is not None and not multi_label:
+            raise ValueError(f"model.threshold={threshold} decides the labels of a multi-label task, but the data "
+                             f"gives one class per example (multi_label false); remove it.")
+        threshold = 0.5 if threshold is None else threshold
+        if not 0 < threshold < 1:
+            raise ValueError(f"model.threshold={threshold} must lie strictly between 0 and 1 (a probability).")
+        if multi_label and num_labels < 2:
+            raise ValueError(f"multi_label with num_labels={num_labels}: a single 0/1 label is binary "
+                             f"classification; give it as one label column of two classes.")
+        if multi_label and teacher is not None:
+            raise ValueError(f"model.teacher={teacher}: distilling a multi-label classifier is not supported (the "
+                             f"soft targets are a softmax over classes); remove the teacher.")
         self.label_names = list(label_names) if label_names is not None else None
-        self.regression = num_labels == 1
+        self.multi_label, self.threshold = multi_label, threshold
+        self.regression = num_labels == 1 and not multi_label
         checkpoint = read_pretrained(pretrained, pretrained_layers)
         self.encoder = build_encoder(encoder, checkpoint, vocab_size, pad_token_id, kernels)
         self.head = fine_tuning_head(SequenceClassificationHead, checkpoint, self.encoder.config.hidden_size,
@@ -102,9 +128,10 @@ class SequenceClassification(EncoderTask):
                                      **_given(pooling=pooling, pooler_activation=pooler_activation))
         self.validation_names = list(validation_names)
         self.val_metrics = nn.ModuleList(
-            classification_metrics(metrics, num_labels).clone(prefix=f"{name}/") for name in self.validation_names
+            classification_metrics(metrics, num_labels, multi_label).clone(prefix=f"{name}/")
+            for name in self.validation_names
         )
-        self.test_metrics = classification_metrics(metrics, num_labels).clone(prefix="test/")
+        self.test_metrics = classification_metrics(metrics, num_labels, multi_label).clone(prefix="test/")
         # Example-weighted means, summed across ranks by torchmetrics: the exact dev-set loss under DDP too.
         self.val_losses = nn.ModuleList(MeanMetric() for _ in self.validation_names)
         self.test_loss = MeanMetric()
@@ -124,6 +151,12 @@ class SequenceClassification(EncoderTask):
         return self.label_names
 
     @property
+    def problem_type(self) -> str | None:
+        """transformers' `problem_type` of the exported classifier where the logits do not imply it: multi-label
+        (regression is implied by a single output, single-label classification by several)."""
+        return "multi_label_classification" if self.multi_label else None
+
+    @property
     def first_token_only(self) -> bool:
         """BERT's pooler reads the first token only, so the encoder's last layer computes no other
         (`Encoder.forward`); mean pooling needs them all."""
@@ -140,9 +173,15 @@ class SequenceClassification(EncoderTask):
     def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         if self.regression:
             return F.mse_loss(logits.float(), labels.float())
+        if self.multi_label:  # labels (B, num_labels) of 0/1
+            return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
         return F.cross_entropy(logits.float(), labels)
 
     def predictions(self, logits: torch.Tensor) -> torch.Tensor:
+        """Scores (regression), class ids, or (multi-label) 0/1 per label: 1 where the probability exceeds the
+        threshold, as torchmetrics thresholds probabilities."""
+        if self.multi_label:
+            return (logits.float().sigmoid() > self.threshold).long()
         return logits.float() if self.regression else logits.argmax(-1)
 
     def distillation_loss(self, logits: torch.Tensor, teacher_logits: torch.Tensor,

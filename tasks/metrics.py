@@ -1,5 +1,6 @@
-"""Metrics: the official GLUE metric per task from `torchmetrics`, and entity-level precision/recall/F1 with the
-semantics of the CoNLL shared task's `conlleval` script (Tjong Kim Sang & De Meulder, 2003)."""
+"""Metrics: the official GLUE metric per task from `torchmetrics`, macro F1 of multi-class tasks, micro and macro F1
+and exact match of multi-label tasks, and entity-level precision/recall/F1 with the semantics of the CoNLL shared
+task's `conlleval` script (Tjong Kim Sang & De Meulder, 2003)."""
 
 from __future__ import annotations
 
@@ -7,26 +8,48 @@ from collections.abc import Callable, Sequence
 
 import torch
 from torchmetrics import Metric, MetricCollection
-from torchmetrics.classification import BinaryF1Score, MatthewsCorrCoef, MulticlassAccuracy
+from torchmetrics.classification import (
+    BinaryF1Score,
+    MatthewsCorrCoef,
+    MulticlassAccuracy,
+    MulticlassF1Score,
+    MultilabelExactMatch,
+    MultilabelF1Score,
+)
 from torchmetrics.regression import PearsonCorrCoef, SpearmanCorrCoef
 
-# name -> factory(num_labels). F1 is the positive class's F1 as GLUE reports it for MRPC and QQP.
+# name -> factory(num_labels), of a class (or a score) per example. F1 is the positive class's F1 as GLUE reports it
+# for MRPC and QQP; f1_macro the unweighted mean of every class's F1.
 METRICS: dict[str, Callable[[int], Metric]] = {
     "accuracy": lambda n: MulticlassAccuracy(num_classes=n, average="micro"),
     "f1": lambda n: BinaryF1Score(),
+    "f1_macro": lambda n: MulticlassF1Score(num_classes=n, average="macro"),
     "matthews_corrcoef": lambda n: MatthewsCorrCoef(task="binary" if n == 2 else "multiclass", num_classes=n),
     "pearson": lambda n: PearsonCorrCoef(),
     "spearman": lambda n: SpearmanCorrCoef(),
 }
+# name -> factory(num_labels), of a set of labels per example, read from 0/1 predictions (the task applies its
+# threshold): F1 over every (example, label) decision, the mean of each label's F1, and the share of examples whose
+# whole set is right.
+MULTILABEL_METRICS: dict[str, Callable[[int], Metric]] = {
+    "f1_micro": lambda n: MultilabelF1Score(num_labels=n, average="micro"),
+    "f1_macro": lambda n: MultilabelF1Score(num_labels=n, average="macro"),
+    "exact_match": lambda n: MultilabelExactMatch(num_labels=n),
+}
 
 
-def classification_metrics(names: Sequence[str], num_labels: int) -> MetricCollection:
-    unknown = [name for name in names if name not in METRICS]
+def classification_metrics(names: Sequence[str], num_labels: int, multi_label: bool = False) -> MetricCollection:
+    table, other = (MULTILABEL_METRICS, METRICS) if multi_label else (METRICS, MULTILABEL_METRICS)
+    unknown = [name for name in names if name not in table]
     if unknown:
-        raise ValueError(f"Unknown metric(s) {unknown}; choose from {sorted(METRICS)}.")
+        kind = "multi-label" if multi_label else "single-label"
+        mislaid = [name for name in unknown if name in other]
+        hint = f" ({mislaid} score {'single' if multi_label else 'multi'}-label tasks)" if mislaid else ""
+        raise ValueError(f"Unknown metric(s) {unknown} for a {kind} task{hint}; choose from {sorted(table)}.")
     if "f1" in names and num_labels != 2:
-        raise ValueError(f"metric 'f1' is the positive-class F1 of a binary task, but num_labels={num_labels}.")
-    return MetricCollection({name: METRICS[name](num_labels) for name in names})
+        raise ValueError(f"metric 'f1' is the positive-class F1 of a binary task, but num_labels={num_labels}; "
+                         f"f1_macro scores more classes.")
+    return MetricCollection({name: table[name](num_labels) for name in names})
 
 
 def _split(tag: str) -> tuple[str, str]:

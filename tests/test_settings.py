@@ -239,7 +239,8 @@ def alternative(key: str, value: Any, assets: dict[str, str]) -> Any:
              "lowercase": False, "alpha_kd": 0.3, "temperature": 3.0, "decay": 0.1,
              "metrics": ["f1", "accuracy"], "pretrained_layers": "every_other", "layer_decay": 0.8,
              "optimizer_args": {"amsgrad": True}, "patience": 2,
-             "predict_file": "{tmp}/new.csv"}  # read by `train.py predict` only: a training run refuses it
+             "predict_file": "{tmp}/new.csv",  # read by `train.py predict` only: a training run refuses it
+             "threshold": 0.3, "multi_label": True, "label_columns": ["pos", "neg"], "label_separator": "|"}
     if name in CHOICES:
         choice = CHOICES[name]
         return choice.get(value, choice) if isinstance(choice, dict) else choice
@@ -325,7 +326,7 @@ SPECIFIC = {
     ("distillation", "model.init_args.teacher"): "{tiny_b}",
 }
 # Linked from the data: the parser takes a value, and the run refuses one that differs from the data's.
-LINKED = ("vocab_size", "pad_token_id", "num_labels", "label_names", "metrics", "validation_names")
+LINKED = ("vocab_size", "pad_token_id", "num_labels", "label_names", "metrics", "validation_names", "multi_label")
 
 
 def as_argument(value: Any) -> str:
@@ -493,6 +494,9 @@ def test_values_from_the_data_cannot_be_set_to_others(glue):
         glue("--model.init_args.metrics", '["f1"]')
     with pytest.raises(ValueError, match=r"model.pad_token_id=5 is set from the data \(GLUEDataModule gives 0\)"):
         glue("--model.init_args.pad_token_id", "5")
+    with pytest.raises(ValueError, match=r"model.multi_label=True is set from the data \(GLUEDataModule gives "
+                                         r"False\)"):
+        glue("--model.init_args.multi_label", "true")
     assert glue("--model.init_args.num_labels", "2").model.hparams.num_labels == 2  # the data's own value
 
 

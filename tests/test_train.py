@@ -85,6 +85,7 @@ def test_every_shipped_config_instantiates(config, env, minilm, tmp_path):
     if hasattr(data, "num_labels") and hasattr(model, "regression"):
         assert model.hparams.num_labels == data.num_labels
         assert model.label_names == data.label_names
+        assert model.multi_label == data.multi_label  # linked: the task learns its problem type from the data
     if hasattr(data, "metric_names"):
         assert list(model.hparams.metrics) == data.metric_names
         expected = ["val", "val_mismatched"] if data.spec.name == "mnli" else ["val"]

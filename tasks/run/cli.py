@@ -60,6 +60,7 @@ DATA_LINKS: list[tuple[str, str, Any]] = [
     ("data.pad_token_id", "model.init_args.pad_token_id", None),
     ("data.num_labels", "model.init_args.num_labels", None),
     ("data.label_names", "model.init_args.label_names", None),
+    ("data.multi_label", "model.init_args.multi_label", None),
     ("data.metric_names", "model.init_args.metrics", None),
     ("data.val_split_names", "model.init_args.validation_names", validation_prefixes),
 ]

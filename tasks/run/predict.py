@@ -105,6 +105,13 @@ def check_trained_head(model: EncoderTask) -> None:
                               f"heads: {sorted(checkpoint.head_states) or 'none'}), so its predictions would come "
                               f"from an untrained classifier. Predict with the export of a model fine-tuned for this "
                               f"task.")
+    multi_label = "multi_label_classification"
+    if (checkpoint.problem_type == multi_label) != (model.problem_type == multi_label):
+        trained, asked = (("a set of labels", "one class") if checkpoint.problem_type == multi_label
+                          else ("one class", "a set of labels"))
+        raise CheckpointError(f"model.pretrained={pretrained} was trained to predict {trained} per input, but the "
+                              f"data's config gives {asked}: its scores would be read the wrong way. Predict with the "
+                              f"config of the run that trained it (<default_root_dir>/config.yaml).")
     stored, labels = checkpoint.label_names, list(model.label_names or [])
     if state["classifier.weight"].shape[0] != model.head.num_labels or \
             stored is not None and labels and sorted(stored) != sorted(labels):
@@ -121,4 +128,6 @@ def predict_file(trainer: L.Trainer, model: EncoderTask, data: L.LightningDataMo
                          f"{data.predict_file}, and train.py predict writes a line for every input; remove it.")
     data.setup("predict")
     (values,) = predict_in_order(trainer, model, data).predictions
-    return data.write_predictions(values, output) if trainer.is_global_zero else None
+    # A multi-label model's threshold decides its labels; the datamodule writes them.
+    threshold = {"threshold": model.threshold} if model.problem_type == "multi_label_classification" else {}
+    return data.write_predictions(values, output, **threshold) if trainer.is_global_zero else None

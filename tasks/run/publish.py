@@ -133,7 +133,9 @@ def _model_rows(model: EncoderTask, init: Any, directory: Path) -> list[tuple[st
         start = "none: trained from scratch"
     return [
         ("Task", f"`{type(model).__module__}.{type(model).__name__}` ({PIPELINE_TAGS.get(kind, kind)})"
-                 + (f"; labels {', '.join(labels)}" if labels else "")),
+                 + (f"; labels {', '.join(labels)}" if labels else "")
+                 + (f"; multi-label: the labels whose probability exceeds {model.threshold}"
+                    if model.problem_type == "multi_label_classification" else "")),
         ("Architecture", f"{layers}, hidden size {encoder.hidden_size}, {encoder.num_heads} heads, feed-forward "
                          f"{encoder.intermediate_size} ({encoder.activation}), {encoder.position} positions, "
                          f"{encoder.norm_placement}-norm {encoder.norm}, vocabulary {encoder.vocab_size} (preset "
