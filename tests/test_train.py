@@ -100,6 +100,24 @@ def test_every_shipped_config_instantiates(config, env, minilm, tmp_path):
         assert model.label_names == data.label_names and len(model.label_names) == 9
 
 
+def test_the_readme_jobs_modernbert_variant_asks_for_transformers_format(env, minilm, tmp_path):
+    """configs/pretrain/quickstart-modernbert.yaml asks for transformers' format, which its model (ModernBERT's block
+    and MLM head) takes; the README job's own block is refused it before training, each setting named."""
+    from encoders.checkpoints import export_layout
+
+    args = ["--data.tokenizer", minilm, "--data.train_tokenizer", "null", "--trainer.logger", "false"]
+    cli = make_cli(["--config", "configs/pretrain/quickstart-modernbert.yaml", *args,
+                    "--trainer.default_root_dir", str(tmp_path / "modernbert")])
+    assert cli.config.export_format == "transformers"
+    assert export_layout(cli.model.encoder, cli.model.head).class_prefix == "ModernBert"
+    cli = make_cli(["--config", "configs/quickstart.yaml", *args, "--export_format", "transformers",
+                    "--trainer.default_root_dir", str(tmp_path / "quickstart")])
+    with pytest.raises(ValueError, match=r"norm='rmsnorm' \(ModernBert has 'layernorm'\); type_vocab_size=2 \("
+                                         r"ModernBert has 0\); first_attention_norm=True \(ModernBert has False\)"):
+        train.run(cli)
+    assert cli.trainer.global_step == 0
+
+
 def test_a_new_encoder_pads_with_the_tokenizers_padding_row(env, shared_data, tmp_path):
     """configs/pretrain/modern.yaml trains byte-level BPE (<s> 0, <pad> 1) for the `modern` preset (pad_token_id 0):
     the new encoder takes the tokenizer's padding id, so that the row left at zero and never trained is <pad>'s,
