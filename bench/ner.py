@@ -56,7 +56,7 @@ from tasks.metrics import EntityF1
 
 CONFIG = "configs/ner/conll2003.yaml"
 RUNS = ("litbert", "litbert-fp32", "transformers", "transformers-bf16")
-HEADERS = ["run", "examples x epochs", "dev F1 (mean ± sd)", "test F1 (mean ± sd)", "dev F1 by seed",
+HEADERS = ["run", "precision", "examples x epochs", "dev F1 (mean ± sd)", "test F1 (mean ± sd)", "dev F1 by seed",
            "conlleval dev F1", "train s (median)", "litbert speed-up"]
 
 
@@ -193,6 +193,13 @@ def scores(predictions: np.ndarray, labels: np.ndarray, label_names: list[str], 
             f"{split}_conlleval_f1": float(conlleval.compute()["f1"])}
 
 
+def run_precision(run: str, settings: dict) -> str:
+    """The precision `run` trains in: the shipped one for litbert, the `Trainer`'s float32 default for
+    transformers; `-fp32` and `-bf16` say otherwise."""
+    return {"litbert-fp32": "32-true", "transformers": "32-true", "transformers-bf16": "bf16-mixed"}.get(
+        run, settings["precision"])
+
+
 def variant(run: str, litbert_args: list[str]) -> str:
     """The row a run belongs to: litbert runs with overrides are their own."""
     return " ".join([run, *litbert_args]) if run.startswith("litbert") and litbert_args else run
@@ -285,6 +292,7 @@ def main() -> None:
             outcome = run_in_fresh_process(run, seed, args)
             records.append({"run": name, "seed": seed, "examples": examples, "epochs": settings["epochs"],
                             "seconds": outcome["seconds"], "metrics": outcome["metrics"], "settings": settings,
+                            "run_precision": run_precision(run, settings),
                             "allocator": outcome["allocator"], **machine,
                             **({"litbert_commit": outcome["commit"]} if run.startswith("litbert") else {}),
                             "versions": {"torch": torch.__version__, "transformers": transformers.__version__}})
@@ -296,14 +304,14 @@ def main() -> None:
 
 
 def report(records: list[dict]) -> None:
-    """One row per run and training set: F1 over the seeds, the median training time."""
+    """One row per run and training set: F1 over the seeds (sorted by seed), the median training time."""
     rows, medians = [], {}
     for key in dict.fromkeys((r["run"], r["examples"], r["epochs"]) for r in records):
-        mine = [r for r in records if (r["run"], r["examples"], r["epochs"]) == key]
+        mine = sorted((r for r in records if (r["run"], r["examples"], r["epochs"]) == key), key=lambda r: r["seed"])
         medians[key] = statistics.median(r["seconds"] for r in mine)
-        dev = [r["metrics"]["dev_f1"] for r in mine]
+        dev, test = ([r["metrics"][f"{split}_f1"] for r in mine] for split in ("dev", "test"))
         conlleval = [r["metrics"].get("dev_conlleval_f1", r["metrics"]["dev_f1"]) for r in mine]
-        rows.append([key[0], f"{key[1]:,} x {key[2]}", mean_sd(dev), mean_sd([r["metrics"]["test_f1"] for r in mine]),
+        rows.append([key[0], mine[0].get("run_precision", ""), f"{key[1]:,} x {key[2]}", mean_sd(dev), mean_sd(test),
                      " ".join(f"{r['seed']}:{r['metrics']['dev_f1']:.3f}" for r in mine), mean_sd(conlleval),
                      f"{medians[key]:.0f}", ""])
     for row, key in zip(rows, medians, strict=True):
