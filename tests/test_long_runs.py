@@ -275,8 +275,8 @@ def test_a_malformed_conll_line_is_named(env, shared_data, tmp_path):
     lines[10] = lines[10].split()[0]  # the word alone: its tag column is gone
     (tmp_path / "train.txt").write_text("\n".join(lines) + "\n")
     done = train("configs/ner/conll2003.yaml", tmp_path / "run", "--model.pretrained", MINILM, "--data.dataset",
-                 "null", "--data.train_file",
-                 str(tmp_path / "train.txt"), "--data.val_file", str(shared_data / "conll2003" / "valid.txt"),
+                 "null", "--data.train_files",
+                 str(tmp_path / "train.txt"), "--data.val_files", str(shared_data / "conll2003" / "valid.txt"),
                  env=env)
     assert done.returncode == 2
     assert last_lines(done.stderr, 1).startswith(f"{tmp_path / 'train.txt'}, line 11: 1 column(s)")
@@ -294,8 +294,8 @@ def test_token_classification_without_a_test_file_says_so_and_finishes(env, shar
     secret = "litbert-test-secret-0123456789abcdef"
     root = tmp_path / "run"
     done = train("configs/ner/conll2003.yaml", root, "--model.pretrained", MINILM, "--data.dataset", "null",
-                 "--data.train_file",
-                 str(head("train.txt", 300)), "--data.val_file", str(head("valid.txt", 100)),
+                 "--data.train_files",
+                 str(head("train.txt", 300)), "--data.val_files", str(head("valid.txt", 100)),
                  "--trainer.max_steps", "4", env=dict(env, WANDB_API_KEY=secret))
     assert_ok(done)
     assert "litbert: the data has no labelled test split, so the model was not tested" in done.stdout

@@ -240,7 +240,8 @@ def alternative(key: str, value: Any, assets: dict[str, str]) -> Any:
              "metrics": ["f1", "accuracy"], "pretrained_layers": "every_other", "layer_decay": 0.8,
              "optimizer_args": {"amsgrad": True}, "patience": 2,
              "predict_file": "{tmp}/new.csv",  # read by `train.py predict` only: a training run refuses it
-             "threshold": 0.3, "multi_label": True, "varlen": True, "label_columns": ["pos", "neg"], "label_separator": "|"}
+             "threshold": 0.3, "multi_label": True, "varlen": True, "label_columns": ["pos", "neg"],
+             "label_separator": "|"}
     if name in CHOICES:
         choice = CHOICES[name]
         return choice.get(value, choice) if isinstance(choice, dict) else choice
@@ -265,12 +266,12 @@ FAMILIES = {
     "glue": ("configs/glue/rte.yaml", lambda a: ["--model.pretrained", a["tiny"]],
              ("model.init_args.", "data.init_args.", "checkpoint.", "early_stopping.", "seed_everything")),
     "sentiment": ("configs/sentiment/imdb.yaml", lambda a: [
-        "--model.pretrained", a["tiny"], "--data.dataset", "null", "--data.train_file", a["sentiment_a_train"],
-        "--data.val_file", a["sentiment_a_val"], "--data.test_file", a["sentiment_a_test"], "--data.text_columns",
+        "--model.pretrained", a["tiny"], "--data.dataset", "null", "--data.train_files", a["sentiment_a_train"],
+        "--data.val_files", a["sentiment_a_val"], "--data.test_files", a["sentiment_a_test"], "--data.text_columns",
         '["review"]', "--data.label_column", "stars", "--data.max_length", "64"], ("data.init_args.",)),
     "ner": ("configs/ner/conll2003.yaml", lambda a: [
-        "--model.pretrained", a["tiny"], "--data.dataset", "null", "--data.train_file", a["conll_a_train"],
-        "--data.val_file", a["conll_a_valid"], "--data.test_file", a["conll_a_test"]],
+        "--model.pretrained", a["tiny"], "--data.dataset", "null", "--data.train_files", a["conll_a_train"],
+        "--data.val_files", a["conll_a_valid"], "--data.test_files", a["conll_a_test"]],
         ("model.init_args.", "data.init_args.")),
     "mlm": ("configs/quickstart.yaml", lambda a: [
         "--data.tokenizer", a["wordpiece"], "--data.train_tokenizer", "null", "--data.max_documents", "40",
@@ -308,17 +309,17 @@ SPECIFIC = {
     ("mlm", "data.init_args.val_files"): ["{wiki_file}"],
     ("mlm", "data.init_args.text_column"): "review",
     ("ner", "data.init_args.dataset"): "conll2003",
-    ("ner", "data.init_args.train_file"): "{conll_b_train}",
-    ("ner", "data.init_args.val_file"): "{conll_b_valid}",
-    ("ner", "data.init_args.test_file"): "{conll_b_test}",
+    ("ner", "data.init_args.train_files"): "{conll_b_train}",
+    ("ner", "data.init_args.val_files"): "{conll_b_valid}",
+    ("ner", "data.init_args.test_files"): "{conll_b_test}",
     ("ner", "data.init_args.label_names"): ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC",
                                             "I-MISC"],
     ("ner", "data.init_args.word_column"): 1,
     ("ner", "data.init_args.label_column"): -2,
     ("sentiment", "data.init_args.dataset"): "imdb",
-    ("sentiment", "data.init_args.train_file"): "{sentiment_b_train}",
-    ("sentiment", "data.init_args.val_file"): "{sentiment_b_val}",
-    ("sentiment", "data.init_args.test_file"): "{sentiment_b_test}",
+    ("sentiment", "data.init_args.train_files"): "{sentiment_b_train}",
+    ("sentiment", "data.init_args.val_files"): "{sentiment_b_val}",
+    ("sentiment", "data.init_args.test_files"): "{sentiment_b_test}",
     ("sentiment", "data.init_args.text_columns"): ["text"],
     ("sentiment", "data.init_args.label_column"): "label",
     ("sentiment", "data.init_args.label_names"): ["pos", "neg"],
