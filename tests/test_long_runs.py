@@ -34,6 +34,8 @@ from runs import (
 )
 
 from tasks.run.checkpoint_io import LAST, SafeCheckpointIO
+from tasks.run.errors import resume_hint
+from tasks.run.signals import RunInterrupted
 
 GLUE = "configs/glue/wnli.yaml"  # 635 training pairs: 20 batches of 32 an epoch
 QUICKSTART = "configs/quickstart.yaml"
@@ -149,6 +151,19 @@ def test_kill_9_and_resume_under_ddp_repeats_the_run_exactly(env, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------- signals
+
+
+def test_the_resume_command_of_a_stopped_run_is_its_own_without_overwrite_and_quoted():
+    """The line printed after a signal is the run's command line with --ckpt_path the saved state: a former
+    --ckpt_path and --overwrite (refused beside --ckpt_path) left out, values with spaces quoted for a shell."""
+    stopped = RunInterrupted(signal.SIGTERM, 12, "/runs/my run/checkpoints/last.ckpt")
+    args = ["--config", "configs/glue/rte.yaml", "--overwrite", "true", "--ckpt_path", "old.ckpt",
+            "--trainer.default_root_dir", "/runs/my run", "--overwrite=false", "--model.optimization.learning_rate",
+            "2e-5"]
+    assert resume_hint(stopped, args) == (
+        "\nlitbert: resume with: python train.py --config configs/glue/rte.yaml --trainer.default_root_dir "
+        "'/runs/my run' --model.optimization.learning_rate 2e-5 --ckpt_path '/runs/my run/checkpoints/last.ckpt'")
+    assert resume_hint(RunInterrupted(signal.SIGTERM, 12, None), args) == ""
 
 
 @pytest.mark.slow  # trains through train.py: .ci/run runs it with -m slow
