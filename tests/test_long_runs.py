@@ -130,6 +130,23 @@ def test_kill_9_and_resume_repeats_the_uninterrupted_run_exactly(task, env, toke
     assert checkpoint_step(finished) == steps
 
 
+@pytest.mark.slow  # trains through train.py: .ci/run runs it with -m slow
+def test_a_finished_run_extended_with_more_steps_goes_on_as_one_longer_run(env, tokenizer, tmp_path):
+    """A run that ended at max_steps in the middle of an epoch, resumed with a larger max_steps: its next steps
+    train on the batches (and masks) an uninterrupted run of that length trains on, with the same losses; the rest
+    of the epoch is not skipped. A constant rate makes the two runs' schedules equal."""
+    args = mlm_args(tokenizer, "--model.optimization.schedule", "constant", "--model.optimization.warmup", "0")
+    whole, extended = tmp_path / "whole", tmp_path / "extended"
+    assert_ok(train(QUICKSTART, whole, *args, "--trainer.max_steps", "12", env=env))
+    assert_ok(train(QUICKSTART, extended, *args, "--trainer.max_steps", "5", env=env))
+    last = extended / "checkpoints" / LAST
+    assert checkpoint_step(last) == 5
+    assert_ok(train(QUICKSTART, extended, *args, "--trainer.max_steps", "12", "--ckpt_path", str(last), env=env))
+    reference, resumed = wandb_history(whole), wandb_history(extended, wandb_runs(extended)[-1])
+    expected = {step: value for step, value in by_step(reference, "train/loss").items() if step >= 5}
+    assert sorted(expected) == list(range(5, 12)) and by_step(resumed, "train/loss") == expected
+
+
 @pytest.mark.slow  # two processes a run, three runs: minutes on 2 cores
 def test_kill_9_and_resume_under_ddp_repeats_the_run_exactly(env, tmp_path):
     """Two DDP ranks (gloo, CPU), each on its shard of length-grouped batches: the killed and resumed run logs rank
