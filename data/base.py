@@ -149,7 +149,7 @@ class TokenizedDataModule(L.LightningDataModule):
             return None
         path = self.files.get(split)
         if path is None:
-            raise DataError(f"No {split} file given; set data.{'val' if split == 'validation' else split}_file.")
+            raise DataError(f"No {split} file given; set data.{'val' if split == 'validation' else split}_files.")
         return path
 
     @property

@@ -61,6 +61,7 @@ from data.sources import (
     fingerprint,
     load_hub_split,
     local_copy_folder,
+    one_file_per_split,
     read_conll,
     read_delimited,
     read_table,
@@ -247,9 +248,9 @@ class ClassificationDataModule(TokenizedDataModule):
         dataset: A known dataset (`imdb`, a GLUE task such as `sst2` or `rte`, the multi-label
             `conll2003-entity-types`) or a hub name (with `dataset_config`); None to read local files.
         dataset_config: Hub config name, for hub datasets litbert does not know.
-        train_file: Local training file (CSV, TSV, JSON or JSONL).
-        val_file: Local validation file.
-        test_file: Local labelled test file.
+        train_files: Local training file, a path or a list of one (CSV, TSV, JSON or JSONL).
+        val_files: Local validation file.
+        test_files: Local labelled test file.
         predict_file: A file of inputs to predict with `python train.py predict` (CSV, TSV, JSON or JSONL with the
             text column(s); a label column, if any, is not read). It replaces the unlabelled test sets.
         text_columns: The column of the text, or the two columns of a pair (known datasets have theirs).
@@ -283,9 +284,9 @@ class ClassificationDataModule(TokenizedDataModule):
         tokenizer: str | None = None,
         dataset: str | None = None,
         dataset_config: str | None = None,
-        train_file: str | None = None,
-        val_file: str | None = None,
-        test_file: str | None = None,
+        train_files: str | list[str] | None = None,
+        val_files: str | list[str] | None = None,
+        test_files: str | list[str] | None = None,
         predict_file: str | None = None,
         text_columns: list[str] | None = None,
         label_column: str | None = None,
@@ -309,8 +310,10 @@ class ClassificationDataModule(TokenizedDataModule):
             check_choice("truncation", truncation, Truncation, DataError)
         if not 0.0 <= head_fraction <= 1.0:
             raise DataError(f"head_fraction={head_fraction} must lie in [0, 1].")
-        check_source(dataset, train_file, {"val_file": val_file, "test_file": test_file}, data_root)
-        self.spec = None if train_file else text_set(dataset or "", dataset_config)
+        train_files, val_files, test_files = one_file_per_split(train_files=train_files, val_files=val_files,
+                                                                test_files=test_files)
+        check_source(dataset, train_files, {"val_files": val_files, "test_files": test_files}, data_root)
+        self.spec = None if train_files else text_set(dataset or "", dataset_config)
         spec = self.spec
         if spec is not None:
             self._refuse_overrides(dataset, dataset_config, text_columns, label_column, regression, multi_label,
@@ -319,7 +322,7 @@ class ClassificationDataModule(TokenizedDataModule):
         elif data_dir is not None:
             raise DataError(f"data.data_dir={data_dir!r} names the folder of a known dataset in its official layout, "
                             f"but data.dataset={dataset!r} is not one ({sorted(TEXT_SETS)}); give local files instead.")
-        elif train_file is not None and dataset_config is not None:
+        elif train_files is not None and dataset_config is not None:
             raise DataError(f"data.dataset_config={dataset_config!r} names a hub config, but the data comes from "
                             f"local files; remove it.")
         if data_dir is not None and data_root is not None:
@@ -344,7 +347,7 @@ class ClassificationDataModule(TokenizedDataModule):
                             f"({self.text_columns}); choose one of {list(allowed)}.")
         self.head_fraction = head_fraction
         self.dataset, self.dataset_config, self.data_dir = dataset, dataset_config, data_dir
-        self.files = {"train": train_file, "validation": val_file, "test": test_file}
+        self.files = {"train": train_files, "validation": val_files, "test": test_files}
         self.predict_file = predict_file
         self.is_regression = spec.is_regression if spec is not None else regression
         if self.is_regression and (label_names or skip_labels):

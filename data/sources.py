@@ -183,23 +183,37 @@ def load_hub_split(name: str, config: str | None, split: str,
 # --------------------------------------------------------------------------------------------------------------
 
 
-def check_source(dataset: str | None, train_file: Any, other_files: Mapping[str, Any],
+def check_source(dataset: str | None, train_files: Any, other_files: Mapping[str, Any],
                  data_root: str | None) -> None:
     """A datamodule reads a named dataset or local files, not both: refuse settings that the other would leave
     unused, rather than silently dropping them."""
-    if train_file is None and dataset is None:
-        raise DataError("No data: set data.dataset to a dataset name, or data.train_file to a local file.")
-    if train_file is not None and dataset is not None:
-        raise DataError(f"data.dataset={dataset!r} and local files (data.train_file={train_file!r}) are both set in "
+    if train_files is None and dataset is None:
+        raise DataError("No data: set data.dataset to a dataset name, or data.train_files to a local file.")
+    if train_files is not None and dataset is not None:
+        raise DataError(f"data.dataset={dataset!r} and local files (data.train_files={train_files!r}) are both set in "
                         f"one place; one source is read, not both. Remove one of them (files or a dataset given on "
                         f"the command line replace the config's source by themselves).")
     given = [name for name, value in other_files.items() if value is not None]
-    if train_file is None and given:
+    if train_files is None and given:
         raise DataError(f"data.{given[0]} is set, but the data comes from data.dataset={dataset!r}, which brings its "
-                        f"own splits. Give local files for every split (data.train_file too), or remove it.")
-    if train_file is not None and data_root is not None:
+                        f"own splits. Give local files for every split (data.train_files too), or remove it.")
+    if train_files is not None and data_root is not None:
         raise DataError(f"data.data_root={data_root!r} locates named datasets, but the data comes from local files; "
                         f"remove data.data_root.")
+
+
+def one_file_per_split(**files: str | list[str] | None) -> list[str | None]:
+    """The file of each split named by `files` (`train_files=...`), given as a path or a list of one path: a
+    classification or tagging split is one file, where MLM reads several (the settings share their names)."""
+    out = []
+    for name, value in files.items():
+        if isinstance(value, (list, tuple)):
+            if len(value) != 1:
+                raise DataError(f"data.{name}={list(value)!r}: this task reads one file per split, not "
+                                f"{len(value)}; join them into one file (rows of the same columns), or give one path.")
+            value = value[0]
+        out.append(value)
+    return out
 
 
 def describe_files(files: Mapping[str, Any]) -> str:

@@ -54,6 +54,7 @@ from data.sources import (
     fingerprint,
     load_hub_split,
     local_split_file,
+    one_file_per_split,
     read_conll,
     read_json_records,
 )
@@ -136,9 +137,9 @@ class TokenClassificationDataModule(TokenizedDataModule):
             reads); `conll2003` (or `eriktks/conll2003`) is read from its local copy under the data root when there
             is one. None to read local files.
         dataset_config: Hub config name, for datasets that have several.
-        train_file: Local training file: a CoNLL column file, or `.json`/`.jsonl` rows of words and tags.
-        val_file: Local validation file (either format).
-        test_file: Local test file (either format).
+        train_files: Local training file: a CoNLL column file, or `.json`/`.jsonl` rows of words and tags.
+        val_files: Local validation file (either format).
+        test_files: Local test file (either format).
         predict_file: A file of words to tag with `python train.py predict`: a column file (a word a line in
             `word_column`, blank lines between sentences) or JSON lines of words; its tags, if any, are not read.
         word_column: The words: a column number in column files (unset: 0), a field name in JSON lines and hub
@@ -163,9 +164,9 @@ class TokenClassificationDataModule(TokenizedDataModule):
         tokenizer: str | None = None,
         dataset: str | None = None,
         dataset_config: str | None = None,
-        train_file: str | None = None,
-        val_file: str | None = None,
-        test_file: str | None = None,
+        train_files: str | list[str] | None = None,
+        val_files: str | list[str] | None = None,
+        test_files: str | list[str] | None = None,
         predict_file: str | None = None,
         word_column: int | str | None = None,
         label_column: int | str | None = None,
@@ -179,12 +180,14 @@ class TokenClassificationDataModule(TokenizedDataModule):
         super().__init__(tokenizer, max_length=max_length, data_root=data_root, **loading)
         self.save_hyperparameters(ignore=["label_names"])  # the task logs the final label names (linked from here)
         check_choice("tag_scheme", tag_scheme, TagScheme, DataError)
-        check_source(dataset, train_file, {"val_file": val_file, "test_file": test_file}, data_root)
-        if train_file is not None and dataset_config is not None:
+        train_files, val_files, test_files = one_file_per_split(train_files=train_files, val_files=val_files,
+                                                                test_files=test_files)
+        check_source(dataset, train_files, {"val_files": val_files, "test_files": test_files}, data_root)
+        if train_files is not None and dataset_config is not None:
             raise DataError(f"data.dataset_config={dataset_config!r} names a hub config, but the data comes from "
                             f"local files; remove it.")
         self.dataset, self.dataset_config = dataset, dataset_config
-        self.files = {"train": train_file, "validation": val_file, "test": test_file}
+        self.files = {"train": train_files, "validation": val_files, "test": test_files}
         self.predict_file = predict_file
         self.word_column, self.label_column = word_column, label_column
         self.tag_scheme = tag_scheme

@@ -350,6 +350,11 @@ def parameter_groups(module: nn.Module, weight_decay: float, learning_rate: floa
             if params]
 
 
+def tuple_or_value(value: typing.Any) -> typing.Any:
+    """A list as a tuple, to compare a setting read from a config (betas as a list) with one saved as a tuple."""
+    return tuple(value) if isinstance(value, list) else value
+
+
 def _loss_scaler(trainer: L.Trainer) -> bool:
     """Whether the precision scales the loss (fp16 mixed precision), leaving gradients scaled until the step."""
     return getattr(trainer.precision_plugin, "scaler", None) is not None
@@ -450,6 +455,7 @@ class EncoderTask(L.LightningModule):
         run started (a DistilBERT classifier's pooler became ReLU). Checkpoints from before it was stored pass.
         A distillation resumes with the teacher it started with (the checkpoint holds its hash, not its weights)."""
         self._check_optimizer(checkpoint)
+        self._resume_with_own_rates(checkpoint)
         teacher = getattr(self, "teacher", None)
         state = checkpoint.get("state_dict")
         if teacher is not None and state is not None:
@@ -493,6 +499,39 @@ class EncoderTask(L.LightningModule):
             raise ValueError("The checkpoint to resume was trained with another optimizer setup: " + "; ".join(changed)
                              + ". Its optimizer state does not fit this one. Resume with these set as in the "
                              "checkpoint, or start a new run from its weights (--model.pretrained on its export).")
+
+    def _resume_with_own_rates(self, checkpoint: dict[str, typing.Any]) -> None:
+        """The saved optimizer state holds, in each parameter group, the learning rate, weight decay, betas and eps
+        the run started with, and the schedule's base rates; torch would restore them over this run's settings.
+        Lowering the rate for the rest of a run is a usual change: the groups and the schedule get this run's values
+        (the current rate scaled as the base rate is, so the schedule's position is kept), and the run says so."""
+        states, schedulers = checkpoint.get("optimizer_states") or [], checkpoint.get("lr_schedulers") or []
+        saved = checkpoint.get("hyper_parameters", {}).get("optimization")
+        if len(states) != 1 or "param_groups" not in states[0] or not isinstance(saved, Optimization):
+            return  # no optimizer state in the file (a sharded one is the strategy's, an export has none)
+        opt = self.optimization
+        _, arguments = optimizer_arguments(opt)
+        groups = parameter_groups(self, opt.weight_decay, opt.learning_rate, opt.layer_decay)
+        saved_groups = states[0]["param_groups"]
+        if len(groups) != len(saved_groups):
+            return  # another model: loading the state fails with torch's message
+        for group, stored in zip(groups, saved_groups, strict=True):
+            own = {**arguments, "lr": group.get("lr", opt.learning_rate), "weight_decay": group["weight_decay"]}
+            for key, value in own.items():
+                if key in stored and key != "lr":
+                    stored[key] = type(stored[key])(value) if isinstance(stored[key], tuple) else value
+            base = stored.get("initial_lr", stored["lr"])
+            stored["lr"] = stored["lr"] * own["lr"] / base if base else own["lr"]
+            stored["initial_lr"] = own["lr"]
+        if len(schedulers) == 1 and "base_lrs" in schedulers[0]:
+            schedulers[0]["base_lrs"] = [group["initial_lr"] for group in saved_groups]
+            schedulers[0]["_last_lr"] = [group["lr"] for group in saved_groups]
+        changed = [f"model.optimization.{name}={getattr(opt, name)!r} (the checkpoint's: {getattr(saved, name)!r})"
+                   for name in ("learning_rate", "weight_decay", "betas", "eps")
+                   if tuple_or_value(getattr(opt, name)) != tuple_or_value(getattr(saved, name))]
+        if changed:
+            print(f"litbert: resuming with {', '.join(changed)}; the schedule goes on from its step at the new "
+                  f"rate.", flush=True)
 
     def _check_head_names(self, checkpoint: dict[str, typing.Any]) -> None:
         """A checkpoint from before the architecture was stored: at least its head's parameters must be this head's

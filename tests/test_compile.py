@@ -97,7 +97,7 @@ def test_the_compiled_encoder_has_one_graph_a_bucket_and_trains_like_eager(task,
 def test_static_shapes_need_buckets_and_cuda_graphs_refuse_accumulation(tmp_path, monkeypatch):
     path = tmp_path / "train.csv"
     path.write_text("text,label\nfine,1\nnot so fine,0\n")
-    data = ClassificationDataModule(MINILM, train_file=str(path), val_file=str(path), max_length=128,
+    data = ClassificationDataModule(MINILM, train_files=str(path), val_files=str(path), max_length=128,
                                     cache_dir=str(tmp_path))
     model = SequenceClassification(num_labels=2, encoder=EncoderSpec(preset="bert-tiny", **ENCODER),
                                    vocab_size=data.vocab_size)

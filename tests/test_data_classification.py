@@ -37,7 +37,7 @@ def imdb_slice(shared_data, tmp_path, rows: int) -> str:
 @pytest.mark.parametrize("strategy", ["head", "tail", "head+tail"])
 def test_imdb_truncation_strategies(strategy, shared_data, tmp_path, caplog):
     path = imdb_slice(shared_data, tmp_path, 40)
-    dm = ClassificationDataModule(MINILM, train_file=path, val_file=path, max_length=64, truncation=strategy,
+    dm = ClassificationDataModule(MINILM, train_files=path, val_files=path, max_length=64, truncation=strategy,
                              cache_dir=str(tmp_path))
     with caplog.at_level(logging.WARNING):
         dm.setup("fit")
@@ -73,10 +73,10 @@ def test_jsonl_string_labels_mapping_and_state(tmp_path, caplog):
     rows = [{"review": f"review {i}", "stars": ["bad", "good", "meh", "unlabelled"][i % 4]} for i in range(20)]
     path = tmp_path / "reviews.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
-    dm = ClassificationDataModule(MINILM, train_file=str(path), val_file=str(path), text_columns=["review"],
+    dm = ClassificationDataModule(MINILM, train_files=str(path), val_files=str(path), text_columns=["review"],
                              label_column="stars", skip_labels=["unlabelled"], cache_dir=str(tmp_path))
     assert dm.label_names == ["bad", "good", "meh", "unlabelled"]  # known before setup, sorted
-    dm = ClassificationDataModule(MINILM, train_file=str(path), val_file=str(path), text_columns=["review"],
+    dm = ClassificationDataModule(MINILM, train_files=str(path), val_files=str(path), text_columns=["review"],
                              label_column="stars", label_names=["meh", "bad", "good"], skip_labels=["unlabelled"],
                              cache_dir=str(tmp_path))
     with caplog.at_level(logging.INFO):
@@ -86,7 +86,7 @@ def test_jsonl_string_labels_mapping_and_state(tmp_path, caplog):
     assert dm.datasets["train"]["labels"][:3] == [1, 2, 0]
     state = dm.state_dict()
     assert state == {"seed": 0, "label_values": ["meh", "bad", "good"], "label_names": ["meh", "bad", "good"]}
-    fresh = ClassificationDataModule(MINILM, train_file=str(path), text_columns=["review"], label_column="stars",
+    fresh = ClassificationDataModule(MINILM, train_files=str(path), text_columns=["review"], label_column="stars",
                                 label_names=["x", "y"], cache_dir=str(tmp_path))
     fresh.load_state_dict(state)
     assert fresh.label_names == ["meh", "bad", "good"] and fresh.num_labels == 3
@@ -134,8 +134,8 @@ model:
 data:
   class_path: data.ClassificationDataModule
   init_args:
-    train_file: {train}
-    val_file: {dev}
+    train_files: {train}
+    val_files: {dev}
     text_columns: [question, passage]
     label_column: answer
     batch_size: 8
@@ -171,13 +171,13 @@ def test_a_pair_dataset_from_csv_fine_tunes_from_a_yaml_alone(shared_data, minil
 def test_regression_from_jsonl(tmp_path):
     path = tmp_path / "scores.jsonl"
     path.write_text("\n".join(json.dumps({"a": f"first {i}", "b": f"second {i}", "y": i / 4}) for i in range(8)))
-    dm = ClassificationDataModule(MINILM, train_file=str(path), val_file=str(path), text_columns=["a", "b"],
+    dm = ClassificationDataModule(MINILM, train_files=str(path), val_files=str(path), text_columns=["a", "b"],
                                   label_column="y", regression=True, cache_dir=str(tmp_path))
     dm.setup("fit")
     assert dm.num_labels == 1 and dm.metric_names == ["pearson", "spearman"] and dm.is_regression
     assert dm.datasets["train"]["labels"] == [i / 4 for i in range(8)]
     path.write_text(json.dumps({"a": "x", "b": "y", "y": "high"}) + "\n")
-    bad = ClassificationDataModule(MINILM, train_file=str(path), val_file=str(path), text_columns=["a", "b"],
+    bad = ClassificationDataModule(MINILM, train_files=str(path), val_files=str(path), text_columns=["a", "b"],
                                    label_column="y", regression=True, cache_dir=str(tmp_path / "bad"))
     with pytest.raises(DataError, match=r"scores.jsonl, line 1: y='high' is not a finite number"):
         bad.setup("fit")
@@ -205,4 +205,4 @@ def test_settings_that_do_not_apply_are_refused(tmp_path):
     with pytest.raises(DataError, match=r"data.text_columns=\['body'\], but rte has \['sentence1', 'sentence2'\]"):
         ClassificationDataModule(MINILM, dataset="rte", text_columns=["body"])
     with pytest.raises(DataError, match=r"one text column, or two for a pair"):
-        ClassificationDataModule(MINILM, train_file=str(tmp_path / "x.csv"), text_columns=["a", "b", "c"])
+        ClassificationDataModule(MINILM, train_files=str(tmp_path / "x.csv"), text_columns=["a", "b", "c"])

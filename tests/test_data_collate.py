@@ -182,7 +182,7 @@ def _task_and_data(task, root, tmp_path, pad_last_batch):
                                        teacher=None if teacher is None else str(teacher))
     elif task == "ner":
         sentences = [s for s in (root / "conll2003" / "train.txt").read_text().split("\n\n") if "DOCSTART" not in s]
-        files = {"train_file": sentences[:10], "val_file": sentences[10:17]}
+        files = {"train_files": sentences[:10], "val_files": sentences[10:17]}
         for name, chosen in files.items():
             (tmp_path / name).write_text("\n\n".join(chosen) + "\n")
             files[name] = str(tmp_path / name)

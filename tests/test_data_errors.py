@@ -28,7 +28,7 @@ def test_missing_column(tmp_path):
     path.write_text("body,label\nnice,1\n", encoding="utf-8")
     with pytest.raises(DataError, match=r"reviews.csv, header: missing column\(s\) \['text'\]; the file has "
                                         r"columns \['body', 'label'\]"):
-        ClassificationDataModule(MINILM, train_file=str(path))
+        ClassificationDataModule(MINILM, train_files=str(path))
 
 
 def test_wrong_number_of_fields(shared_data, tmp_path):
@@ -73,7 +73,7 @@ def test_validation_label_outside_the_training_label_set(module, train, val, sta
     """A validation example whose label the training file does not have (the label set comes from training)."""
     for name, text in (train, val):
         (tmp_path / name).write_text(text, encoding="utf-8")
-    dm = module(MINILM, train_file=str(tmp_path / train[0]), val_file=str(tmp_path / val[0]), cache_dir=str(tmp_path))
+    dm = module(MINILM, train_files=str(tmp_path / train[0]), val_files=str(tmp_path / val[0]), cache_dir=str(tmp_path))
     with pytest.raises(DataError, match=message):
         dm.setup(stage)
 

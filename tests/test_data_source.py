@@ -85,3 +85,22 @@ def test_the_quickstart_trains_on_a_text_file_given_alone(shared_data, tmp_path,
             f"data.dataset='stanfordnlp/imdb', data.train_split='unsupervised', data.val_split='test')") in out
     assert cli.trainer.global_step == 3 and cli.datamodule.stats["train"]["documents"] == 600
     assert len(cli.datamodule.tokenizer) == 1000 and (tmp_path / "run" / "model" / "litbert.json").exists()
+
+
+def test_the_classification_and_ner_configs_take_the_same_flag_one_file_a_split(tmp_path):
+    """`--data.train_files` names the files of every task: the sentiment and NER configs take it as a path or a list
+    of one, and refuse several files (which MLM concatenates) naming the setting and the way on."""
+    rows = tmp_path / "train.csv"
+    rows.write_text("text,label\ngood film,pos\nbad film,neg\n")
+    words = tmp_path / "train.txt"
+    words.write_text("EU NNP B-NP B-ORG\nrejects VBZ B-VP O\n\nPeter NNP B-NP B-PER\n")
+    for config, path in (("configs/sentiment/imdb.yaml", rows), ("configs/ner/conll2003.yaml", words)):
+        base = ["--config", config, "--model.pretrained", MINILM, "--trainer.logger", "false",
+                "--trainer.default_root_dir", str(tmp_path / "run")]
+        for given in (str(path), f"[{path}]"):
+            cli = make_cli([*base, "--data.train_files", given, "--data.val_files", str(path)])
+            assert cli.datamodule.files == {"train": str(path), "validation": str(path), "test": None}
+            assert cli.replaced_source[0].startswith("data.dataset=")
+        with pytest.raises(ValueError, match=r"data.train_files=\[.*\]: this task reads one file per split, not 2; "
+                                             r"join them into one file"):
+            make_cli([*base, "--data.train_files", f"[{path}, {path}]", "--data.val_files", str(path)])

@@ -62,12 +62,12 @@ def test_iob1_is_converted(tmp_path, caplog):
     path.write_text("-DOCSTART- -X- O\n\nEU NNP I-ORG\nrejects VBZ O\nGerman JJ I-MISC\ncall NN O\n\n"
                     "Peter NNP I-PER\nBlackburn NNP I-PER\nJohn NNP B-PER\n", encoding="utf-8")
     with caplog.at_level(logging.INFO):
-        dm = TokenClassificationDataModule(MINILM, train_file=str(path), val_file=str(path), cache_dir=str(tmp_path))
+        dm = TokenClassificationDataModule(MINILM, train_files=str(path), val_files=str(path), cache_dir=str(tmp_path))
     assert "converted from IOB1 to IOB2" in caplog.text
     assert [s.tags for s in dm.sentences["train"]] == [["B-ORG", "O", "B-MISC", "O"], ["B-PER", "I-PER", "B-PER"]]
     assert iob1_to_iob2(["I-LOC", "I-PER", "I-PER", "O", "I-PER"]) == ["B-LOC", "B-PER", "I-PER", "O", "B-PER"]
     with pytest.raises(DataError, match=r"iob1.txt, line 3: tag 'I-ORG' opens a chunk"):
-        TokenClassificationDataModule(MINILM, train_file=str(path), tag_scheme="iob2", cache_dir=str(tmp_path))
+        TokenClassificationDataModule(MINILM, train_files=str(path), tag_scheme="iob2", cache_dir=str(tmp_path))
 
 
 def test_long_sentences_become_windows(tmp_path, caplog):
@@ -75,7 +75,7 @@ def test_long_sentences_become_windows(tmp_path, caplog):
     path = tmp_path / "long.txt"
     path.write_text("\n".join(f"{w} NN {'B-LOC' if i % 5 == 0 else 'O'}" for i, w in enumerate(words)) + "\n\n"
                     "short NN O\n", encoding="utf-8")
-    dm = TokenClassificationDataModule(MINILM, train_file=str(path), val_file=str(path), max_length=24,
+    dm = TokenClassificationDataModule(MINILM, train_files=str(path), val_files=str(path), max_length=24,
                                        cache_dir=str(tmp_path), label_all_subtokens=True)
     with caplog.at_level(logging.WARNING):
         dm.setup("fit")
@@ -117,7 +117,7 @@ def test_later_subtokens_of_a_chunk_start_continue_it(tmp_path):
     path = tmp_path / "train.txt"
     path.write_text("Schwarzenegger NNP B-PER\nKrishnamurthy NNP I-PER\nvisited VBD O\nUzbekistan NNP B-LOC\n",
                     encoding="utf-8")
-    dm = TokenClassificationDataModule(MINILM, train_file=str(path), val_file=str(path), cache_dir=str(tmp_path),
+    dm = TokenClassificationDataModule(MINILM, train_files=str(path), val_files=str(path), cache_dir=str(tmp_path),
                                        label_all_subtokens=True)
     dm.setup("fit")
     row = dm.datasets["train"][0]
@@ -135,7 +135,7 @@ def test_repeated_label_names_are_refused(tmp_path):
     path = tmp_path / "train.txt"
     path.write_text("EU NNP B-ORG\nrejects VBZ O\n", encoding="utf-8")
     with pytest.raises(DataError, match=r"data.label_names lists \['O'\] more than once"):
-        TokenClassificationDataModule(MINILM, train_file=str(path), label_names=["O", "B-ORG", "O"],
+        TokenClassificationDataModule(MINILM, train_files=str(path), label_names=["O", "B-ORG", "O"],
                                       cache_dir=str(tmp_path))
 
 
@@ -153,11 +153,11 @@ def test_local_training_files_need_their_other_splits_as_files(module, tmp_path)
         path = tmp_path / "train.csv"
         path.write_text("text,label\ngood,1\nbad,0\n", encoding="utf-8")
         make = ClassificationDataModule
-    dm = make(MINILM, train_file=str(path), cache_dir=str(tmp_path))
+    dm = make(MINILM, train_files=str(path), cache_dir=str(tmp_path))
     assert not dm.has_test_split
-    with pytest.raises(DataError, match=r"No validation file given; set data\.val_file\."):
+    with pytest.raises(DataError, match=r"No validation file given; set data\.val_files\."):
         dm.setup("fit")
-    with_test = make(MINILM, train_file=str(path), val_file=str(path), test_file=str(path), cache_dir=str(tmp_path))
+    with_test = make(MINILM, train_files=str(path), val_files=str(path), test_files=str(path), cache_dir=str(tmp_path))
     assert with_test.has_test_split
     with_test.setup("test")
     assert len(with_test.datasets["test"]) == 2
@@ -266,13 +266,13 @@ def test_json_lines_give_the_batches_of_a_conll_file(tmp_path):
                                                for s in sentences])
     built = []
     for train in (str(conll), names, ids):
-        dm = TokenClassificationDataModule(MINILM, train_file=train, val_file=train, max_length=32,
+        dm = TokenClassificationDataModule(MINILM, train_files=train, val_files=train, max_length=32,
                                            label_names=HUB_CONLL_TAGS, cache_dir=str(tmp_path / str(len(built))))
         dm.setup("fit")
         built.append(dm.datasets["train"].to_dict())
     assert built[0]["window"].count(1) > 0  # sentences split into windows
     assert built[0] == built[1] == built[2]
-    by_name = TokenClassificationDataModule(MINILM, train_file=names, val_file=names, cache_dir=str(tmp_path / "n"),
+    by_name = TokenClassificationDataModule(MINILM, train_files=names, val_files=names, cache_dir=str(tmp_path / "n"),
                                             predict_file=write_jsonl(tmp_path / "new.jsonl", [
                                                 {"tokens": s.words} for s in sentences]), max_length=32)
     assert by_name.label_names == ["O", "B-LOC", "I-LOC", "B-MISC", "I-MISC", "B-ORG", "I-ORG", "B-PER", "I-PER"]
@@ -309,7 +309,7 @@ def test_json_lines_give_the_batches_of_a_conll_file(tmp_path):
 def test_bad_json_lines_rows_are_refused_by_file_line_and_field(row, settings, message, tmp_path):
     path = write_jsonl(tmp_path / "train.jsonl", [{"tokens": ["Peter"], "tags": ["B-ORG"]}, row])
     with pytest.raises(DataError, match=message):
-        TokenClassificationDataModule(MINILM, train_file=path, val_file=path, cache_dir=str(tmp_path),
+        TokenClassificationDataModule(MINILM, train_files=path, val_files=path, cache_dir=str(tmp_path),
                                       **settings).setup("fit")
 
 
@@ -330,7 +330,7 @@ def test_a_field_name_for_a_conll_file_is_refused(tmp_path):
     path.write_text("EU NNP B-ORG\n", encoding="utf-8")
     with pytest.raises(DataError, match=r"train.txt is a column file, whose columns are numbered, but "
                                         r"data.label_column='ner_tags' names a field"):
-        TokenClassificationDataModule(MINILM, train_file=str(path), label_column="ner_tags", cache_dir=str(tmp_path))
+        TokenClassificationDataModule(MINILM, train_files=str(path), label_column="ner_tags", cache_dir=str(tmp_path))
 
 
 @pytest.mark.slow  # two short fine-tunes of MiniLM-L6 through train.py: a minute or two on 2 CPU cores
@@ -361,8 +361,8 @@ def test_train_py_on_a_hub_dataset_equals_the_conll_files(shared_data, tmp_path,
         return json.loads((tmp_path / name / "metrics.json").read_text())
 
     order = ["--data.label_names", json.dumps(HUB_CONLL_TAGS)]
-    from_files = fine_tune("files", "--data.train_file", str(files["train"]), "--data.val_file",
-                           str(files["validation"]), "--data.test_file", str(files["test"]), *order)
+    from_files = fine_tune("files", "--data.train_files", str(files["train"]), "--data.val_files",
+                           str(files["validation"]), "--data.test_files", str(files["test"]), *order)
     from_hub = fine_tune("hub", "--data.dataset", folder, *order)
     assert {"val/f1", "test/f1", "val/loss"} <= set(from_files)
     assert from_hub == from_files

@@ -34,6 +34,8 @@ from runs import (
 )
 
 from tasks.run.checkpoint_io import LAST, SafeCheckpointIO
+from tasks.run.errors import resume_hint
+from tasks.run.signals import RunInterrupted
 
 GLUE = "configs/glue/wnli.yaml"  # 635 training pairs: 20 batches of 32 an epoch
 QUICKSTART = "configs/quickstart.yaml"
@@ -128,6 +130,23 @@ def test_kill_9_and_resume_repeats_the_uninterrupted_run_exactly(task, env, toke
     assert checkpoint_step(finished) == steps
 
 
+@pytest.mark.slow  # trains through train.py: .ci/run runs it with -m slow
+def test_a_finished_run_extended_with_more_steps_goes_on_as_one_longer_run(env, tokenizer, tmp_path):
+    """A run that ended at max_steps in the middle of an epoch, resumed with a larger max_steps: its next steps
+    train on the batches (and masks) an uninterrupted run of that length trains on, with the same losses; the rest
+    of the epoch is not skipped. A constant rate makes the two runs' schedules equal."""
+    args = mlm_args(tokenizer, "--model.optimization.schedule", "constant", "--model.optimization.warmup", "0")
+    whole, extended = tmp_path / "whole", tmp_path / "extended"
+    assert_ok(train(QUICKSTART, whole, *args, "--trainer.max_steps", "12", env=env))
+    assert_ok(train(QUICKSTART, extended, *args, "--trainer.max_steps", "5", env=env))
+    last = extended / "checkpoints" / LAST
+    assert checkpoint_step(last) == 5
+    assert_ok(train(QUICKSTART, extended, *args, "--trainer.max_steps", "12", "--ckpt_path", str(last), env=env))
+    reference, resumed = wandb_history(whole), wandb_history(extended, wandb_runs(extended)[-1])
+    expected = {step: value for step, value in by_step(reference, "train/loss").items() if step >= 5}
+    assert sorted(expected) == list(range(5, 12)) and by_step(resumed, "train/loss") == expected
+
+
 @pytest.mark.slow  # two processes a run, three runs: minutes on 2 cores
 def test_kill_9_and_resume_under_ddp_repeats_the_run_exactly(env, tmp_path):
     """Two DDP ranks (gloo, CPU), each on its shard of length-grouped batches: the killed and resumed run logs rank
@@ -149,6 +168,19 @@ def test_kill_9_and_resume_under_ddp_repeats_the_run_exactly(env, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------- signals
+
+
+def test_the_resume_command_of_a_stopped_run_is_its_own_without_overwrite_and_quoted():
+    """The line printed after a signal is the run's command line with --ckpt_path the saved state: a former
+    --ckpt_path and --overwrite (refused beside --ckpt_path) left out, values with spaces quoted for a shell."""
+    stopped = RunInterrupted(signal.SIGTERM, 12, "/runs/my run/checkpoints/last.ckpt")
+    args = ["--config", "configs/glue/rte.yaml", "--overwrite", "true", "--ckpt_path", "old.ckpt",
+            "--trainer.default_root_dir", "/runs/my run", "--overwrite=false", "--model.optimization.learning_rate",
+            "2e-5"]
+    assert resume_hint(stopped, args) == (
+        "\nlitbert: resume with: python train.py --config configs/glue/rte.yaml --trainer.default_root_dir "
+        "'/runs/my run' --model.optimization.learning_rate 2e-5 --ckpt_path '/runs/my run/checkpoints/last.ckpt'")
+    assert resume_hint(RunInterrupted(signal.SIGTERM, 12, None), args) == ""
 
 
 @pytest.mark.slow  # trains through train.py: .ci/run runs it with -m slow
@@ -275,8 +307,8 @@ def test_a_malformed_conll_line_is_named(env, shared_data, tmp_path):
     lines[10] = lines[10].split()[0]  # the word alone: its tag column is gone
     (tmp_path / "train.txt").write_text("\n".join(lines) + "\n")
     done = train("configs/ner/conll2003.yaml", tmp_path / "run", "--model.pretrained", MINILM, "--data.dataset",
-                 "null", "--data.train_file",
-                 str(tmp_path / "train.txt"), "--data.val_file", str(shared_data / "conll2003" / "valid.txt"),
+                 "null", "--data.train_files",
+                 str(tmp_path / "train.txt"), "--data.val_files", str(shared_data / "conll2003" / "valid.txt"),
                  env=env)
     assert done.returncode == 2
     assert last_lines(done.stderr, 1).startswith(f"{tmp_path / 'train.txt'}, line 11: 1 column(s)")
@@ -294,8 +326,8 @@ def test_token_classification_without_a_test_file_says_so_and_finishes(env, shar
     secret = "litbert-test-secret-0123456789abcdef"
     root = tmp_path / "run"
     done = train("configs/ner/conll2003.yaml", root, "--model.pretrained", MINILM, "--data.dataset", "null",
-                 "--data.train_file",
-                 str(head("train.txt", 300)), "--data.val_file", str(head("valid.txt", 100)),
+                 "--data.train_files",
+                 str(head("train.txt", 300)), "--data.val_files", str(head("valid.txt", 100)),
                  "--trainer.max_steps", "4", env=dict(env, WANDB_API_KEY=secret))
     assert_ok(done)
     assert "litbert: the data has no labelled test split, so the model was not tested" in done.stdout

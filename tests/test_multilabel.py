@@ -42,7 +42,7 @@ def write_jsonl(path: Path, records: list[dict]) -> str:
 
 
 def module(path: str, tmp_path: Path, **settings) -> ClassificationDataModule:
-    return ClassificationDataModule(MINILM, train_file=path, val_file=path, cache_dir=str(tmp_path / "cache"),
+    return ClassificationDataModule(MINILM, train_files=path, val_files=path, cache_dir=str(tmp_path / "cache"),
                                     **settings)
 
 
@@ -318,7 +318,7 @@ def test_predictions_write_the_labels_above_the_threshold_with_their_scores(tmp_
     train = write_jsonl(tmp_path / "train.jsonl", [{"text": "a", "y": ["LOC", "PER"]}, {"text": "b", "y": ["ORG"]},
                                                     {"text": "c", "y": ["MISC"]}])
     inputs = write_csv(tmp_path / "new.csv", ["text"], [["first"], ["second"], ["third"]])
-    dm = ClassificationDataModule(MINILM, train_file=train, val_file=train, predict_file=inputs, label_column="y",
+    dm = ClassificationDataModule(MINILM, train_files=train, val_files=train, predict_file=inputs, label_column="y",
                                   multi_label=True, cache_dir=str(tmp_path / "cache"))
     logits = [[2.0, -1.0, 0.1, 0.5], [-3.0, -2.0, -1.0, -0.5], [-1.0, 4.0, -0.3, 1.0]]
     probabilities = torch.tensor(logits, dtype=torch.float64).sigmoid().tolist()

@@ -232,3 +232,39 @@ def test_resuming_with_another_optimizer_is_refused(tmp_path):
         with pytest.raises(ValueError, match=f"another optimizer setup: model.optimization.{message}"):
             trainer(2).fit(classifier(**changed), DataLoader(batches(2), batch_size=None),
                            ckpt_path=tmp_path / "adamw.ckpt")
+
+
+class Rates(L.Callback):
+    """Each step's (learning rate, weight decay, betas) of every parameter group, as the step is taken."""
+
+    def __init__(self) -> None:
+        self.seen: dict[int, list[tuple]] = {}
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self.seen[trainer.global_step] = [(g["lr"], g["weight_decay"], tuple(g["betas"]))
+                                          for g in trainer.optimizers[0].param_groups]
+
+
+@pytest.mark.parametrize("layer_decay", [None, 0.5])
+def test_a_resumed_run_takes_its_own_learning_rate_weight_decay_and_betas(tmp_path, capsys, layer_decay):
+    """Resuming with a lower learning rate (and another weight decay and betas) trains at them from the next step,
+    at the schedule's position: each step's rates are those of a run started with the new settings, not the saved
+    optimizer state's; the run names what it changed."""
+    old = {"schedule": "linear", "layer_decay": layer_decay}
+    new = {**old, "learning_rate": 2e-4, "weight_decay": 0.05, "betas": (0.8, 0.99)}
+    first = trainer(8, callbacks=[StopAt(4)])
+    first.fit(classifier(**old), DataLoader(batches(8), batch_size=None))
+    first.save_checkpoint(tmp_path / "step4.ckpt")
+    capsys.readouterr()
+    resumed, fresh = Rates(), Rates()
+    trainer(8, callbacks=[resumed]).fit(classifier(**new), DataLoader(batches(8), batch_size=None),
+                                        ckpt_path=tmp_path / "step4.ckpt")
+    assert ("litbert: resuming with model.optimization.learning_rate=0.0002 (the checkpoint's: 0.001), "
+            "model.optimization.weight_decay=0.05 (the checkpoint's: 0.01), model.optimization.betas=(0.8, 0.99) "
+            "(the checkpoint's: (0.9, 0.999))") in capsys.readouterr().out
+    trainer(8, callbacks=[fresh]).fit(classifier(**new), DataLoader(batches(8), batch_size=None))
+    assert sorted(resumed.seen) == [4, 5, 6, 7]
+    for step, groups in resumed.seen.items():
+        assert groups == pytest.approx(fresh.seen[step]), step
+    rates = {lr for lr, _, _ in resumed.seen[4]}  # one, or one a depth: the head, TINY's 2 layers, the embeddings
+    assert len(rates) == (1 if layer_decay is None else 4) and max(rates) == pytest.approx(1e-4)  # linear: half

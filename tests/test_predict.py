@@ -1,7 +1,7 @@
 """`python train.py predict`: a trained model's predictions of a file of new inputs (CSV, TSV, JSON lines, CoNLL
 words), a line per input in the file's order, equal to what transformers' own model of the export predicts; bad
 input is named by file and line. The models are trained through the shipped configs on own files given with
-`--data.train_file` alone (tests/test_data_source.py has the rest of that)."""
+`--data.train_files` alone (tests/test_data_source.py has the rest of that)."""
 
 from __future__ import annotations
 
@@ -50,15 +50,15 @@ def classifier(tmp_path_factory, minilm_tokenizer) -> dict[str, str]:
     with torch.no_grad():
         task.head.classifier.weight.normal_(0, 1)
     model = task.export(root / "model", minilm_tokenizer)
-    train_file = write_csv(root / "train.csv", ["text", "label"], [["good", "pos"], ["bad", "neg"]])
+    train_files = write_csv(root / "train.csv", ["text", "label"], [["good", "pos"], ["bad", "neg"]])
     config = {"model": {"class_path": "tasks.classification.SequenceClassification"},
               "data": {"class_path": "data.ClassificationDataModule",
-                       "init_args": {"train_file": train_file, "val_file": train_file, "max_length": 64,
+                       "init_args": {"train_files": train_files, "val_files": train_files, "max_length": 64,
                                      "group_by_length": True, "eval_batch_size": 2}}}
     (root / "config.yaml").write_text(yaml.safe_dump(config))
     bare = task.encoder.save_pretrained(root / "bare")  # the encoder alone, without its classifier
     minilm_tokenizer.save_pretrained(str(bare))
-    return {"model": str(model), "config": str(root / "config.yaml"), "bare": str(bare), "train": train_file}
+    return {"model": str(model), "config": str(root / "config.yaml"), "bare": str(bare), "train": train_files}
 
 
 def predict(config: str, model: str, inputs: str, output: Path, *extra: str):
@@ -129,19 +129,19 @@ def conll_words(path: Path, sentences: list[list[str]]) -> str:
 
 @pytest.mark.slow  # trains through train.py: .ci/run runs it with -m slow
 def test_own_files_train_the_shipped_configs_and_the_run_predicts_new_text(shared_data, tmp_path, capfd):
-    """The sentiment config with `--data.train_file` / `--data.val_file` (IMDB replaced), a tiny encoder trained
+    """The sentiment config with `--data.train_files` / `--data.val_files` (IMDB replaced), a tiny encoder trained
     a few steps and exported; then `train.py predict` with the run's config.yaml and its export on CSV, TSV and
     JSON lines of the same sentences (length-grouped batches of 3, two loader workers): the same lines each time,
     as transformers' model of the export predicts them, also as a TSV."""
     with (shared_data / "imdb" / "test.csv").open(encoding="utf-8", newline="") as handle:
         reviews = [(row["text"][:200], ["neg", "pos"][int(row["label"])]) for row in csv.DictReader(handle)][::500]
-    train_file = write_csv(tmp_path / "train.csv", ["text", "label"], [list(row) for row in reviews])
+    train_files = write_csv(tmp_path / "train.csv", ["text", "label"], [list(row) for row in reviews])
     run = tmp_path / "run"
-    train.main(["--config", "configs/sentiment/imdb.yaml", "--data.train_file", train_file, "--data.val_file",
-                train_file, "--data.tokenizer", MINILM, "--model.encoder.preset", "bert-tiny", "--data.max_length",
+    train.main(["--config", "configs/sentiment/imdb.yaml", "--data.train_files", train_files, "--data.val_files",
+                train_files, "--data.tokenizer", MINILM, "--model.encoder.preset", "bert-tiny", "--data.max_length",
                 "64", "--trainer.max_steps", "4", "--trainer.default_root_dir", str(run), "--trainer.logger", "false",
                 "--trainer.enable_progress_bar", "false"])
-    assert (f"litbert: data from files: train {train_file}, validation {train_file}, test none (replacing the "
+    assert (f"litbert: data from files: train {train_files}, validation {train_files}, test none (replacing the "
             f"config's data.dataset='imdb')") in "".join(capfd.readouterr())
     inputs = {"new.csv": write_csv(tmp_path / "new.csv", ["text"], [[s] for s in SENTENCES]),
               "new.tsv": write_csv(tmp_path / "new.tsv", ["text"], [[s] for s in SENTENCES], "\t"),
@@ -191,14 +191,14 @@ def test_stsb_scores_of_new_pairs_are_the_exported_models(shared_data, tmp_path)
 
 @pytest.mark.slow  # trains through train.py: .ci/run runs it with -m slow
 def test_ner_tags_every_word_of_new_text_as_the_exported_model_does(shared_data, tmp_path, capfd):
-    """configs/ner/conll2003.yaml with `--data.train_file` / `--data.val_file` (a part of CoNLL-2003), then a file
+    """configs/ner/conll2003.yaml with `--data.train_files` / `--data.val_files` (a part of CoNLL-2003), then a file
     of words (blank lines between sentences, one longer than a window of max_length 16): CoNLL lines `word<TAB>tag`
     for every word in order, the tag transformers' token classifier of the export gives its first sub-token."""
     blocks = (shared_data / "conll2003" / "train.txt").read_text().split("\n\n")[1:300]
     (tmp_path / "train.txt").write_text("\n\n".join(blocks) + "\n")
     run = tmp_path / "run"
-    train.main(["--config", "configs/ner/conll2003.yaml", "--data.train_file", str(tmp_path / "train.txt"),
-                "--data.val_file", str(tmp_path / "train.txt"), "--data.tokenizer", MINILM,
+    train.main(["--config", "configs/ner/conll2003.yaml", "--data.train_files", str(tmp_path / "train.txt"),
+                "--data.val_files", str(tmp_path / "train.txt"), "--data.tokenizer", MINILM,
                 "--model.encoder.preset", "bert-tiny", "--trainer.max_steps", "3", "--trainer.default_root_dir",
                 str(run), "--trainer.logger", "false", "--trainer.enable_progress_bar", "false"])
     assert "(replacing the config's data.dataset='conll2003')" in "".join(capfd.readouterr())

@@ -199,8 +199,22 @@ class LastCheckpoint(Checkpoint):
         # Written even where this step was saved at its validation's end: a best checkpoint that saves at epoch
         # ends (Lightning's choice where validation runs at them) has only now replaced, and deleted, the best one
         # that save named. A run resumed from it, or resumed once finished, would look for the deleted file.
-        if not trainer.sanity_checking:
+        if trainer.sanity_checking:
+            return
+        if trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:
             self.save(trainer)
+            return
+        # The run stops before the epoch's last batch (max_steps, early stopping): Lightning counts the epoch as
+        # processed now, and would resume from this state at the next epoch, skipping the rest of this one. Saved as
+        # a step inside the epoch, an extended run (a larger max_steps) goes on with the epoch's next batch.
+        progress = trainer.fit_loop.epoch_progress
+        progress.total.processed -= 1
+        progress.current.processed -= 1
+        try:
+            self.save(trainer)
+        finally:
+            progress.total.processed += 1
+            progress.current.processed += 1
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._save_if_new(trainer)

@@ -68,9 +68,9 @@ DATA_LINKS: list[tuple[str, str, Any]] = [
 
 # The settings that say where the data comes from, by kind of source: the first of each kind that a datamodule has
 # names the source; the others locate it. A source the command line names replaces the config's other kind.
-SOURCE_SETTINGS = {"files": ("train_files", "train_file", "val_files", "val_file", "test_file"),
+SOURCE_SETTINGS = {"files": ("train_files", "val_files", "test_files"),
                    "dataset": ("dataset", "dataset_config", "train_split", "val_split", "data_root", "data_dir")}
-SOURCE_NAMES = {"files": ("train_files", "train_file"), "dataset": ("dataset",)}
+SOURCE_NAMES = {"files": ("train_files",), "dataset": ("dataset",)}
 
 
 class LitbertCLI(LightningCLI):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shlex
 import signal
 import sys
 import traceback
@@ -123,15 +124,16 @@ def condense_parse_error(message: str) -> str:
 
 
 def resume_hint(error: RunInterrupted, args: Sequence[str] | None) -> str:
-    """The command that resumes an interrupted run: its own command line with `--ckpt_path` the saved state."""
+    """The command that resumes an interrupted run: its own command line (quoted for a shell) with `--ckpt_path`
+    the saved state, and without `--overwrite`, which would replace the run instead and is refused beside it."""
     if not error.checkpoint:
         return ""
-    kept, skip = [], False
-    for arg in sys.argv[1:] if args is None else args:
-        if skip:
-            skip = False
-        elif arg == "--ckpt_path":
-            skip = True
-        elif not arg.startswith("--ckpt_path="):
+    kept, given = [], list(sys.argv[1:] if args is None else args)
+    while given:
+        arg = given.pop(0)
+        if arg in ("--ckpt_path", "--overwrite"):
+            if given and not given[0].startswith("--"):
+                given.pop(0)  # its value
+        elif not arg.startswith(("--ckpt_path=", "--overwrite=")):
             kept.append(arg)
-    return f"\nlitbert: resume with: python train.py {' '.join(kept)} --ckpt_path {error.checkpoint}"
+    return f"\nlitbert: resume with: python train.py {shlex.join(kept)} --ckpt_path {shlex.quote(error.checkpoint)}"
