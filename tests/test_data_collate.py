@@ -164,7 +164,7 @@ def _task_and_data(task, root, tmp_path, pad_last_batch):
         else:
             folder, columns, label = root / "glue" / "STS-B", [("s1", 7), ("s2", 8), ("score", 9)], \
                 {"regression": True}
-        files = {f"{split}_file": _write_csv(tmp_path / f"{split}.csv", _rows(folder / name, columns, count))
+        files = {f"{split}_files": _write_csv(tmp_path / f"{split}.csv", _rows(folder / name, columns, count))
                  for split, name, count in (("train", "train.tsv", 10), ("val", "dev.tsv", 7))}
         text = [name for name, _ in columns[:-1]]
         metrics = ["accuracy", "f1", "matthews_corrcoef"] if task == "classification" else None
