@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import datasets
 import torch
@@ -291,6 +292,23 @@ def logged(root: Path, name: str) -> list[tuple[int, float]]:
         raise FileNotFoundError(f"No CSVLogger metrics.csv under {root}.")
     with logs[-1].open(newline="") as handle:
         return [(int(row["step"]), float(row[name])) for row in csv.DictReader(handle) if row.get(name)]
+
+
+def fit_and_evaluate(cli: Any, root: str, test: bool = False) -> tuple[float, dict, dict | None]:
+    """Train a built train.py run (`train.make_cli`), timing the fit alone, then evaluate its final weights once on
+    one device at the run's precision: (training seconds, validation metrics, test metrics or None)."""
+    import lightning as L
+
+    data, model, trainer = cli.datamodule, cli.model, cli.trainer
+    start = time.perf_counter()
+    trainer.fit(model, datamodule=data)
+    seconds = time.perf_counter() - start
+    evaluate = L.Trainer(accelerator=trainer.accelerator, devices=1, precision=trainer.precision, logger=False,
+                         enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+                         default_root_dir=root)
+    (validation,) = evaluate.validate(model, datamodule=data, verbose=False)
+    tested = evaluate.test(model, datamodule=data, verbose=False)[0] if test else None
+    return seconds, validation, tested
 
 
 def mean_sd(values: Sequence[float]) -> str:

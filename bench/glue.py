@@ -61,7 +61,6 @@ import time
 from pathlib import Path
 
 import datasets
-import lightning as L
 import numpy as np
 import torch
 import transformers
@@ -74,6 +73,7 @@ from bench.common import (
     MINILM,
     REPO,
     device_name,
+    fit_and_evaluate,
     machine_slug,
     malloc,
     measure_matmul_peak,
@@ -101,17 +101,10 @@ def litbert_run(task: str, seed: int, train_subset: np.ndarray | None, extra: li
     """(training seconds, dev metrics) of the shipped config."""
     with tempfile.TemporaryDirectory() as root:
         cli = litbert_cli(task, seed, root, extra)
-        data, model, trainer = cli.datamodule, cli.model, cli.trainer
         if train_subset is not None:
-            data.setup("fit")
-            data.datasets["train"] = data.datasets["train"].select(train_subset)
-        start = time.perf_counter()
-        trainer.fit(model, datamodule=data)
-        seconds = time.perf_counter() - start
-        evaluate = L.Trainer(accelerator=trainer.accelerator, devices=1, precision=trainer.precision, logger=False,
-                             enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
-                             default_root_dir=root)
-        (metrics,) = evaluate.validate(model, datamodule=data, verbose=False)
+            cli.datamodule.setup("fit")
+            cli.datamodule.datasets["train"] = cli.datamodule.datasets["train"].select(train_subset)
+        seconds, metrics, _ = fit_and_evaluate(cli, root)
     return seconds, {key.removeprefix("val/"): float(value) for key, value in metrics.items() if key != "val/loss"}
 
 

@@ -39,7 +39,6 @@ import time
 from pathlib import Path
 
 import datasets
-import lightning as L
 import numpy as np
 import torch
 import transformers
@@ -51,6 +50,7 @@ from bench.common import (
     MINILM,
     REPO,
     device_name,
+    fit_and_evaluate,
     machine_slug,
     malloc,
     mean_sd,
@@ -100,18 +100,12 @@ def litbert_run(seed: int, args: argparse.Namespace, grouped: bool = False) -> t
     batches)."""
     with tempfile.TemporaryDirectory() as root:
         cli = litbert_cli(seed, root, args, *(["--data.group_by_length", "true"] if grouped else []))
-        data, model, trainer = cli.datamodule, cli.model, cli.trainer
+        data = cli.datamodule
         data.setup("fit")
         subset = subset_of(len(data.datasets["train"]), args)
         if subset is not None:
             data.datasets["train"] = data.datasets["train"].select(subset)
-        start = time.perf_counter()
-        trainer.fit(model, datamodule=data)
-        seconds = time.perf_counter() - start
-        evaluate = L.Trainer(accelerator=trainer.accelerator, devices=1, precision=trainer.precision, logger=False,
-                             enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
-                             default_root_dir=root)
-        (metrics,) = evaluate.validate(model, datamodule=data, verbose=False)
+        seconds, metrics, _ = fit_and_evaluate(cli, root)
     return seconds, len(data.datasets["train"]), {name: float(metrics[f"val/{name}"]) for name in METRICS}
 
 

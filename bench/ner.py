@@ -41,7 +41,6 @@ import time
 from pathlib import Path
 
 import datasets
-import lightning as L
 import numpy as np
 import torch
 import transformers
@@ -49,7 +48,18 @@ from seqeval.metrics import f1_score, precision_score, recall_score
 from transformers import AutoModelForTokenClassification, AutoTokenizer, DataCollatorForTokenClassification, Trainer
 
 import train
-from bench.common import MINILM, REPO, device_name, machine_slug, malloc, mean_sd, print_table, results_path, setup_run
+from bench.common import (
+    MINILM,
+    REPO,
+    device_name,
+    fit_and_evaluate,
+    machine_slug,
+    malloc,
+    mean_sd,
+    print_table,
+    results_path,
+    setup_run,
+)
 from bench.glue import litbert_commit, refuse_other_machines, run_device
 from data.sources import read_conll
 from tasks.metrics import EntityF1
@@ -97,20 +107,13 @@ def litbert_run(seed: int, sentences: list[int] | None, extra: list[str]) -> tup
     """(training seconds, dev and test metrics) of the shipped config."""
     with tempfile.TemporaryDirectory() as root:
         cli = litbert_cli(seed, root, extra)
-        data, model, trainer = cli.datamodule, cli.model, cli.trainer
         if sentences is not None:
+            data = cli.datamodule
             data.setup("fit")
             keep = set(sentences)  # every window of a kept sentence
             rows = [i for i, s in enumerate(data.datasets["train"]["sentence"]) if s in keep]
             data.datasets["train"] = data.datasets["train"].select(rows)
-        start = time.perf_counter()
-        trainer.fit(model, datamodule=data)
-        seconds = time.perf_counter() - start
-        evaluate = L.Trainer(accelerator=trainer.accelerator, devices=1, precision=trainer.precision, logger=False,
-                             enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
-                             default_root_dir=root)
-        (dev,) = evaluate.validate(model, datamodule=data, verbose=False)
-        (test,) = evaluate.test(model, datamodule=data, verbose=False)
+        seconds, dev, test = fit_and_evaluate(cli, root, test=True)
     return seconds, {f"{split}_{name}": float(metrics[f"{prefix}/{name}"]) for split, prefix, metrics in
                      (("dev", "val", dev), ("test", "test", test)) for name in ("f1", "precision", "recall")}
 
