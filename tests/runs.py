@@ -126,3 +126,29 @@ def wait_for_checkpoint(process: subprocess.Popen, path: Path, min_step: int, ti
 
 def last_lines(text: str, count: int = 3) -> str:
     return "\n".join(line for line in text.strip().splitlines()[-count:])
+
+
+def trainer_losses(cli, model, rows: dict[str, list], collator, output_dir: Path) -> list[float]:
+    """Each step's loss of transformers' `Trainer` training `model` for one epoch on `rows` in their order, at the
+    hyper-parameters of the built litbert run `cli` (batch size, AdamW settings, schedule, warmup, clipping)."""
+    import datasets
+    import transformers
+
+    optimization, losses = cli.model.optimization, []
+
+    class Losses(transformers.TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "loss" in logs:
+                losses.append(float(logs["loss"]))
+
+    settings = transformers.TrainingArguments(
+        output_dir=str(output_dir), per_device_train_batch_size=cli.datamodule.batch_size,
+        learning_rate=optimization.learning_rate, weight_decay=optimization.weight_decay,
+        adam_beta1=optimization.betas[0], adam_beta2=optimization.betas[1], adam_epsilon=optimization.eps,
+        max_grad_norm=float(cli.config.trainer.gradient_clip_val), warmup_steps=optimization.warmup,
+        lr_scheduler_type=optimization.schedule, num_train_epochs=1, seed=0, use_cpu=True, report_to="none",
+        save_strategy="no", eval_strategy="no", logging_strategy="steps", logging_steps=1, disable_tqdm=True,
+        train_sampling_strategy="sequential", logging_nan_inf_filter=False)
+    transformers.Trainer(model=model, args=settings, train_dataset=datasets.Dataset.from_dict(rows),
+                         data_collator=collator, callbacks=[Losses()]).train()
+    return losses

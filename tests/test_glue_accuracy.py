@@ -8,7 +8,7 @@ import re
 import statistics
 
 import pytest
-from runs import MINILM, environment, train
+from runs import MINILM, environment, train, trainer_losses
 
 # transformers' Trainer, random batches, the shipped STS-B hyper-parameters, one epoch, full STS-B, 3 seeds on this
 # project's CPU (bench/glue.py --tasks stsb --seeds 0 1 2 --epochs 1): dev Pearson 0.492, 0.531, 0.558.
@@ -162,7 +162,6 @@ def _stsb_steps_of_both(shared_data, tmp_path, monkeypatch, steps, arguments, dr
     initialised as litbert's, its dropout rates `dropout`. With `masks` (litbert's, the `Trainer`'s), each side's
     dropout draws its masks from its own: litbert's `kernels.dropout` and torch's `F.dropout` are replaced while the
     side trains. Returns litbert's losses, the `Trainer`'s, both models and the classifier's initial weights."""
-    import datasets
     import lightning as L
     import torch
     import transformers
@@ -211,28 +210,11 @@ def _stsb_steps_of_both(shared_data, tmp_path, monkeypatch, steps, arguments, dr
         MINILM, num_labels=1, attn_implementation="eager" if masks else "sdpa", dtype=torch.float32,
         classifier_dropout=dropout, hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
     model.classifier.load_state_dict(head)
-    optimization = cli.model.optimization
-    reference = []
-
-    class Losses(transformers.TrainerCallback):
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            if logs and "loss" in logs:
-                reference.append(float(logs["loss"]))
-
-    settings = transformers.TrainingArguments(
-        output_dir=str(tmp_path / "trainer"), per_device_train_batch_size=cli.datamodule.batch_size,
-        learning_rate=optimization.learning_rate, weight_decay=optimization.weight_decay,
-        adam_beta1=optimization.betas[0], adam_beta2=optimization.betas[1], adam_epsilon=optimization.eps,
-        max_grad_norm=float(cli.config.trainer.gradient_clip_val), warmup_steps=optimization.warmup,
-        lr_scheduler_type=optimization.schedule, num_train_epochs=1, seed=0, use_cpu=True, report_to="none",
-        save_strategy="no", eval_strategy="no", logging_strategy="steps", logging_steps=1, disable_tqdm=True,
-        train_sampling_strategy="sequential", logging_nan_inf_filter=False)
     with monkeypatch.context() as patch:
         if masks:
             patch.setattr(torch.nn.functional, "dropout", masks[1])
-        transformers.Trainer(model=model, args=settings, train_dataset=datasets.Dataset.from_dict(rows),
-                             data_collator=transformers.DataCollatorWithPadding(cli.datamodule.tokenizer),
-                             callbacks=[Losses()]).train()
+        reference = trainer_losses(cli, model, rows, transformers.DataCollatorWithPadding(cli.datamodule.tokenizer),
+                                   tmp_path / "trainer")
     assert len(reference) == steps
     return losses, reference, cli.model, model, head
 

@@ -4,7 +4,7 @@ settings a litbert step on CoNLL-2003 from the real MiniLM-L6 is the `Trainer`'s
 from __future__ import annotations
 
 import pytest
-from runs import MINILM
+from runs import MINILM, trainer_losses
 
 
 @pytest.mark.slow  # trains MiniLM-L6 twice through 12 steps: minutes on 2 CPU cores
@@ -14,7 +14,6 @@ def test_the_shipped_ner_config_trains_as_run_ner_does_step_for_step(shared_data
     the same order, each word's label on its first sub-token as run_ner puts it) reach the same loss at every step,
     within float32 rounding: the token loss over labelled sub-tokens, the learning-rate schedule (warmup from 0,
     rounded up), AdamW's epsilon and decay groups and the clipping at 1.0 all enter from the second step on."""
-    import datasets
     import lightning as L
     import torch
     import transformers
@@ -61,25 +60,8 @@ def test_the_shipped_ner_config_trains_as_run_ner_does_step_for_step(shared_data
         MINILM, num_labels=len(cli.datamodule.label_names), attn_implementation="sdpa", dtype=torch.float32,
         classifier_dropout=0.0, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     model.classifier.load_state_dict(head)
-    optimization = cli.model.optimization
-    reference = []
-
-    class Losses(transformers.TrainerCallback):
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            if logs and "loss" in logs:
-                reference.append(float(logs["loss"]))
-
-    settings = transformers.TrainingArguments(
-        output_dir=str(tmp_path / "trainer"), per_device_train_batch_size=cli.datamodule.batch_size,
-        learning_rate=optimization.learning_rate, weight_decay=optimization.weight_decay,
-        adam_beta1=optimization.betas[0], adam_beta2=optimization.betas[1], adam_epsilon=optimization.eps,
-        max_grad_norm=float(cli.config.trainer.gradient_clip_val), warmup_steps=optimization.warmup,
-        lr_scheduler_type=optimization.schedule, num_train_epochs=1, seed=0, use_cpu=True, report_to="none",
-        save_strategy="no", eval_strategy="no", logging_strategy="steps", logging_steps=1, disable_tqdm=True,
-        train_sampling_strategy="sequential", logging_nan_inf_filter=False)
-    transformers.Trainer(model=model, args=settings, train_dataset=datasets.Dataset.from_dict(rows),
-                         data_collator=transformers.DataCollatorForTokenClassification(tokenizer),
-                         callbacks=[Losses()]).train()
+    reference = trainer_losses(cli, model, rows, transformers.DataCollatorForTokenClassification(tokenizer),
+                               tmp_path / "trainer")
     assert len(reference) == steps
     assert losses == pytest.approx(reference, rel=1e-5, abs=1e-5), list(zip(losses, reference, strict=True))
     weights, initial = cli.model.head.classifier.weight.detach(), head["weight"]
