@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from huggingface_hub import HfApi, constants
+from huggingface_hub.errors import HfHubHTTPError
 from runs import MINILM, REPO, environment, last_lines, train
 
 import train as train_py
@@ -184,6 +185,7 @@ class FakeHub:
         for name in ("create_repo", "update_repo_settings", "create_branch"):
             monkeypatch.setattr(HfApi, name, self._record(name))
         monkeypatch.setattr(HfApi, "upload_folder", self._upload())
+        monkeypatch.setattr(HfApi, "whoami", lambda api: {"name": "me"})  # the check before training
 
     def _record(self, name):
         def call(api, repo_id, **kwargs):
@@ -234,8 +236,6 @@ def test_a_push_uploads_the_export_with_its_card_and_metrics_table(glue_args, tm
 
 
 def test_a_failed_upload_says_how_to_retry_it(tmp_path, monkeypatch):
-    from huggingface_hub.errors import HfHubHTTPError
-
     from tasks.run.publish import push
 
     def refuse(api, **kwargs):
@@ -249,8 +249,17 @@ def test_a_failed_upload_says_how_to_retry_it(tmp_path, monkeypatch):
                                        rf"{tmp_path} --revision b`"):
         push(tmp_path, "me/x@b", None)
 
+    def unreachable(api, **kwargs):
+        raise ConnectionError("[Errno -2] Name or service not known")
 
-def test_a_push_without_a_token_is_refused_before_training(glue_args, tmp_path, monkeypatch):
+    monkeypatch.setattr(HfApi, "upload_folder", unreachable)  # the network lost during the run
+    with pytest.raises(HubError, match=rf"--push_to_hub me/x: the upload failed \(ConnectionError: \[Errno -2\] Name "
+                                       rf"or service not known\). The model stays in {tmp_path}: upload it with `hf "
+                                       rf"upload me/x {tmp_path}`"):
+        push(tmp_path, "me/x", None)
+
+
+def test_a_push_that_cannot_succeed_is_refused_before_training(glue_args, tmp_path, monkeypatch):
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
     fake = FakeHub(monkeypatch)
@@ -262,6 +271,22 @@ def test_a_push_without_a_token_is_refused_before_training(glue_args, tmp_path, 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(ValueError, match="HF_HUB_OFFLINE is set: unset it, or drop --push_to_hub"):
         train_py.make_cli([*glue_args, "--push_to_hub", "me/x"])
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+
+    def refused(api):
+        raise HfHubHTTPError("401 Unauthorized: invalid token", response=SimpleNamespace(headers={}, request=None))
+
+    def unreachable(api):
+        raise ConnectionError("[Errno -2] Name or service not known")
+
+    for whoami, message in ((refused, r"the Hugging Face Hub refused the token \(401 Unauthorized: invalid token\)\. "
+                                      r"Set HF_TOKEN to a valid token with write access, or drop --push_to_hub"),
+                            (unreachable, r"the Hugging Face Hub cannot be reached \(ConnectionError: \[Errno -2\] "
+                                          r"Name or service not known\)\. Check the network \(or a proxy\), or drop "
+                                          r"--push_to_hub and upload the export later with `hf upload me/x")):
+        monkeypatch.setattr(HfApi, "whoami", whoami)
+        with pytest.raises(ValueError, match=r"^--push_to_hub me/x: " + message):
+            train_py.make_cli([*glue_args, "--push_to_hub", "me/x"])
     for extra, message in ((["--push_to_hub", "me/x", "--export", "false"], "but --export is false"),
                            (["--push_to_hub", "x"], "--push_to_hub x: not a Hugging Face Hub id"),
                            (["--hub_private", "true"], "but --push_to_hub is not set")):

@@ -4,7 +4,7 @@ Every run that exports writes `README.md` into the export folder: what was train
 base model), on what data, with which config and command line, and the final metrics (those of metrics.json) as a
 table, under the hub's metadata header (`huggingface_hub.ModelCardData`). `--push_to_hub org/name` (or
 `org/name@branch`) then uploads that folder, tokenizer and card included, at the end of the run; a push that could
-not succeed (no token, offline) is refused before training.
+not succeed (no token, a token the hub refuses, no network, HF_HUB_OFFLINE) is refused before training.
 """
 
 from __future__ import annotations
@@ -54,6 +54,15 @@ def check_push(config: Any, export_dir: Path) -> None:
                          f"found (HF_TOKEN is unset, and none is stored in {constants.HF_TOKEN_PATH}). Set HF_TOKEN "
                          f"to a token with write access (https://huggingface.co/settings/tokens) or log in with "
                          f"`hf auth login`; or {later}.")
+    try:  # the token and the network, asked now rather than after hours of training
+        HfApi().whoami()
+    except HfHubHTTPError as error:
+        raise ValueError(f"--push_to_hub {target}: the Hugging Face Hub refused the token "
+                         f"({str(error).splitlines()[0]}). Set HF_TOKEN to a valid token with write access, or "
+                         f"{later}.") from None
+    except Exception as error:  # no network: httpx's and the OS's connection errors share no base class here
+        raise ValueError(f"--push_to_hub {target}: the Hugging Face Hub cannot be reached ({type(error).__name__}: "
+                         f"{error}). Check the network (or a proxy), or {later}.") from None
 
 
 def push(directory: Path, target: str, private: bool | None) -> str:
@@ -69,8 +78,10 @@ def push(directory: Path, target: str, private: bool | None) -> str:
             api.create_branch(repo, branch=branch, exist_ok=True)
         commit = api.upload_folder(repo_id=repo, folder_path=directory, revision=branch, delete_patterns=MODEL_FILES,
                                    commit_message="litbert: the exported model, its tokenizer and card")
-    except HfHubHTTPError as error:
-        raise HubError(f"--push_to_hub {target}: the upload failed ({str(error).splitlines()[0]}). The model stays in "
+    except Exception as error:  # an HTTP status, or the network lost since the check before training
+        reason = str(error).splitlines()[0] if isinstance(error, HfHubHTTPError) else \
+            f"{type(error).__name__}: {error}"
+        raise HubError(f"--push_to_hub {target}: the upload failed ({reason}). The model stays in "
                        f"{directory}: upload it with `hf upload {repo} {directory}"
                        f"{f' --revision {branch}' if branch else ''}`.") from None
     return commit.commit_url
