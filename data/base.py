@@ -90,6 +90,10 @@ class TokenizedDataModule(L.LightningDataModule):
         self.pad_token_id: int = self.tokenizer.pad_token_id
         self.mask_token_id: int | None = self.tokenizer.mask_token_id
         self.uses_token_types = "token_type_ids" in self.tokenizer.model_input_names
+        # Whether the model reads token types (`check_model`): a model without a token-type table (DistilBERT,
+        # ModernBERT) is given none, as transformers' DistilBERT ignores them. transformers 5 loads DistilBERT's
+        # tokenizer as BertTokenizer, which gives them.
+        self.model_token_types = True
         self.datasets: dict[str, datasets.Dataset] = {}
         # The local files a subclass was given per split (train, validation, test); none: the dataset's own splits.
         self.files: dict[str, str | None] = {}
@@ -98,9 +102,11 @@ class TokenizedDataModule(L.LightningDataModule):
         self.collate: Callable[[Sequence[dict[str, Any]]], dict[str, Any]] = PaddingCollator(self.pad_token_id)
 
     def check_model(self, config: ModelLimits) -> None:
-        """Errors, before training, when the model cannot take this data (positions or vocabulary too small)."""
+        """Errors, before training, when the model cannot take this data (positions or vocabulary too small); the
+        batches of a model without token types carry none."""
         check_max_length(self.max_length, config)
         check_vocab_fits(self.tokenizer, config)
+        self.model_token_types = config.type_vocab_size > 0
 
     @property
     def cache_path(self) -> Path:
@@ -184,6 +190,8 @@ class TokenizedDataModule(L.LightningDataModule):
 
     def _model_view(self, dataset: datasets.Dataset, train: bool = True) -> datasets.Dataset:
         columns = MODEL_COLUMNS if train else MODEL_COLUMNS + self.eval_columns
+        if not self.model_token_types:
+            columns = tuple(c for c in columns if c != "token_type_ids")
         return dataset.with_format(columns=[c for c in columns if c in dataset.column_names])
 
     def distributed(self) -> dict[str, int] | None:

@@ -206,3 +206,38 @@ def test_settings_that_do_not_apply_are_refused(tmp_path):
         ClassificationDataModule(MINILM, dataset="rte", text_columns=["body"])
     with pytest.raises(DataError, match=r"one text column, or two for a pair"):
         ClassificationDataModule(MINILM, train_files=str(tmp_path / "x.csv"), text_columns=["a", "b", "c"])
+
+
+def test_a_distilbert_checkpoint_fine_tunes_on_pairs_with_its_bert_tokenizer(tmp_path):
+    """transformers 5 loads DistilBERT's tokenizer (distilbert-base-uncased: no tokenizer_class) as BertTokenizer,
+    which gives token types; the model has none, so its batches carry none, and its logits are transformers'."""
+    import shutil
+
+    import torch
+    import transformers
+
+    from tasks.classification import SequenceClassification
+
+    folder = tmp_path / "distilbert"
+    config = transformers.DistilBertConfig(vocab_size=30522, dim=32, n_layers=2, n_heads=4, hidden_dim=40,
+                                           num_labels=2)
+    torch.manual_seed(0)
+    reference = transformers.DistilBertForSequenceClassification(config).eval()
+    reference.save_pretrained(folder)
+    for name in ("tokenizer.json", "vocab.txt"):
+        shutil.copy(f"{MINILM}/{name}", folder / name)
+    (folder / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True, "model_max_length": 512}))
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("\n".join(json.dumps({"a": f"the first sentence {i}", "b": "and a second, longer one" * i,
+                                          "label": ["no", "yes"][i % 2]}) for i in range(4)))
+    data = ClassificationDataModule(str(folder), train_files=str(path), val_files=str(path), text_columns=["a", "b"],
+                                    cache_dir=str(tmp_path / "cache"))
+    assert data.uses_token_types  # the tokenizer gives them
+    model = SequenceClassification(num_labels=2, label_names=["no", "yes"], pretrained=str(folder)).eval()
+    data.check_model(model.encoder.config)
+    data.setup("fit")
+    batch = next(iter(data.val_dataloader()))
+    assert "token_type_ids" not in batch
+    with torch.no_grad():
+        expected = reference(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        torch.testing.assert_close(model(batch), expected, atol=1e-5, rtol=0)
