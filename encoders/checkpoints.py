@@ -161,7 +161,8 @@ _BERT_EMBEDDINGS = {
 }
 _BERT = dict(config_keys=_BERT_KEYS, embeddings=_BERT_EMBEDDINGS, layer="encoder.layer.{i}.",
              qkv=("attention.self.query", "attention.self.key", "attention.self.value"), block=_BERT_BLOCK,
-             fixed=_BERT_FIXED, required={"position_embedding_type": "absolute"})
+             # is_decoder makes transformers' BERT, RoBERTa and ELECTRA attend causally (BertLMHeadModel's configs)
+             fixed=_BERT_FIXED, required={"position_embedding_type": "absolute", "is_decoder": False})
 
 LAYOUTS: dict[str, Layout] = {
     "bert": Layout(

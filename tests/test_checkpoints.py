@@ -691,6 +691,11 @@ def test_load_errors_are_clear(tmp_path):
     transformers.BertConfig(**SIZES, position_embedding_type="relative_key").save_pretrained(tmp_path)
     with pytest.raises(ValueError, match="position_embedding_type='relative_key' has no litbert equivalent"):
         Encoder.from_pretrained(tmp_path)
+    for model in (transformers.BertModel, transformers.RobertaModel, transformers.ElectraModel):
+        # transformers' decoder variant (BertLMHeadModel's config) attends to earlier tokens only
+        model(model.config_class(**SIZES, is_decoder=True)).save_pretrained(tmp_path / model.__name__)
+        with pytest.raises(ValueError, match="is_decoder=True has no litbert equivalent"):
+            Encoder.from_pretrained(tmp_path / model.__name__)
     transformers.BertConfig(**SIZES).save_pretrained(tmp_path)
     with pytest.raises(CheckpointError, match="No weights in"):
         Encoder.from_pretrained(tmp_path)
