@@ -379,6 +379,10 @@ def config_from_transformers(hf: dict[str, Any], source: str) -> EncoderConfig:
                              f"load.")
     values = {name: hf[key] if name not in layout.defaults else hf.get(key, layout.defaults[name])
               for name, key in layout.config_keys.items()}
+    unset = [key for name, key in layout.config_keys.items() if values[name] is None]
+    if unset:  # transformers allows a null pad_token_id (no padding row); litbert's embeddings have one
+        raise ValueError(f"{source}: {', '.join(f'{key}=null' for key in unset)}; litbert needs a value for each. Set "
+                         f"it in config.json (pad_token_id: the tokenizer's padding id, 0 for BERT's vocabularies).")
     for key, name in layout.same_as.items():
         if hf.get(key, values[name]) != values[name]:
             raise ValueError(f"{source}: {key}={hf[key]} differs from {layout.config_keys[name]}={values[name]}; "

@@ -696,6 +696,9 @@ def test_load_errors_are_clear(tmp_path):
         model(model.config_class(**SIZES, is_decoder=True)).save_pretrained(tmp_path / model.__name__)
         with pytest.raises(ValueError, match="is_decoder=True has no litbert equivalent"):
             Encoder.from_pretrained(tmp_path / model.__name__)
+    transformers.BertConfig(**SIZES, pad_token_id=None).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="pad_token_id=null; litbert needs a value"):
+        Encoder.from_pretrained(tmp_path)
     transformers.BertConfig(**SIZES).save_pretrained(tmp_path)
     with pytest.raises(CheckpointError, match="No weights in"):
         Encoder.from_pretrained(tmp_path)
