@@ -463,8 +463,14 @@ def _from_transformers(directory: Path) -> Checkpoint:
 
     for ours, theirs in layout.embeddings.items():
         if ours == "position.table" and config.position == "sinusoidal":
-            base.pop(theirs + ".weight", None)  # DistilBERT stores its fixed sinusoidal table; litbert computes it
-            continue
+            # DistilBERT stores its sinusoidal table, which litbert computes. transformers 5 trains the stored one (it
+            # leaves it requires_grad); one that no longer equals the formula loads as the learned table it now is.
+            table = base.get(theirs + ".weight")
+            fixed = sinusoidal_table(config.max_position_embeddings, config.hidden_size)
+            if table is None or table.shape == fixed.shape and torch.allclose(table.float(), fixed, rtol=0, atol=1e-6):
+                base.pop(theirs + ".weight", None)
+                continue
+            config = replace(config, position="learned")
         if ours == "embeddings.token_type" and not config.type_vocab_size:
             continue
         take(ours, theirs)

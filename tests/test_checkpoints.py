@@ -75,6 +75,22 @@ def test_base_model_parity(tmp_path, family, base, hidden_act):
     assert max_diff_on_real_tokens(ours, expected, mask) < 1e-5
 
 
+def test_a_distilbert_sinusoidal_table_that_was_trained_loads_as_it_is(tmp_path):
+    """DistilBERT stores its sinusoidal table, and transformers 5 trains it: a table that is still the formula loads
+    as litbert's computed one, a trained one as a learned table; either gives transformers' hidden states."""
+    ids, mask, _ = inputs("distilbert", 0)
+    for trained in (False, True):
+        reference = transformers.DistilBertModel(hf_config("distilbert", sinusoidal_pos_embds=True)).eval()
+        if trained:  # what fine-tuning in transformers does to it
+            random_weights(reference)
+        reference.save_pretrained(tmp_path / str(trained))
+        encoder = Encoder.from_pretrained(tmp_path / str(trained)).eval()
+        assert encoder.config.position == ("learned" if trained else "sinusoidal")
+        with torch.no_grad():
+            expected = reference(input_ids=ids, attention_mask=mask).last_hidden_state
+            assert max_diff_on_real_tokens(encoder(ids, mask), expected, mask) < 1e-5
+
+
 def test_a_family_is_a_table_entry_electra_discriminator(tmp_path):
     """ELECTRA's discriminator encoder is one `LAYOUTS` row and nothing else: it loads with BERT's numbers, and
     loading refuses an ELECTRA whose embeddings are narrower than its hidden states (an embeddings projection)."""
