@@ -211,7 +211,7 @@ def shipped_settings(task: str, extra: list[str]) -> tuple[dict, train.LitbertCL
         "learning_rate": opt.learning_rate, "weight_decay": opt.weight_decay, "betas": tuple(opt.betas),
         "eps": opt.eps, "warmup": opt.warmup, "schedule": opt.schedule, "epochs": config.trainer.max_epochs,
         "max_grad_norm": float(config.trainer.gradient_clip_val or 0.0), "precision": str(config.trainer.precision),
-        "classifier_dropout": cli.model.hparams.classifier_dropout,
+        "classifier_dropout": cli.model.head.dropout.p,
         "group_by_length": cli.datamodule.group_by_length,
     }
     return settings, cli

@@ -86,7 +86,7 @@ def settings_of(cli: train.LitbertCLI) -> dict:
             "eps": opt.eps, "warmup": opt.warmup, "schedule": opt.schedule, "epochs": cli.config.trainer.max_epochs,
             "max_grad_norm": float(cli.config.trainer.gradient_clip_val or 0.0),
             "precision": str(cli.config.trainer.precision), "threshold": cli.model.threshold,
-            "classifier_dropout": cli.model.hparams.classifier_dropout, "group_by_length": data.group_by_length}
+            "classifier_dropout": cli.model.head.dropout.p, "group_by_length": data.group_by_length}
 
 
 def subset_of(full: int, args: argparse.Namespace) -> np.ndarray | None:

@@ -81,12 +81,18 @@ class Layout:
     # The config.json flag that gives the MLM transform's dense layer a bias (litbert's always has one; a family
     # without it loads as a zero bias).
     head_bias_key: str | None = None
+    # The config.json keys of the dropout before each classifier, the first one set being the rate transformers'
+    # `*ForSequenceClassification` / `*ForTokenClassification` apply (BERT's: classifier_dropout, else
+    # hidden_dropout_prob).
+    classifier_dropout: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(_BERT_CLASSIFIER_DROPOUT))
     # What config_keys cannot say: config.json -> further EncoderConfig values (raising ValueError for what litbert
     # cannot express), and EncoderConfig -> further config.json entries.
     read_keys: Callable[[dict[str, Any], str], dict[str, Any]] | None = None
     write_keys: Callable[[EncoderConfig], dict[str, Any]] | None = None
 
 
+_BERT_CLASSIFIER_DROPOUT = dict.fromkeys(("sequence_classification", "token_classification"),
+                                        ("classifier_dropout", "hidden_dropout_prob"))
 _BERT_HEADS = {"sequence_classification": {"pooling": "cls", "pooler_activation": "tanh", "pooler_bias": True,
                                            "pooler_norm": False},
                "token_classification": {"transform_activation": None, "transform_bias": True, "transform_norm": False}}
@@ -203,6 +209,7 @@ LAYOUTS: dict[str, Layout] = {
         fixed=_BERT_FIXED | {"type_vocab_size": 0, "norm_eps": 1e-12, "sinusoidal_scale": 1.0},
         activation_key="activation", activations={"gelu": "gelu", "relu": "relu"}, positions=("learned", "sinusoidal"),
         sinusoidal_key="sinusoidal_pos_embds", token_types=False,
+        classifier_dropout={"sequence_classification": ("seq_classif_dropout",), "token_classification": ("dropout",)},
     ),
     # ELECTRA's discriminator (Clark et al., 2020) is BERT's encoder under another name; loaded when its embeddings
     # are as wide as its hidden states (no `embeddings_project`). Its heads are not BERT's, so only the encoder.
@@ -248,6 +255,7 @@ LAYOUTS: dict[str, Layout] = {
         required={"norm_bias": False, "attention_bias": False, "mlp_bias": False, "decoder_bias": True,
                   "classifier_activation": "gelu"},
         same_as={"mlp_dropout": "hidden_dropout"}, head_bias_key="classifier_bias",
+        classifier_dropout=dict.fromkeys(("sequence_classification", "token_classification"), ("classifier_dropout",)),
         read_keys=_modernbert_keys, write_keys=_modernbert_entries,
     ),
 }
@@ -265,6 +273,7 @@ class Checkpoint:
     untied_decoder: bool = False  # its MLM decoder is a matrix of its own, not the word embeddings (litbert ties)
     label_names: list[str] | None = None  # its classifier's labels in output order, where the checkpoint names them
     problem_type: str | None = None  # transformers' problem_type of its classifier, where stored (multi-label)
+    classifier_dropout: dict[str, float] = field(default_factory=dict)  # head kind -> its family's rate, where stored
 
 
 # ----------------------------------------------------------------------------------------------------- reading
@@ -526,9 +535,12 @@ def _from_transformers(directory: Path) -> Checkpoint:
     id2label = hf_config.get("id2label") or {}
     names = [str(id2label.get(str(i), id2label.get(i, ""))) for i in range(len(id2label))]
     generic = all(name == f"LABEL_{i}" for i, name in enumerate(names))  # transformers' default: no names given
+    dropout = {kind: rate for kind, keys in layout.classifier_dropout.items()
+               for rate in [next((hf_config[key] for key in keys if hf_config.get(key) is not None), None)]
+               if rate is not None}
     return Checkpoint(config, encoder, heads, options | {"norm_eps": config.norm_eps}, untied_decoder=untied,
                       label_names=None if generic or not all(names) else names,
-                      problem_type=hf_config.get("problem_type"))
+                      problem_type=hf_config.get("problem_type"), classifier_dropout=dropout)
 
 
 def _from_litbert(directory: Path) -> Checkpoint:

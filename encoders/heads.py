@@ -42,6 +42,7 @@ POOLER_ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU}
 # has). Pooling and the pooler for a sequence classifier; the transform before a token classifier (None: none).
 POOLER_OPTIONS = ("pooling", "pooler_activation", "pooler_bias", "pooler_norm", "norm_eps")
 TRANSFORM_OPTIONS = ("transform_activation", "transform_bias", "transform_norm", "norm_eps")
+CLASSIFIER_DROPOUT = 0.1  # before a classifier whose checkpoint states no rate (BERT's hidden_dropout_prob)
 
 
 def dense_activation_norm(hidden_size: int, activation: str, bias: bool, norm: bool, norm_eps: float) -> nn.Sequential:
@@ -248,7 +249,12 @@ def fine_tuning_head(cls: type[ClassifierHead], checkpoint: Checkpoint | None, h
     fine-tuned model; a BERT pooler or a ModernBERT transform is kept either way, as transformers does), else a new
     one. Either has the shape of the checkpoint's family unless `kwargs` say otherwise, as transformers'
     `*ForSequenceClassification` / `*ForTokenClassification` of that checkpoint would: DistilBERT's ReLU pooler,
-    ModernBERT's GELU and norm (and its `classifier_pooling`) before either classifier."""
+    ModernBERT's GELU and norm (and its `classifier_pooling`) before either classifier. A `dropout` of None is the
+    rate those classes take from the checkpoint's config.json (DistilBERT's seq_classif_dropout, 0.2; ModernBERT's
+    classifier_dropout, 0), else `CLASSIFIER_DROPOUT`."""
+    if kwargs.get("dropout") is None:
+        stored = checkpoint.classifier_dropout if checkpoint is not None else {}
+        kwargs["dropout"] = stored.get(cls.kind, CLASSIFIER_DROPOUT)
     if checkpoint is not None and cls.kind in checkpoint.head_states:
         return cls.from_pretrained(checkpoint, num_labels=num_labels, label_names=label_names, **kwargs)
     if checkpoint is not None:

@@ -52,7 +52,7 @@ class SequenceClassification(EncoderTask):
         pad_token_id: int | None = None,
         pooling: Literal["cls", "mean"] | None = None,
         pooler_activation: Literal["tanh", "relu", "gelu"] | None = None,
-        classifier_dropout: float = 0.1,
+        classifier_dropout: float | None = None,
         teacher: str | None = None,
         temperature: float | None = None,
         alpha_kd: float | None = None,
@@ -82,7 +82,10 @@ class SequenceClassification(EncoderTask):
                 checkpoint's (a ModernBERT's `classifier_pooling`, a litbert classifier's own), else "cls".
             pooler_activation: the pooler's activation; unset, the pretrained checkpoint family's (BERT's and
                 RoBERTa's tanh, DistilBERT's ReLU, ModernBERT's GELU) or the fine-tuned classifier's own, else tanh.
-            classifier_dropout: dropout before the classifier.
+            classifier_dropout: dropout before the classifier; unset, the pretrained checkpoint's rate as
+                transformers' classifier of it applies it (BERT's and RoBERTa's classifier_dropout, else
+                hidden_dropout_prob; DistilBERT's seq_classif_dropout, 0.2, or for tokens its dropout; ModernBERT's
+                classifier_dropout, 0), else 0.1.
             teacher: a fine-tuned classifier checkpoint directory (or hub id) to distil from (logit KD): the loss
                 becomes alpha * T^2 * KL(teacher || student at temperature T) + (1 - alpha) * cross-entropy with the
                 labels; for regression alpha * MSE(student, teacher) + (1 - alpha) * MSE(student, labels).
@@ -246,7 +249,7 @@ class TokenClassification(EncoderTask):
         pretrained_layers: Sequence[int] | Literal["every_other"] | None = None,
         vocab_size: int | None = None,
         pad_token_id: int | None = None,
-        classifier_dropout: float = 0.1,
+        classifier_dropout: float | None = None,
         kernels: Kernels | None = None,
         optimization: Optimization | None = None,
     ) -> None:
@@ -260,7 +263,10 @@ class TokenClassification(EncoderTask):
                 half-depth student of it (layers 0, 2, 4, ...), e.g. of a fine-tuned teacher; or a list of indices.
             vocab_size: the tokenizer's vocabulary size; linked from the datamodule.
             pad_token_id: the tokenizer's padding id; linked from the datamodule: a new encoder's padding row.
-            classifier_dropout: dropout before the classifier.
+            classifier_dropout: dropout before the classifier; unset, the pretrained checkpoint's rate as
+                transformers' classifier of it applies it (BERT's and RoBERTa's classifier_dropout, else
+                hidden_dropout_prob; DistilBERT's seq_classif_dropout, 0.2, or for tokens its dropout; ModernBERT's
+                classifier_dropout, 0), else 0.1.
             kernels: how the encoder computes, not what (`encoders.Kernels`): when it skips padding tokens
                 (`unpad_below`), FlexAttention for ALiBi and T5 (`flex_attention`), attention over the tokens
                 packed without padding (`varlen`); chosen per run, never stored.

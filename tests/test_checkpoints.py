@@ -542,6 +542,34 @@ def test_token_classification_parity(tmp_path):
     assert max_diff_on_real_tokens(ours, expected, mask) < 1e-5
 
 
+@pytest.mark.parametrize(("model", "overrides", "dropout"), [
+    (transformers.BertForSequenceClassification, {}, "dropout"),
+    (transformers.BertForSequenceClassification, {"hidden_dropout_prob": 0.15}, "dropout"),
+    (transformers.BertForTokenClassification, {"classifier_dropout": 0.3}, "dropout"),
+    (transformers.RobertaForSequenceClassification, {"classifier_dropout": 0.0}, "classifier.dropout"),
+    (transformers.DistilBertForSequenceClassification, {}, "dropout"),  # seq_classif_dropout, 0.2
+    (transformers.DistilBertForTokenClassification, {"dropout": 0.05}, "dropout"),
+    (transformers.ModernBertForSequenceClassification, {}, "drop"),  # classifier_dropout, 0
+    (transformers.ModernBertForTokenClassification, {"classifier_dropout": 0.2}, "drop"),
+])
+def test_a_classifier_over_a_checkpoint_drops_out_at_its_familys_rate(tmp_path, model, overrides, dropout):
+    """Unset, the dropout before a new classifier is the rate of transformers' dropout there (`dropout`, its
+    module) in the classifier of the checkpoint; model.classifier_dropout overrides it."""
+    from tasks.classification import SequenceClassification, TokenClassification
+
+    family = model.__name__.split("For")[0].lower()
+    config = (transformers.ModernBertConfig(**SIZES, pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1,
+                                            sep_token_id=2, **overrides)
+              if family == "modernbert" else hf_config(family, **overrides))
+    reference = model(config)
+    reference.save_pretrained(tmp_path)
+    expected = reference.get_submodule(dropout).p
+    task = SequenceClassification if "Sequence" in model.__name__ else TokenClassification
+    labels = {"num_labels": 2} if task is SequenceClassification else {"label_names": ["O", "B-X"]}
+    assert task(pretrained=str(tmp_path), **labels).head.dropout.p == expected
+    assert task(pretrained=str(tmp_path), classifier_dropout=0.4, **labels).head.dropout.p == 0.4
+
+
 def test_bin_checkpoint_loads_with_weights_only(tmp_path):
     reference = random_weights(transformers.BertModel(hf_config("bert")))
     reference.config.save_pretrained(tmp_path)
