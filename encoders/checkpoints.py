@@ -748,6 +748,9 @@ def _to_transformers(encoder: nn.Module, head: nn.Module | None, kind: str | Non
             extra |= {key: options[option] for option, key in layout.head_option_keys.items() if option in options}
             if kind == "sequence_classification" and head.num_labels == 1:
                 extra["problem_type"] = "regression"
+            rate_key = layout.classifier_dropout.get(kind, (None,))[0]
+            if rate_key is not None and rate_key not in layout.config_keys.values():  # not DistilBERT's own `dropout`
+                extra[rate_key] = head.dropout.p  # what transformers' classifier of the export drops out at
             extra["id2label"] = {str(i): f"LABEL_{i}" for i in range(head.num_labels)}
             extra["label2id"] = {f"LABEL_{i}": i for i in range(head.num_labels)}
     return _transformers_config(config, layout, architecture, extra), state

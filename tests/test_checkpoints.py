@@ -10,7 +10,7 @@ import transformers
 from runs import MINILM
 
 from encoders import Encoder, EncoderConfig, MaskedLMHead, SequenceClassificationHead, TokenClassificationHead
-from encoders.checkpoints import CheckpointError, load_checkpoint
+from encoders.checkpoints import CheckpointError, load_checkpoint, save_checkpoint
 from encoders.hub import HubError
 
 SIZES = dict(vocab_size=101, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=40,
@@ -568,6 +568,30 @@ def test_a_classifier_over_a_checkpoint_drops_out_at_its_familys_rate(tmp_path, 
     labels = {"num_labels": 2} if task is SequenceClassification else {"label_names": ["O", "B-X"]}
     assert task(pretrained=str(tmp_path), **labels).head.dropout.p == expected
     assert task(pretrained=str(tmp_path), classifier_dropout=0.4, **labels).head.dropout.p == 0.4
+
+
+@pytest.mark.parametrize(("model", "dropout"), [
+    (transformers.BertForSequenceClassification, "dropout"),
+    (transformers.BertForTokenClassification, "dropout"),
+    (transformers.DistilBertForSequenceClassification, "dropout"),
+    (transformers.ModernBertForTokenClassification, "drop"),
+])
+def test_an_export_keeps_its_classifiers_dropout(tmp_path, model, dropout):
+    """A classifier trained at a rate of its own exports it where transformers' classifier reads it, so that
+    fine-tuning the export again, in transformers or in litbert, drops out at that rate."""
+    from tasks.classification import SequenceClassification, TokenClassification
+
+    family = model.__name__.split("For")[0].lower()
+    config = (transformers.ModernBertConfig(**SIZES, pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1,
+                                            sep_token_id=2)
+              if family == "modernbert" else hf_config(family))
+    model(config).save_pretrained(tmp_path / "base")
+    task = SequenceClassification if "Sequence" in model.__name__ else TokenClassification
+    labels = {"num_labels": 2} if task is SequenceClassification else {"label_names": ["O", "B-X"]}
+    trained = task(pretrained=str(tmp_path / "base"), classifier_dropout=0.35, **labels)
+    save_checkpoint(trained.encoder, tmp_path / "export", trained.head)
+    assert model.from_pretrained(tmp_path / "export").get_submodule(dropout).p == 0.35
+    assert task(pretrained=str(tmp_path / "export"), **labels).head.dropout.p == 0.35
 
 
 def test_bin_checkpoint_loads_with_weights_only(tmp_path):
