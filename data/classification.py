@@ -305,7 +305,9 @@ class ClassificationDataModule(TokenizedDataModule):
         **loading: Any,
     ) -> None:
         super().__init__(tokenizer, max_length=max_length, data_root=data_root, **loading)
-        self.save_hyperparameters(ignore=["label_names"])  # the task logs the final label names (linked from here)
+        # The task logs the final label names, multi_label and metrics (linked from here): the loggers refuse a run
+        # whose task and datamodule log one key with two values (multi_label unset here, False there).
+        self.save_hyperparameters(ignore=["label_names", "multi_label", "metrics"])
         if truncation is not None:
             check_choice("truncation", truncation, Truncation, DataError)
         if not 0.0 <= head_fraction <= 1.0:

@@ -707,3 +707,17 @@ def test_limit_predict_batches_is_a_trainer_setting_like_the_others(env, minilm,
     cli = make_cli(["--config", "configs/glue/rte.yaml", "--model.pretrained", minilm, "--trainer.logger", "false",
                     "--trainer.default_root_dir", str(tmp_path / "run"), "--trainer.limit_predict_batches", "0.5"])
     assert cli.trainer.limit_predict_batches == 0.5
+
+
+def test_own_files_train_under_a_logger(env, minilm, tmp_path):
+    """A logger logs the task's and the datamodule's settings together and refuses one key with two values: the
+    datamodule's multi_label and metrics (unset) are the task's (linked), logged once, by the task."""
+    rows = tmp_path / "train.csv"
+    rows.write_text("text,label\ngood movie,pos\nbad movie,neg\n")
+    cli = run("configs/sentiment/imdb.yaml", tmp_path / "run", "--model.pretrained", minilm, "--data.train_files",
+              str(rows), "--data.val_files", str(rows), "--data.max_length", "16", "--trainer.max_steps", "1",
+              "--export", "false", "--trainer.logger", "lightning.pytorch.loggers.CSVLogger",
+              "--trainer.logger.save_dir", str(tmp_path / "logs"))
+    assert cli.trainer.global_step == 1
+    (hparams,) = (tmp_path / "logs").rglob("hparams.yaml")
+    assert "\nmulti_label: false\n" in hparams.read_text()
