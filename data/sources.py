@@ -293,6 +293,10 @@ def read_delimited(
     if header is None or not rows:
         raise DataError(f"Data file {path} has a header but no data rows; it needs at least one example.")
     _check_columns(path, header, required, "header")
+    twice = [name for name in required if header.count(name) > 1]
+    if twice:
+        raise DataError(f"{path}, header: column {twice[0]!r} appears {header.count(twice[0])} times ({header}); "
+                        f"rename the copies so that the one to read is unambiguous.")
     index = {name: i for i, name in enumerate(header)}
     columns = {name: [row[index[name]] for row in rows] for name in required}
     columns["_line"] = lines  # type: ignore[assignment]  # for error messages further down

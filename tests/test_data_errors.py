@@ -89,6 +89,8 @@ def test_validation_label_outside_the_training_label_set(module, train, val, sta
     pytest.param("data.jsonl", b'{"text": "a", "label": 1}\n{"text": "b", label: 0}\n',
                  lambda path: read_table(path, ["text", "label"]), r"data.jsonl, line 2: not valid JSON",
                  id="invalid-jsonl-line"),
+    pytest.param("pairs.csv", b"text,text,label\na,b,pos\n", lambda path: read_table(path, ["text", "label"]),
+                 r"pairs.csv, header: column 'text' appears 2 times", id="duplicate-header"),
     pytest.param("bad.txt", b"EU NNP B-NP B-ORG\nrejects\n", lambda path: read_conll(path, label_column=3),
                  r"bad.txt, line 2: 1 column\(s\) \['rejects'\] where the file's first token line \(line 1\) has 4; "
                  r"one of the two lines is malformed",
