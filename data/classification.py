@@ -380,6 +380,11 @@ class ClassificationDataModule(TokenizedDataModule):
             self.label_names = list(self.label_values)
             log.info("labels found in the training data: %s", self.label_values)
         self.num_labels = len(self.label_names)
+        if not self.multi_label and not self.is_regression and self.num_labels < 2:
+            origin = "data.label_names" if label_names is not None else \
+                f"data.label_column={self.label_column!r} of {self._read('train').where}"
+            raise DataError(f"{origin} holds one class, {self.label_names}: classification needs at least two. "
+                            f"Check the label column, or list every class in data.label_names.")
         if self.multi_label and self.num_labels < 2:
             raise DataError(f"multi-label data with the label set {self.label_names}: a set of labels needs at least "
                             f"two to choose from (one label present or absent is binary classification: a "
@@ -524,6 +529,11 @@ class ClassificationDataModule(TokenizedDataModule):
             return list(zip(*(columns[column] for column in self.label_columns), strict=True))
         values = columns[self.label_column]
         if not self.multi_label:
+            for value, line in zip(values, lines, strict=True):
+                if value is None or isinstance(value, (list, dict)):
+                    raise DataError(f"{where}, line {line}: {self.label_column}={value!r} is not a label; each row "
+                                    f"holds one class (a string or an integer), or a list of them with "
+                                    f"data.multi_label true.")
             return [str(v) for v in values]
         rows = []
         for value, line in zip(values, lines, strict=True):

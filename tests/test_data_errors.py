@@ -78,6 +78,27 @@ def test_validation_label_outside_the_training_label_set(module, train, val, sta
         dm.setup(stage)
 
 
+@pytest.mark.parametrize("name, content, settings, message", [
+    pytest.param("null.jsonl", '{"text": "a", "label": "pos"}\n{"text": "b", "label": null}\n', {},
+                 r"null.jsonl, line 2: label=None is not a label", id="null-label"),
+    pytest.param("list.jsonl", '{"text": "a", "label": "pos"}\n{"text": "b", "label": ["neg"]}\n', {},
+                 r"list.jsonl, line 2: label=\['neg'\] is not a label; .* data.multi_label true", id="list-label"),
+    pytest.param("one.csv", "text,label\ngood,pos\nfine,pos\n", {},
+                 r"data.label_column='label' of .*one.csv holds one class, \['pos'\]: classification needs at "
+                 r"least two", id="one-class-in-the-file"),
+    pytest.param("two.csv", "text,label\ngood,pos\nbad,neg\n", {"label_names": ["pos"]},
+                 r"data.label_names holds one class, \['pos'\]", id="one-class-named"),
+])
+def test_labels_that_are_not_a_class_label(name, content, settings, message, tmp_path):
+    """A label that is no class (null, a list) would become a class named 'None' or "['neg']", and one class alone
+    failed deep in torchmetrics after setup."""
+    path = tmp_path / name
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(DataError, match=message):
+        ClassificationDataModule(MINILM, train_files=str(path), val_files=str(path), cache_dir=str(tmp_path),
+                                 **settings).setup("fit")
+
+
 # One malformed file each, read by the reader its format goes through.
 @pytest.mark.parametrize("name, content, read, message", [
     pytest.param("empty.tsv", b"\n  \n", lambda path: read_delimited(path, "\t", ["sentence"]),
