@@ -63,6 +63,7 @@ from encoders.choices import check_choice
 log = logging.getLogger(__name__)
 
 TagScheme = Literal["auto", "iob1", "iob2", "none"]
+CHUNK_PREFIXES = ("B-", "I-", "E-", "S-")  # IOB and BIOES, as tasks.metrics.is_chunk_tagging reads them
 TABLE_SUFFIXES = (".json", ".jsonl")  # files of rows (a sentence a row); any other is a column file
 
 
@@ -198,6 +199,7 @@ class TokenClassificationDataModule(TokenizedDataModule):
         self.windows: dict[str, dict[str, int]] = {}
         self.label_names = list(label_names) if label_names is not None else None  # names tag ids while reading
         # The label set is needed by the model before setup(): read the training tags now.
+        given = label_names is not None
         if label_names is None:
             tags = {tag for sentence in self._sentences("train") for tag in sentence.tags}
             label_names = self.class_names or sorted(tags, key=lambda tag: (tag != "O", tag[2:], tag))
@@ -206,6 +208,23 @@ class TokenClassificationDataModule(TokenizedDataModule):
             raise DataError(f"data.label_names lists {repeated} more than once; each tag needs one id.")
         self.label_names = list(label_names)
         self.num_labels = len(self.label_names)
+        self._check_chunk_tags(given)
+
+    def _check_chunk_tags(self, given: bool) -> None:
+        """Chunk tags beside a tag that is neither O nor a chunk's: a typo (`X-PER`) that would silently turn entity
+        F1 into per-token accuracy (`tasks.metrics.is_chunk_tagging`)."""
+        if self.tag_scheme == "none":
+            return
+        chunk = [tag for tag in self.label_names if tag[:2] in CHUNK_PREFIXES]
+        other = next((tag for tag in self.label_names if tag != "O" and tag[:2] not in CHUNK_PREFIXES), None)
+        if not chunk or other is None:
+            return
+        where = "data.label_names" if given else next(
+            self._at("train", sentence.lines[sentence.tags.index(other)]) for sentence in self._sentences("train")
+            if other in sentence.tags)
+        raise DataError(f"{where}: tag {other!r} is neither O nor a chunk tag ({', '.join(CHUNK_PREFIXES)}), but "
+                        f"tags such as {chunk[0]!r} are chunks, scored by entity F1. Fix the tag, or set "
+                        f"data.tag_scheme none to score every tag as a single token's, by accuracy.")
 
     # ---- reading ----------------------------------------------------------------------------------------------
 

@@ -70,6 +70,20 @@ def test_iob1_is_converted(tmp_path, caplog):
         TokenClassificationDataModule(MINILM, train_files=str(path), tag_scheme="iob2", cache_dir=str(tmp_path))
 
 
+def test_a_tag_that_is_no_chunk_among_chunk_tags_is_refused(tmp_path):
+    """One typo (X-PER) among IOB tags would make the tag set one of single tokens, scored by accuracy."""
+    path = tmp_path / "typo.txt"
+    path.write_text("EU B-ORG\nrejects O\n\nPeter X-PER\nBlackburn I-PER\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"typo.txt, line 4: tag 'X-PER' is neither O nor a chunk tag .* "
+                                        r"data.tag_scheme none"):
+        TokenClassificationDataModule(MINILM, train_files=str(path), cache_dir=str(tmp_path))
+    with pytest.raises(DataError, match=r"data.label_names: tag 'PER' is neither O nor a chunk tag"):
+        TokenClassificationDataModule(MINILM, train_files=str(path), label_names=["O", "B-ORG", "PER"],
+                                      cache_dir=str(tmp_path))
+    tagged = TokenClassificationDataModule(MINILM, train_files=str(path), tag_scheme="none", cache_dir=str(tmp_path))
+    assert "X-PER" in tagged.label_names
+
+
 def test_long_sentences_become_windows(tmp_path, caplog):
     words = [f"lobster{i}" for i in range(40)]
     path = tmp_path / "long.txt"
