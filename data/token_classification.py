@@ -208,6 +208,10 @@ class TokenClassificationDataModule(TokenizedDataModule):
             raise DataError(f"data.label_names lists {repeated} more than once; each tag needs one id.")
         self.label_names = list(label_names)
         self.num_labels = len(self.label_names)
+        if self.num_labels < 2:  # else the head refuses num_labels=1, a setting the user never gave
+            origin = "data.label_names" if given else f"the tags of {self._where('train')}"
+            raise DataError(f"{origin} hold one tag, {self.label_names}: tagging needs at least two (O and an entity "
+                            f"type). Check the tag column (data.label_column), or list every tag in data.label_names.")
         self._check_chunk_tags(given)
 
     def _check_chunk_tags(self, given: bool) -> None:

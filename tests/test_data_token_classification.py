@@ -84,6 +84,13 @@ def test_a_tag_that_is_no_chunk_among_chunk_tags_is_refused(tmp_path):
     assert "X-PER" in tagged.label_names
 
 
+def test_a_single_tag_is_refused_with_its_file(tmp_path):
+    path = tmp_path / "plain.txt"
+    path.write_text("EU O\nrejects O\n\nPeter O\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"the tags of .*plain.txt hold one tag, \['O'\]"):
+        TokenClassificationDataModule(MINILM, train_files=str(path), cache_dir=str(tmp_path))
+
+
 def test_long_sentences_become_windows(tmp_path, caplog):
     words = [f"lobster{i}" for i in range(40)]
     path = tmp_path / "long.txt"
