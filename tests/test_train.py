@@ -701,6 +701,16 @@ def test_a_pretrained_folder_that_does_not_exist_is_named_by_its_setting(env, tm
                         "--trainer.logger", "false", "--trainer.default_root_dir", str(tmp_path / "run")])
 
 
+def test_a_pretrained_folder_that_holds_no_model_is_named_by_its_setting(env, tmp_path):
+    """Not as a tokenizer folder, which the tokenizer that defaults to it would report first."""
+    from encoders.checkpoints import CheckpointError
+
+    (tmp_path / "data").mkdir()
+    with pytest.raises(CheckpointError, match=f"model.pretrained={tmp_path / 'data'} holds neither litbert.json"):
+        make_cli(["--config", "configs/glue/rte.yaml", "--model.pretrained", str(tmp_path / "data"),
+                  "--trainer.logger", "false", "--trainer.default_root_dir", str(tmp_path / "run")])
+
+
 def test_limit_predict_batches_is_a_trainer_setting_like_the_others(env, minilm, tmp_path):
     """The test sets are predicted through trainer.predict, so its limit applies (tests/test_glue_submission.py: a
     part is predicted and no submission file is written)."""

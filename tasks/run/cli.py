@@ -37,7 +37,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 
 from data.sources import DataError
 from data.tokenizers import load_tokenizer
-from encoders.checkpoints import CheckpointError
+from encoders.checkpoints import LITBERT_CONFIG, CheckpointError
 from encoders.hub import local_path
 from tasks.base import EncoderTask, validation_prefixes
 from tasks.run.checkpoint_io import SafeCheckpointIO, load_checkpoint_file
@@ -144,6 +144,10 @@ class LitbertCLI(LightningCLI):
                 if not found.is_dir():
                     raise CheckpointError(f"model.{name}={model[name]} is a file; give the checkpoint's folder (a "
                                           f"transformers save_pretrained folder or a litbert export) or a hub id.")
+                if not (found / LITBERT_CONFIG).exists() and not (found / "config.json").exists():
+                    raise CheckpointError(f"model.{name}={model[name]} holds neither {LITBERT_CONFIG} (a litbert "
+                                          f"export) nor config.json (transformers' save_pretrained); give the "
+                                          f"checkpoint's folder or a hub id.")
         # Fine-tuning from a checkpoint folder uses the tokenizer saved in it unless the config names one.
         if "tokenizer" in data and data.tokenizer is None:
             data.tokenizer = model.get("pretrained") or model.get("teacher")
