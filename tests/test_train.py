@@ -711,6 +711,17 @@ def test_a_pretrained_folder_that_holds_no_model_is_named_by_its_setting(env, tm
                   "--trainer.logger", "false", "--trainer.default_root_dir", str(tmp_path / "run")])
 
 
+@pytest.mark.parametrize("setting, value, message", [
+    ("gradient_clip_val", "-1", r"trainer.gradient_clip_val=-1 must be >= 0"),
+    ("accumulate_grad_batches", "0", r"trainer.accumulate_grad_batches=0 must be >= 1"),
+])
+def test_trainer_settings_lightning_takes_as_given_are_checked(env, minilm, tmp_path, setting, value, message):
+    """A negative clip bound reversed or ignored the gradients' clipping; no accumulation divided by zero."""
+    with pytest.raises(ValueError, match=message):
+        make_cli(["--config", "configs/glue/rte.yaml", "--model.pretrained", minilm, "--trainer.logger", "false",
+                  "--trainer.default_root_dir", str(tmp_path / "run"), f"--trainer.{setting}={value}"])
+
+
 def test_limit_predict_batches_is_a_trainer_setting_like_the_others(env, minilm, tmp_path):
     """The test sets are predicted through trainer.predict, so its limit applies (tests/test_glue_submission.py: a
     part is predicted and no submission file is written)."""

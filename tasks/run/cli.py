@@ -233,6 +233,14 @@ class LitbertCLI(LightningCLI):
         # The callbacks of the config and the command line are kept; litbert adds a default only where the user
         # configured none of that kind.
         trainer_config = self.config_init.trainer
+        # Lightning takes both as given: a negative clip bound scales the gradients by a negative factor (or, in the
+        # fused path, clips nothing), and accumulate_grad_batches 0 divides by zero counting the run's steps.
+        clip, accumulate = trainer_config.get("gradient_clip_val"), trainer_config.get("accumulate_grad_batches")
+        if clip is not None and clip < 0:
+            raise ValueError(f"trainer.gradient_clip_val={clip} must be >= 0 (a norm bound such as 1.0; 0 or null "
+                             f"clips nothing).")
+        if accumulate is not None and accumulate < 1:
+            raise ValueError(f"trainer.accumulate_grad_batches={accumulate} must be >= 1 (1: a step every batch).")
         callbacks = trainer_config.get("callbacks") or []
         callbacks = list(callbacks) if isinstance(callbacks, list) else [callbacks]
         root = run_root(self.config)
