@@ -722,6 +722,14 @@ def test_trainer_settings_lightning_takes_as_given_are_checked(env, minilm, tmp_
                   "--trainer.default_root_dir", str(tmp_path / "run"), f"--trainer.{setting}={value}"])
 
 
+def test_a_trainer_setting_the_machine_cannot_take_is_a_configuration_error(env, minilm, tmp_path, capsys):
+    """Lightning's MisconfigurationException is the user's to fix: its message and exit status 2, no traceback."""
+    status = train.cli_main(["--config", "configs/glue/rte.yaml", "--model.pretrained", minilm, "--trainer.logger",
+                             "false", "--trainer.default_root_dir", str(tmp_path / "run"), "--trainer.devices", "0"])
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert status == 2 and last.startswith("`Trainer(devices='0')` value is not a valid input")
+
+
 def test_limit_predict_batches_is_a_trainer_setting_like_the_others(env, minilm, tmp_path):
     """The test sets are predicted through trainer.predict, so its limit applies (tests/test_glue_submission.py: a
     part is predicted and no submission file is written)."""

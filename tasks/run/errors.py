@@ -20,7 +20,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from lightning.pytorch.utilities.exceptions import SIGTERMException
+from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
 
 from data.sources import DataError
 from encoders.checkpoints import CheckpointError
@@ -29,9 +29,10 @@ from tasks.run.folders import RunFolderError
 from tasks.run.signals import RunInterrupted
 from tasks.run.tracking import finish_tracking
 
-# Errors about the user's configuration, data or files: shown as litbert's message, without a traceback.
+# Errors about the user's configuration, data or files: shown as litbert's message, without a traceback. Lightning
+# raises MisconfigurationException for trainer settings the machine cannot take (an accelerator it lacks, devices 0).
 USER_ERRORS = (DataError, CheckpointError, RunFolderError, ValueError, FileNotFoundError, NotADirectoryError,
-               PermissionError, IsADirectoryError)
+               PermissionError, IsADirectoryError, MisconfigurationException)
 
 _PARSE_NOISE = ("Does not validate against any of the Union subtypes", "Subtypes:", "Errors:", "Given value type:",
                 "- Expected a <class 'NoneType'>", "- Problem with given class_path")
