@@ -268,17 +268,22 @@ def read_delimited(
     """
     path = Path(path)
     text = read_text(path)
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter,
+    # strict: a quote left open would otherwise take the rest of the file into one field, silently where the file
+    # has one column (a file of texts to predict), and `"a"b` would read as `ab`.
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True,
                         quotechar='"' if quoting else None, quoting=csv.QUOTE_MINIMAL if quoting else csv.QUOTE_NONE)
     header = list(column_names) if column_names is not None else None
     rows: list[list[str]] = []
     lines: list[int] = []
+    read = 0  # the lines read before the row being read, which may span several (a quoted newline)
     try:
         for row in reader:
             if not row:
+                read = reader.line_num
                 continue
             if header is None:
                 header = row
+                read = reader.line_num
                 continue
             if len(row) != len(header):
                 raise DataError(
@@ -287,9 +292,11 @@ def read_delimited(
                 )
             rows.append(row)
             lines.append(reader.line_num)
+            read = reader.line_num
     except csv.Error as error:
         kind = "CSV" if delimiter == "," else "TSV"
-        raise DataError(f"{path}, line {reader.line_num}: malformed {kind}: {error}; fix the quoting.") from None
+        unclosed = " (a quote opened there is never closed)" if "end of data" in str(error) else ""
+        raise DataError(f"{path}, line {read + 1}: malformed {kind}: {error}{unclosed}; fix the quoting.") from None
     if header is None or not rows:
         raise DataError(f"Data file {path} has a header but no data rows; it needs at least one example.")
     _check_columns(path, header, required, "header")
