@@ -330,7 +330,7 @@ class ClassificationDataModule(TokenizedDataModule):
         if data_dir is not None and data_root is not None:
             raise DataError(f"data.data_dir={data_dir!r} names the dataset's folder itself, so data.data_root="
                             f"{data_root!r} would not be read; set one of them.")
-        self.text_columns = list(text_columns or ["text"])
+        self.text_columns = list(text_columns) if text_columns is not None else ["text"]
         self._check_multi_label(label_column, label_names, label_columns, multi_label, label_separator, regression,
                                 skip_labels)
         self.label_column = label_column or "label"
@@ -341,6 +341,9 @@ class ClassificationDataModule(TokenizedDataModule):
         self.collate = PaddingCollator(self.pad_token_id, stacked=("labels",))
         if len(self.text_columns) not in (1, 2):
             raise DataError(f"data.text_columns={self.text_columns}: one text column, or two for a pair.")
+        if self.label_columns is None and self.label_column in self.text_columns:
+            raise DataError(f"data.label_column={self.label_column!r} is also a text column ({self.text_columns}): "
+                            f"each text would be its own class. Set data.label_column to the column of the labels.")
         pair = len(self.text_columns) == 2
         self.truncation = truncation or ("longest_first" if pair else "head")
         allowed = get_args(PairTruncation if pair else Truncation)

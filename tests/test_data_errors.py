@@ -78,6 +78,19 @@ def test_validation_label_outside_the_training_label_set(module, train, val, sta
         dm.setup(stage)
 
 
+@pytest.mark.parametrize("settings, message", [
+    ({"text_columns": []}, r"data.text_columns=\[\]: one text column, or two for a pair"),
+    ({"label_column": "text"}, r"data.label_column='text' is also a text column \(\['text'\]\)"),
+])
+def test_columns_that_leave_no_text_or_label(settings, message, tmp_path):
+    """An empty list of text columns read the default `text`; the text as label made each text a class."""
+    path = tmp_path / "train.csv"
+    path.write_text("text,label\ngood,pos\nbad,neg\n", encoding="utf-8")
+    with pytest.raises(DataError, match=message):
+        ClassificationDataModule(MINILM, train_files=str(path), val_files=str(path), cache_dir=str(tmp_path),
+                                 **settings)
+
+
 @pytest.mark.parametrize("name, content, settings, message", [
     pytest.param("null.jsonl", '{"text": "a", "label": "pos"}\n{"text": "b", "label": null}\n', {},
                  r"null.jsonl, line 2: label=None is not a label", id="null-label"),
