@@ -101,8 +101,17 @@ class Optimization:
     optimizer_args: dict[str, typing.Any] | None = None
 
     def __post_init__(self) -> None:
-        if self.learning_rate <= 0 or self.warmup < 0 or self.weight_decay < 0:
-            raise ValueError("Optimization: learning_rate must be > 0, warmup and weight_decay >= 0.")
+        if self.learning_rate <= 0:
+            raise ValueError(f"model.optimization.learning_rate={self.learning_rate:g} must be > 0.")
+        for name in ("warmup", "weight_decay"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"model.optimization.{name}={getattr(self, name):g} must be >= 0.")
+        for name in ("warmup", "decay"):  # lengths: a fraction of the run below 1, else whole steps
+            length = getattr(self, name)
+            if length is not None and length > 1 and length != int(length):
+                raise ValueError(f"model.optimization.{name}={length:g}: a length of 1 or more is a number of steps, "
+                                 f"a whole number; give {math.floor(length)} or {math.ceil(length)} steps, or a "
+                                 f"fraction of the run below 1.")
         check_choice("Optimization.schedule", self.schedule, Schedule)
         if self.decay is not None and self.schedule != "wsd":
             raise ValueError(f"Optimization.decay={self.decay} is the decay length of the `wsd` schedule; "

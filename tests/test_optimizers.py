@@ -71,6 +71,21 @@ def test_each_optimizer_steps_as_torch_builds_it_by_hand(name, cls, arguments):
     assert moved > 1e-4  # the steps changed the weights
 
 
+def test_bad_lengths_and_rates_are_refused_by_name_and_value():
+    with pytest.raises(ValueError, match=r"^model.optimization.learning_rate=-0.001 must be > 0"):
+        Optimization(learning_rate=-1e-3)
+    with pytest.raises(ValueError, match=r"^model.optimization.weight_decay=-0.1 must be >= 0"):
+        Optimization(weight_decay=-0.1)
+    # 1.5 used to become one step of warmup without a word.
+    with pytest.raises(ValueError, match=r"^model.optimization.warmup=1.5: a length of 1 or more is a number of steps, "
+                                         r"a whole number; give 1 or 2 steps, or a fraction of the run below 1"):
+        Optimization(warmup=1.5)
+    with pytest.raises(ValueError, match=r"^model.optimization.decay=250.5: .* give 250 or 251 steps"):
+        Optimization(schedule="wsd", decay=250.5)
+    assert Optimization(warmup=1.0).warmup_steps(100) == 1 and Optimization(warmup=500).warmup_steps(1000) == 500
+    assert Optimization(warmup=0.06).warmup_steps(100) == 6
+
+
 def test_a_bad_optimizer_or_argument_is_refused_with_the_choices():
     with pytest.raises(ValueError, match=r"optimizer='adamx' is no optimizer litbert knows; give one of adamw, adam, "
                                          r"adafactor, or the class path of a torch.optim.Optimizer"):
