@@ -727,7 +727,8 @@ def test_a_trainer_setting_the_machine_cannot_take_is_a_configuration_error(env,
     status = train.cli_main(["--config", "configs/glue/rte.yaml", "--model.pretrained", minilm, "--trainer.logger",
                              "false", "--trainer.default_root_dir", str(tmp_path / "run"), "--trainer.devices", "0"])
     last = capsys.readouterr().err.strip().splitlines()[-1]
-    assert status == 2 and last.startswith("`Trainer(devices='0')` value is not a valid input")
+    assert status == 2 and last.startswith("Lightning refused the trainer settings (trainer.accelerator, devices, "
+                                           "strategy, ...): `Trainer(devices='0')` value is not a valid input")
 
 
 def test_limit_predict_batches_is_a_trainer_setting_like_the_others(env, minilm, tmp_path):

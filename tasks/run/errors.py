@@ -70,7 +70,10 @@ def exit_status(error: BaseException, args: Sequence[str] | None) -> int | None:
     if not isinstance(own, USER_ERRORS) or os.environ.get("LITBERT_TRACEBACK"):
         return None
     finish_tracking(2)
-    print(f"litbert: error{_origin(own)}; LITBERT_TRACEBACK=1 shows the traceback:\n{own}", file=sys.stderr,
+    # Lightning's own refusals name the value but not always the setting (`No supported gpu backend found!`).
+    said = f"Lightning refused the trainer settings (trainer.accelerator, devices, strategy, ...): {own}" \
+        if isinstance(own, MisconfigurationException) else own
+    print(f"litbert: error{_origin(own)}; LITBERT_TRACEBACK=1 shows the traceback:\n{said}", file=sys.stderr,
           flush=True)
     return 2
 
