@@ -67,7 +67,7 @@ class TokenizedDataModule(L.LightningDataModule):
                 f"or fine-tune from --model.pretrained <dir> with the tokenizer saved in that folder."
             )
         self.tokenizer_path = tokenizer
-        self.tokenizer = load_tokenizer(tokenizer)
+        self.tokenizer = load_tokenizer(tokenizer, setting="data.tokenizer")
         self.template = SpecialTokenTemplate.of(self.tokenizer)
         if max_length <= self.template.num_special(pair=True):
             raise DataError(f"max_length={max_length} leaves no room for text beside the special tokens; raise it.")

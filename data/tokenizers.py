@@ -240,10 +240,10 @@ def _recipe_settings_of(tokenizer: Tokenizer) -> dict[str, Any]:
     return {}
 
 
-def load_tokenizer(path: str | os.PathLike[str]) -> PreTrainedTokenizerFast:
+def load_tokenizer(path: str | os.PathLike[str], setting: str | None = None) -> PreTrainedTokenizerFast:
     """A transformers tokenizer folder (e.g. MiniLM's, or one from `save_tokenizer`), a bare `tokenizer.json`, or
-    a Hugging Face Hub id (`encoders.hub`)."""
-    path = local_path(path, weights=False)
+    a Hugging Face Hub id (`encoders.hub`); errors name `setting` (`data.tokenizer`) where given."""
+    path = local_path(path, weights=False, setting=setting)
     if path.is_file():
         if path.suffix != ".json":
             raise DataError(f"Tokenizer file {path} is not a tokenizer.json; pass the folder that holds it instead.")

@@ -15,6 +15,13 @@ def test_missing_file(tmp_path):
         read_table(tmp_path / "nope.csv", ["text"])
 
 
+def test_a_missing_tokenizer_is_named_by_its_setting(tmp_path):
+    from encoders.hub import HubError
+
+    with pytest.raises(HubError, match=rf"^data.tokenizer={tmp_path / 'nope'} does not exist"):
+        ClassificationDataModule(str(tmp_path / "nope"), train_files=str(tmp_path / "train.csv"))
+
+
 def test_missing_glue_split_file(shared_data, tmp_path):
     folder = tmp_path / "QNLI"
     shutil.copytree(shared_data / "glue" / "QNLI", folder)  # QNLI train is not in shared data
