@@ -77,7 +77,7 @@ def _run(cli: LitbertCLI, signals: LateSignals) -> dict[str, float]:
                  f"with --ckpt_path once the settings are changed." if last is not None and last.last_path
                  else "No checkpoint was saved before it.")
         raise DivergenceError(f"{error}\n{saved}") from None
-    signals.install()
+    signals.install(trainer)
     # Read now: evaluating the best checkpoint below restores the callbacks' state as it was saved there.
     early = next((c for c in trainer.callbacks if isinstance(c, EarlyStopping) and c.stopped_step is not None), None)
     stopped = (early.stopped_step, early.summary()) if early is not None else None

@@ -228,17 +228,21 @@ def test_a_resume_that_changes_what_the_weights_compute_is_refused(env, tmp_path
     assert checkpoint_step(last) == 3
 
 
+def slurm_environment(env: dict[str, str], bin_dir: Path, calls: Path) -> dict[str, str]:
+    """A SLURM job's environment (auto-requeue on), with an `scontrol` that logs its arguments to `calls`."""
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\n")
+    (bin_dir / "scontrol").chmod(0o755)
+    return dict(env, PATH=f"{bin_dir}:{env['PATH']}", SLURM_JOB_ID="4242", SLURM_JOB_NAME="litbert-test",
+                SLURM_NTASKS="1", SLURM_NTASKS_PER_NODE="1", SLURM_PROCID="0", SLURM_LOCALID="0", SLURM_NODEID="0")
+
+
 @pytest.mark.slow  # trains through train.py: .ci/run runs it with -m slow
 def test_slurm_requeue_signal_saves_requeues_and_the_job_resumes(env, tmp_path):
     """Under SLURM (auto-requeue), the requeue signal saves last.ckpt at the step boundary, calls
     `scontrol requeue <job>` and stops non-zero; the requeued job, run with `--ckpt_path last`, resumes there."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
     calls = tmp_path / "scontrol.log"
-    (bin_dir / "scontrol").write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\n")
-    (bin_dir / "scontrol").chmod(0o755)
-    slurm = dict(env, PATH=f"{bin_dir}:{env['PATH']}", SLURM_JOB_ID="4242", SLURM_JOB_NAME="litbert-test",
-                 SLURM_NTASKS="1", SLURM_NTASKS_PER_NODE="1", SLURM_PROCID="0", SLURM_LOCALID="0", SLURM_NODEID="0")
+    slurm = slurm_environment(env, tmp_path / "bin", calls)
     root = tmp_path / "run"
     process = launch(GLUE, root, *glue_args("--trainer.max_steps", "500", "--checkpoint.every_n_steps", "2",
                                             "--ckpt_path", "last"), env=slurm)
@@ -255,6 +259,33 @@ def test_slurm_requeue_signal_saves_requeues_and_the_job_resumes(env, tmp_path):
     assert_ok(done)
     assert f"litbert: resuming from {last}" in done.stdout
     assert checkpoint_step(last) == step + 1
+
+
+@pytest.mark.slow  # trains through train.py: .ci/run runs it with -m slow
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGUSR1])
+def test_a_signal_during_the_final_evaluation_stops_with_its_status(signum, env, tokenizer, tmp_path):
+    """Ctrl+C, or SLURM's requeue signal, once training has ended and the best checkpoint is being evaluated: the
+    run stops before writing its results with 128 + the signal (not Lightning's status 1 for Ctrl+C, nor the requeue
+    signal's default, which ends the process without requeueing the job), says how to finish it, and the requeue
+    signal requeues the job. Resumed, the run trains no step and finishes."""
+    calls = tmp_path / "scontrol.log"
+    run_env = slurm_environment(env, tmp_path / "bin", calls) if signum == signal.SIGUSR1 else env
+    root = tmp_path / "run"
+    args = mlm_args(tokenizer, "--trainer.max_steps", "7", "--ckpt_path", "last")
+    process = launch(QUICKSTART, root, *args, env=run_env)
+    for line in process.stderr:  # the evaluation of the best checkpoint begins
+        if line.startswith("Restoring states from the checkpoint path"):
+            break
+    process.send_signal(signum)
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 128 + signum, err[-3000:]
+    assert f"litbert: stopped by {signal.Signals(signum).name} outside the training steps" in err
+    assert not (root / "metrics.json").exists() and not (root / "model").exists()
+    if signum == signal.SIGUSR1:
+        assert "the SLURM job was requeued" in err and calls.read_text().split() == ["requeue", "4242"]
+    assert checkpoint_step(root / "checkpoints" / LAST) == 7
+    assert_ok(train(QUICKSTART, root, *args, env=run_env))
+    assert (root / "metrics.json").exists() and (root / "model").exists()
 
 
 # ---------------------------------------------------------------------------------------------------- divergence

@@ -30,12 +30,11 @@ import lightning as L
 import numpy as np
 import torch
 import torch.distributed as dist
-from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_warn
 
 from tasks.run.checkpoint_io import LAST
-from tasks.run.signals import RunInterrupted, requeue_slurm_job
+from tasks.run.signals import RunInterrupted, requeue_on, stop_signals
 
 # ----------------------------------------------------------------------------------------------------- best
 
@@ -285,11 +284,7 @@ class LastCheckpoint(Checkpoint):
         self._signal = None
         if threading.current_thread() is not threading.main_thread():
             return
-        signals = [signal.SIGTERM, signal.SIGINT]
-        environment = trainer._accelerator_connector.cluster_environment
-        if isinstance(environment, SLURMEnvironment) and environment.auto_requeue:
-            signals.append(environment.requeue_signal or signal.SIGUSR1)
-        for signum in signals:
+        for signum in stop_signals(trainer):
             # Replaces Lightning's handlers for the length of training: they act mid-step (or exit with status 0).
             self._previous_handlers[signum] = signal.getsignal(signum)
             signal.signal(signum, self._on_signal)
@@ -319,10 +314,7 @@ class LastCheckpoint(Checkpoint):
 
     def _stop(self, trainer: L.Trainer, signum: int) -> None:
         path = self.last_path if self.saved_step == trainer.global_step else None
-        requeued = False
-        environment = trainer._accelerator_connector.cluster_environment
-        if isinstance(environment, SLURMEnvironment) and signum == environment.requeue_signal:
-            requeued = requeue_slurm_job() if trainer.is_global_zero else True
+        requeued = requeue_on(trainer, signum)
         raise RunInterrupted(signum, trainer.global_step, path, requeued)
 
 

@@ -47,14 +47,16 @@ def exit_status(error: BaseException, args: Sequence[str] | None) -> int | None:
         print(f"litbert: {error}{resume_hint(error, args)}", file=sys.stderr, flush=True)
         return 128 + error.signum
     if isinstance(error, SIGTERMException):  # outside the training steps: the sanity check, or the evaluation,
-        finish_tracking(1)  # export and predictions after fit
-        print("litbert: stopped by SIGTERM outside the training steps (in the sanity check, or in the evaluation, "
-              "export or test predictions after training); the run did not finish (metrics.json is written after "
-              "the evaluation and export, the predictions after it). Stopped after training, it has its final "
-              "state in the run's checkpoints/last.ckpt: resume with --ckpt_path last to evaluate, export and "
-              "predict. Stopped before its first step, it has nothing to resume: start it again.",
-              file=sys.stderr, flush=True)
-        return 128 + signal.SIGTERM
+        finish_tracking(1)  # export and predictions after fit (Lightning's own SIGTERMException: the sanity check)
+        signum = getattr(error, "signum", signal.SIGTERM)
+        requeued = "; the SLURM job was requeued" if getattr(error, "requeued", False) else ""
+        print(f"litbert: stopped by {signal.Signals(signum).name} outside the training steps (in the sanity check, "
+              f"or in the evaluation, export or test predictions after training){requeued}; the run did not finish "
+              f"(metrics.json is written after the evaluation and export, the predictions after it). Stopped after "
+              f"training, it has its final state in the run's checkpoints/last.ckpt: resume with --ckpt_path last "
+              f"to evaluate, export and predict. Stopped before its first step, it has nothing to resume: start it "
+              f"again.", file=sys.stderr, flush=True)
+        return 128 + signum
     if isinstance(error, DivergenceError):
         finish_tracking(1)
         print(f"litbert: error: {error}\nNothing was exported and no metrics.json was written.", file=sys.stderr,

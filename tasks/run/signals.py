@@ -2,7 +2,8 @@
 
 During training `tasks.run.checkpoints.LastCheckpoint` catches SIGTERM, SIGINT and SLURM's requeue signal, saves at
 the next step boundary and raises `RunInterrupted` (exit status 128 + the signal's number). After training,
-`LateSignals` holds a SIGTERM until the next point where the run can stop cleanly, before its results are written.
+`LateSignals` holds the same signals until the next point where the run can stop cleanly, before its results are
+written, and raises `StoppedAfterTraining` (the same exit status; the requeue signal requeues the job).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import threading
 from typing import Any
 
 import lightning as L
+import torch
+from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
@@ -30,34 +33,71 @@ class RunInterrupted(Exception):
                          + ("; the SLURM job was requeued" if requeued else ""))
 
 
+class StoppedAfterTraining(SIGTERMException):
+    """A signal stopped the run outside the training steps (Lightning's sanity check, or the evaluation, export and
+    predictions after training), before its results were written. `tasks.run.errors` turns it into a message and
+    the exit status 128 + `signum`; Lightning's own SIGTERMException (from the sanity check) is read as SIGTERM."""
+
+    def __init__(self, signum: int, requeued: bool = False) -> None:
+        self.signum, self.requeued = signum, requeued
+        super().__init__(128 + signum)
+
+
+def stop_signals(trainer: L.Trainer) -> list[int]:
+    """The signals that stop a run where it can stop cleanly: SIGTERM, SIGINT and, under SLURM with auto-requeue, the
+    requeue signal."""
+    signals = [signal.SIGTERM, signal.SIGINT]
+    environment = trainer._accelerator_connector.cluster_environment
+    if isinstance(environment, SLURMEnvironment) and environment.auto_requeue:
+        signals.append(environment.requeue_signal or signal.SIGUSR1)
+    return signals
+
+
+def requeue_on(trainer: L.Trainer, signum: int) -> bool:
+    """Requeue the SLURM job where `signum` is its requeue signal (rank 0 asks; the others take it as done)."""
+    environment = trainer._accelerator_connector.cluster_environment
+    if not isinstance(environment, SLURMEnvironment) or signum != (environment.requeue_signal or signal.SIGUSR1):
+        return False
+    return requeue_slurm_job() if trainer.is_global_zero else True
+
+
 class LateSignals:
-    """SIGTERM after training, while the run validates, tests and exports: Lightning acts on one only between
-    evaluation batches (not after the last one, nor outside them), and a run it reached there would end as if it had
-    succeeded. Installed once fit has returned (before it, the default handler ends the process, and during it
-    training's own handlers save and stop), and called by Lightning's evaluation handlers too; `check` stops the
-    run, on every rank at once, before its results are written."""
+    """The signals of `stop_signals` after training, while the run validates, tests and exports. Lightning acts on a
+    SIGTERM only between evaluation batches (not after the last one, nor outside them), turns Ctrl+C into exit status
+    1, and leaves the requeue signal's default, which ends the process without requeueing the job: a run reached
+    there would end as if it had failed, or as if it had succeeded. Installed once fit has returned (before it, the
+    default handlers end the process, and during it training's own handlers save and stop), and called by
+    Lightning's evaluation handlers too; `check` stops the run, on every rank at once, before its results are
+    written. A second Ctrl+C stops at once."""
 
     def __init__(self) -> None:
-        self.received = False
-        self.previous: Any = None
+        self.received = 0
+        self.previous: dict[int, Any] = {}
 
-    def install(self) -> None:
+    def install(self, trainer: L.Trainer) -> None:
         if threading.current_thread() is threading.main_thread():
-            self.previous = signal.signal(signal.SIGTERM, self._on_signal)
+            for signum in stop_signals(trainer):
+                self.previous[signum] = signal.signal(signum, self._on_signal)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
-        self.received = True
-        print("litbert: received SIGTERM after training; the run stops before writing its results", flush=True)
+        if signum == signal.SIGINT and self.received == signal.SIGINT:
+            raise StoppedAfterTraining(signum)
+        self.received = signum
+        print(f"litbert: received {signal.Signals(signum).name} after training; the run stops before writing its "
+              f"results" + (" (press Ctrl+C again to stop at once)" if signum == signal.SIGINT else ""), flush=True)
 
     def check(self, trainer: L.Trainer) -> None:
-        """A collective: every rank calls it at the same points, and all stop if any received the signal."""
-        if trainer.strategy.reduce_boolean_decision(self.received or trainer.received_sigterm, all=False):
-            raise SIGTERMException
+        """A collective: every rank calls it at the same points, and all stop if any received a signal."""
+        received = self.received or (signal.SIGTERM if trainer.received_sigterm else 0)
+        agreed = int(trainer.strategy.reduce(torch.tensor(int(received), device=trainer.strategy.root_device),
+                                             reduce_op="max"))
+        if agreed:
+            raise StoppedAfterTraining(agreed, requeue_on(trainer, agreed))
 
     def restore(self) -> None:
-        if self.previous is not None:
-            signal.signal(signal.SIGTERM, self.previous)
-            self.previous = None
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        self.previous = {}
 
 
 def requeue_slurm_job() -> bool:
