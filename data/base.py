@@ -21,6 +21,13 @@ from data.tokenizers import SpecialTokenTemplate, describe, load_tokenizer
 
 log = logging.getLogger(__name__)
 
+# Data settings a resume may change: where the same data lies, how it is loaded, cached and padded (padding changes no
+# result), and what only evaluation or prediction reads. The seed and labels are checked on their own.
+RESUMABLE_DATA_SETTINGS = ("tokenizer", "train_tokenizer", "data_root", "data_dir", "cache_dir", "num_workers",
+                           "num_proc", "eval_batch_size", "pad_to_multiple_of", "pad_last_batch", "seed", "val_files",
+                           "test_files", "predict_file", "val_split", "max_val_documents", "val_mlm_probability",
+                           "val_mask_seed", "metrics")
+
 # Columns a batch hands to the model; a dataset may hold more (word ids, sentence index) for later use.
 # `example_index` keys an example's dynamic MLM masks; the collator removes it.
 MODEL_COLUMNS = ("input_ids", "attention_mask", "token_type_ids", "labels", "example_index", "document_ids")
@@ -123,8 +130,17 @@ class TokenizedDataModule(L.LightningDataModule):
 
     # ---- the label map travels with checkpoints ---------------------------------------------------------------
 
+    def training_settings(self) -> dict[str, str]:
+        """The settings that decide what the training batches hold (each value's repr), kept in checkpoints: a run
+        resumed with another batch size, length or source would not go on with the batches it would have seen (its
+        saved position counts batches). The seed and labels are checked on their own."""
+        settings = {name: value for name, value in self.hparams.items() if name not in RESUMABLE_DATA_SETTINGS}
+        settings.update(batch_size=self.batch_size, max_length=self.max_length, group_by_length=self.group_by_length)
+        return {name: repr(value) for name, value in sorted(settings.items())}
+
     def state_dict(self) -> dict[str, Any]:
-        return {"seed": self.seed, **{name: list(getattr(self, name)) for name in self.label_state}}
+        return {"seed": self.seed, "training_settings": self.training_settings(),
+                **{name: list(getattr(self, name)) for name in self.label_state}}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         saved = state_dict.get("seed", self.seed)  # checkpoints from before the seed was kept: not checked
@@ -133,6 +149,15 @@ class TokenizedDataModule(L.LightningDataModule):
                 f"The checkpoint to resume drew its training order from data.seed={saved}; this run's is {self.seed} "
                 f"(data.seed, or seed_everything where data.seed is unset). The resumed batches would not be the "
                 f"ones the run would have seen: resume with --data.seed {saved}, or start a new run.")
+        kept, now = state_dict.get("training_settings", {}), self.training_settings()  # older checkpoints: none
+        changed = [f"data.{name}: {value} in the checkpoint, {now.get(name, '(none)')} now"
+                   for name, value in kept.items() if now.get(name) != value]
+        if changed:
+            raise DataError(
+                f"The checkpoint to resume was trained on other batches: {'; '.join(changed)}. The resumed run would "
+                f"not go on with the batches the run would have seen (its saved position counts batches): resume with "
+                f"these set as in the checkpoint, or start a new run (from its weights: --model.pretrained on its "
+                f"export).")
         changed = [name for name in self.label_state if list(state_dict[name]) != list(getattr(self, name))]
         if changed and self.datasets:
             # Built already (a resume sets the data up before restoring it): its label ids are this run's, and the

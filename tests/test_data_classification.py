@@ -85,9 +85,10 @@ def test_jsonl_string_labels_mapping_and_state(tmp_path, caplog):
     assert "skip_labels=['unlabelled'] left out 5 of 20 rows" in caplog.text
     assert dm.datasets["train"]["labels"][:3] == [1, 2, 0]
     state = dm.state_dict()
+    assert state.pop("training_settings")["skip_labels"] == "['unlabelled']"
     assert state == {"seed": 0, "label_values": ["meh", "bad", "good"], "label_names": ["meh", "bad", "good"]}
     fresh = ClassificationDataModule(MINILM, train_files=str(path), text_columns=["review"], label_column="stars",
-                                label_names=["x", "y"], cache_dir=str(tmp_path))
+                                label_names=["x", "y"], skip_labels=["unlabelled"], cache_dir=str(tmp_path))
     fresh.load_state_dict(state)
     assert fresh.label_names == ["meh", "bad", "good"] and fresh.num_labels == 3
     # A resume sets the data up before restoring it: labels in another order than the checkpoint's are refused.
@@ -95,6 +96,29 @@ def test_jsonl_string_labels_mapping_and_state(tmp_path, caplog):
     with pytest.raises(DataError, match=r"trained with the labels \['good', 'bad', 'meh'\]; this run's data gives "
                                         r"\['meh', 'bad', 'good'\]. .* resume with --data.label_names"):
         dm.load_state_dict({**state, "label_values": ["good", "bad", "meh"], "label_names": ["good", "bad", "meh"]})
+
+
+def test_a_resume_with_other_training_batches_is_refused(tmp_path):
+    """A checkpoint keeps the settings that decide the training batches: a resume with another batch size, length or
+    training file is refused, naming each setting and both values (its saved position counts batches, so another
+    batch size would skip other examples); loading, evaluation and padding settings may change."""
+    path = tmp_path / "train.jsonl"
+    path.write_text("".join(json.dumps({"text": f"text {i}", "label": str(i % 2)}) + "\n" for i in range(8)))
+
+    def datamodule(**settings):
+        return ClassificationDataModule(MINILM, train_files=str(path), cache_dir=str(tmp_path), **settings)
+
+    state = datamodule(batch_size=8).state_dict()
+    datamodule(batch_size=8, eval_batch_size=64, num_workers=2, pad_to_multiple_of=8,
+               val_files=str(path)).load_state_dict(state)
+    with pytest.raises(DataError, match=r"data.batch_size: 8 in the checkpoint, 16 now; data.max_length: 128 in the "
+                                        r"checkpoint, 64 now\. .* resume with these set as in the checkpoint"):
+        datamodule(batch_size=16, max_length=64).load_state_dict(state)
+    other = tmp_path / "other.jsonl"
+    other.write_bytes(path.read_bytes())
+    with pytest.raises(DataError, match="data.train_files: .*train.jsonl' in the checkpoint, .*other.jsonl' now"):
+        ClassificationDataModule(MINILM, train_files=str(other), cache_dir=str(tmp_path),
+                                 batch_size=8).load_state_dict(state)
 
 
 @pytest.mark.parametrize("max_length", [24, 40, 64])

@@ -208,8 +208,9 @@ def test_a_signal_saves_at_the_step_boundary_and_exits_non_zero(signum, env, tmp
 
 @pytest.mark.slow  # three fine-tuning processes: a minute and a half on 2 cores
 def test_a_resume_that_changes_what_the_weights_compute_is_refused(env, tmp_path):
-    """A run resumed with another pooler activation (the same shapes, so the weights would load), or another
-    data.seed, stops with status 2, naming the setting and both values; with only the dropout changed, it resumes."""
+    """A run resumed with another pooler activation (the same shapes, so the weights would load), another
+    data.seed or batch size, stops with status 2, naming the setting and both values; with only the dropout changed,
+    it resumes."""
     assert_ok(train(GLUE, tmp_path, *glue_args("--trainer.max_steps", "2", "--checkpoint.every_n_steps", "2"),
                     env=env))
     last = tmp_path / "checkpoints" / LAST
@@ -222,6 +223,10 @@ def test_a_resume_that_changes_what_the_weights_compute_is_refused(env, tmp_path
     refused = train(GLUE, tmp_path, *resume, "--data.seed", "5", env=env)
     assert refused.returncode == 2, refused.stderr[-3000:]
     assert "drew its training order from data.seed=0; this run's is 5" in refused.stderr
+    # Another batch size would skip other examples (the saved position counts batches).
+    refused = train(GLUE, tmp_path, *resume, "--data.batch_size", "16", env=env)
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert "data.batch_size: 32 in the checkpoint, 16 now" in last_lines(refused.stderr, 1)
     assert checkpoint_step(last) == 2
     assert_ok(train(GLUE, tmp_path, *resume, "--model.encoder.hidden_dropout", "0.0", "--seed_everything", "7",
                     env=env))
