@@ -5,6 +5,7 @@ reused."""
 
 from __future__ import annotations
 
+import errno
 import functools
 import http.server
 import json
@@ -34,7 +35,7 @@ from runs import (
 )
 
 from tasks.run.checkpoint_io import LAST, SafeCheckpointIO
-from tasks.run.errors import resume_hint
+from tasks.run.errors import exit_status, resume_hint
 from tasks.run.signals import RunInterrupted
 
 GLUE = "configs/glue/wnli.yaml"  # 635 training pairs: 20 batches of 32 an epoch
@@ -454,6 +455,33 @@ def test_an_interrupted_save_leaves_the_previous_checkpoint_whole(tmp_path, monk
     monkeypatch.undo()
     assert io.load_checkpoint(path)["global_step"] == 1
     assert os.listdir(path.parent) == [LAST]  # the partial file is gone too
+
+
+def test_a_full_disk_at_a_save_ends_in_litberts_message_naming_the_checkpoint(tmp_path, monkeypatch, capsys):
+    """A save that meets a full disk (torch reports it as a RuntimeError over the OSError) leaves the previous
+    checkpoint whole and stops the run with status 2 and a message naming the errno and the file, not a traceback
+    of torch's internals (status 1, as if training had failed). A read-only run folder is the user's to fix too."""
+    io = SafeCheckpointIO()
+    path = tmp_path / "checkpoints" / LAST
+    io.save_checkpoint({"global_step": 1, "weights": torch.ones(1000)}, path)
+
+    def disk_full(obj, handle, *args, **kwargs):
+        try:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        except OSError:  # as torch does: the OSError is the context of its own error
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 2898432")  # noqa: B904
+
+    monkeypatch.setattr(torch, "save", disk_full)
+    with pytest.raises(OSError) as full:
+        io.save_checkpoint({"global_step": 2, "weights": torch.zeros(1000)}, path)
+    monkeypatch.undo()
+    assert full.value.errno == errno.ENOSPC and full.value.filename == str(path)
+    assert io.load_checkpoint(path)["global_step"] == 1 and os.listdir(path.parent) == [LAST]
+    assert exit_status(full.value, []) == 2
+    assert "No space left on device; the checkpoint was not written" in last_lines(capsys.readouterr().err, 1)
+    read_only = OSError(errno.EROFS, os.strerror(errno.EROFS), "/runs/x")
+    assert exit_status(read_only, []) == 2
+    assert last_lines(capsys.readouterr().err, 1) == "[Errno 30] Read-only file system: '/runs/x'"
 
 
 _SAVER = """

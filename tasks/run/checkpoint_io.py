@@ -78,6 +78,13 @@ class SafeCheckpointIO(TorchCheckpointIO):
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(temporary, path)  # atomic: readers see the old file or the new one, never a part
+        except RuntimeError as error:
+            # torch reports a failed write (a full disk) as its own RuntimeError, the OSError as its context.
+            if isinstance(error.__context__, OSError):
+                cause = error.__context__
+                raise OSError(cause.errno, f"{cause.strerror}; the checkpoint was not written (the previous one at "
+                                           f"that path, if any, is whole)", str(path)) from error
+            raise
         finally:
             temporary.unlink(missing_ok=True)
         directory = os.open(path.parent, os.O_RDONLY)

@@ -2,8 +2,9 @@
 
 - 0: the run finished;
 - 1: training diverged or failed (`DivergenceError`);
-- 2: the configuration, data or a checkpoint is wrong: the last lines printed are litbert's message naming the
-  file, field or value, without a traceback (`LITBERT_TRACEBACK=1` shows it);
+- 2: the configuration, data or a checkpoint is wrong, or the run cannot write (a read-only folder, a full disk):
+  the last lines printed are litbert's message naming the file, field or value, without a traceback
+  (`LITBERT_TRACEBACK=1` shows it);
 - 128 + N: stopped by signal N, with the command that resumes the run where it saved its state.
 
 Any other error is a bug, and propagates with its traceback.
@@ -12,6 +13,7 @@ Any other error is a bug, and propagates with its traceback.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import re
 import shlex
@@ -33,6 +35,9 @@ from tasks.run.tracking import finish_tracking
 # raises MisconfigurationException for trainer settings the machine cannot take (an accelerator it lacks, devices 0).
 USER_ERRORS = (DataError, CheckpointError, RunFolderError, ValueError, FileNotFoundError, NotADirectoryError,
                PermissionError, IsADirectoryError, MisconfigurationException)
+
+# Storage the run cannot write to, a user's to fix as much as a missing file (PermissionError covers EACCES, EPERM).
+STORAGE_ERRNOS = (errno.EROFS, errno.ENOSPC, errno.EDQUOT)
 
 _PARSE_NOISE = ("Does not validate against any of the Union subtypes", "Subtypes:", "Errors:", "Given value type:",
                 "- Expected a <class 'NoneType'>", "- Problem with given class_path")
@@ -69,7 +74,8 @@ def exit_status(error: BaseException, args: Sequence[str] | None) -> int | None:
     if isinstance(error, KeyboardInterrupt | SystemExit):
         return None
     own = own_error(error)
-    if not isinstance(own, USER_ERRORS) or os.environ.get("LITBERT_TRACEBACK"):
+    storage = isinstance(own, OSError) and own.errno in STORAGE_ERRNOS
+    if not (isinstance(own, USER_ERRORS) or storage) or os.environ.get("LITBERT_TRACEBACK"):
         return None
     finish_tracking(2)
     # Lightning's own refusals name the value but not always the setting (`No supported gpu backend found!`).
