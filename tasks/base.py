@@ -179,6 +179,25 @@ class Optimization:
 torch.serialization.add_safe_globals([EncoderSpec, Kernels, Optimization])
 
 
+def saved_optimization(checkpoint: dict[str, typing.Any]) -> Optimization | None:
+    """The optimization settings a training checkpoint was written with, None where it does not say (written before
+    they existed). A task built in Python saves its `Optimization`; one that LightningCLI built saves the config's
+    values, a dict of its fields, or None where the config left the defaults."""
+    hparams = checkpoint.get("hyper_parameters", {})
+    if "optimization" not in hparams:
+        return None
+    saved = hparams["optimization"]
+    if saved is None:
+        return Optimization()
+    if isinstance(saved, dict):
+        fields = {field.name for field in dataclasses.fields(Optimization)}
+        settings = {name: value for name, value in saved.items() if name in fields}
+        if isinstance(settings.get("betas"), list):
+            settings["betas"] = tuple(settings["betas"])
+        return Optimization(**settings)
+    return saved if isinstance(saved, Optimization) else None
+
+
 def check_scheme_settings(encoder: EncoderSpec, config: EncoderConfig, setting: str = "model.encoder") -> None:
     """Refuse settings of a position scheme the encoder does not use (`rope_base` with learned positions, ...):
     they would change nothing."""
@@ -496,8 +515,8 @@ class EncoderTask(L.LightningModule):
         """A resumed run restores the optimizer's state: it must be the same optimizer, with the same parameter
         groups (torch would refuse another group count with a message about sizes, or apply the saved layer rates
         over new ones without a word)."""
-        saved = checkpoint.get("hyper_parameters", {}).get("optimization")
-        if not checkpoint.get("optimizer_states") or not isinstance(saved, Optimization):
+        saved = saved_optimization(checkpoint)
+        if not checkpoint.get("optimizer_states") or saved is None:
             return
         # getattr with the class defaults: a checkpoint from before these settings existed used AdamW, one rate.
         changed = [f"model.optimization.{name}: {getattr(saved, name)!r} in the checkpoint, "
@@ -515,8 +534,8 @@ class EncoderTask(L.LightningModule):
         Lowering the rate for the rest of a run is a usual change: the groups and the schedule get this run's values
         (the current rate scaled as the base rate is, so the schedule's position is kept), and the run says so."""
         states, schedulers = checkpoint.get("optimizer_states") or [], checkpoint.get("lr_schedulers") or []
-        saved = checkpoint.get("hyper_parameters", {}).get("optimization")
-        if len(states) != 1 or "param_groups" not in states[0] or not isinstance(saved, Optimization):
+        saved = saved_optimization(checkpoint)
+        if len(states) != 1 or "param_groups" not in states[0] or saved is None:
             return  # no optimizer state in the file (a sharded one is the strategy's, an export has none)
         opt = self.optimization
         _, arguments = optimizer_arguments(opt)

@@ -210,8 +210,8 @@ def test_a_signal_saves_at_the_step_boundary_and_exits_non_zero(signum, env, tmp
 @pytest.mark.slow  # three fine-tuning processes: a minute and a half on 2 cores
 def test_a_resume_that_changes_what_the_weights_compute_is_refused(env, tmp_path):
     """A run resumed with another pooler activation (the same shapes, so the weights would load), another
-    data.seed or batch size, stops with status 2, naming the setting and both values; with only the dropout changed,
-    it resumes."""
+    data.seed, batch size or optimizer, stops with status 2, naming the setting and both values; with only the
+    dropout and learning rate changed, it resumes, and says it trains at the new rate."""
     assert_ok(train(GLUE, tmp_path, *glue_args("--trainer.max_steps", "2", "--checkpoint.every_n_steps", "2"),
                     env=env))
     last = tmp_path / "checkpoints" / LAST
@@ -228,9 +228,16 @@ def test_a_resume_that_changes_what_the_weights_compute_is_refused(env, tmp_path
     refused = train(GLUE, tmp_path, *resume, "--data.batch_size", "16", env=env)
     assert refused.returncode == 2, refused.stderr[-3000:]
     assert "data.batch_size: 32 in the checkpoint, 16 now" in last_lines(refused.stderr, 1)
+    # Another optimizer's state does not fit (the checkpoint holds the config's settings as train.py saved them).
+    refused = train(GLUE, tmp_path, *resume, "--model.optimization.optimizer", "adam", env=env)
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert "model.optimization.optimizer: 'adamw' in the checkpoint, 'adam' now" in last_lines(refused.stderr, 1)
     assert checkpoint_step(last) == 2
-    assert_ok(train(GLUE, tmp_path, *resume, "--model.encoder.hidden_dropout", "0.0", "--seed_everything", "7",
-                    env=env))
+    done = train(GLUE, tmp_path, *resume, "--model.encoder.hidden_dropout", "0.0", "--seed_everything", "7",
+                 "--model.optimization.learning_rate", "1e-5", env=env)
+    assert_ok(done)
+    assert ("litbert: resuming with model.optimization.learning_rate=1e-05 (the checkpoint's: 2e-05)"
+            in done.stdout)
     assert checkpoint_step(last) == 3
 
 

@@ -2,6 +2,7 @@
 that ends with trainer.max_time (on a fake clock), resumed exactly."""
 
 import copy
+import dataclasses
 import math
 import types
 
@@ -237,11 +238,19 @@ def test_a_non_finite_step_stops_an_optimizer_that_cannot_skip_it_before_it_is_t
     assert torch.isfinite(model.encoder.blocks[0].attention.qkv.weight).all()
 
 
-def test_resuming_with_another_optimizer_is_refused(tmp_path):
+@pytest.mark.parametrize("saved_as", ["Optimization", "config"])
+def test_resuming_with_another_optimizer_is_refused(tmp_path, saved_as):
+    """Also from a checkpoint of train.py, whose LightningCLI saves the config's settings (a dict) rather than the
+    `Optimization` a task built in Python saves."""
     model = classifier()
     run = trainer(1)
     run.fit(model, DataLoader(batches(1), batch_size=None))
     run.save_checkpoint(tmp_path / "adamw.ckpt")
+    if saved_as == "config":
+        state = torch.load(tmp_path / "adamw.ckpt", weights_only=True)
+        settings = dataclasses.asdict(state["hyper_parameters"]["optimization"])
+        state["hyper_parameters"]["optimization"] = {**settings, "betas": list(settings["betas"])}
+        torch.save(state, tmp_path / "adamw.ckpt")
     for changed, message in (({"optimizer": "adafactor"}, "optimizer: 'adamw' in the checkpoint, 'adafactor' now"),
                              ({"layer_decay": 0.8}, "layer_decay: None in the checkpoint, 0.8 now")):
         with pytest.raises(ValueError, match=f"another optimizer setup: model.optimization.{message}"):
