@@ -189,6 +189,10 @@ class LastCheckpoint(Checkpoint):
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.state.fn != "fit" or trainer.sanity_checking:
             return
+        if not _ended_a_step(trainer, trainer.fit_loop.epoch_loop.batch_progress.current.completed - 1):
+            # val_check_interval counts batches, and placed this validation between the batches of one accumulated
+            # step: the gradients gathered so far are in no checkpoint, so save (and stop) at the step's end.
+            return
         self._save_if_new(trainer)
         received = self._agreed_signal(trainer)
         if received:
