@@ -555,7 +555,8 @@ class EncoderTask(L.LightningModule):
             schedulers[0]["base_lrs"] = [group["initial_lr"] for group in saved_groups]
             schedulers[0]["_last_lr"] = [group["lr"] for group in saved_groups]
         changed = [f"model.optimization.{name}={getattr(opt, name)!r} (the checkpoint's: {getattr(saved, name)!r})"
-                   for name in ("learning_rate", "weight_decay", "betas", "eps")
+                   for name in ("learning_rate", "weight_decay", "betas", "eps", "schedule", "warmup", "decay",
+                                "min_lr_ratio")
                    if tuple_or_value(getattr(opt, name)) != tuple_or_value(getattr(saved, name))]
         if changed:
             print(f"litbert: resuming with {', '.join(changed)}; the schedule goes on from its step at the new "

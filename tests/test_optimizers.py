@@ -269,6 +269,22 @@ class Rates(L.Callback):
                                           for g in trainer.optimizers[0].param_groups]
 
 
+def test_a_resume_with_another_schedule_says_so(tmp_path, capsys):
+    """The schedule's settings are the resumed run's (the saved scheduler holds its position, not its shape), and
+    the run names them as it names a changed learning rate."""
+    first = trainer(8, callbacks=[StopAt(4)])
+    first.fit(classifier(schedule="linear"), DataLoader(batches(8), batch_size=None))
+    first.save_checkpoint(tmp_path / "step4.ckpt")
+    capsys.readouterr()
+    resumed = Rates()
+    trainer(8, callbacks=[resumed]).fit(classifier(warmup=2), DataLoader(batches(8), batch_size=None),
+                                        ckpt_path=tmp_path / "step4.ckpt")
+    assert ("litbert: resuming with model.optimization.schedule='constant' (the checkpoint's: 'linear'), "
+            "model.optimization.warmup=2 (the checkpoint's: 0)") in capsys.readouterr().out
+    # The first step takes the saved rate (the old schedule's at step 4); the new schedule applies from the next.
+    assert [resumed.seen[step][0][0] for step in (4, 5, 6, 7)] == pytest.approx([5e-4, 1e-3, 1e-3, 1e-3])
+
+
 @pytest.mark.parametrize("layer_decay", [None, 0.5])
 def test_a_resumed_run_takes_its_own_learning_rate_weight_decay_and_betas(tmp_path, capsys, layer_decay):
     """Resuming with a lower learning rate (and another weight decay and betas) trains at them from the next step,
