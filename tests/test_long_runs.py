@@ -131,6 +131,7 @@ def test_kill_9_and_resume_repeats_the_uninterrupted_run_exactly(task, env, toke
     assert Path(best).name in best_checkpoints(whole), (best, best_checkpoints(whole))
     again = train(config, whole, *args, "--ckpt_path", str(finished), "--export", "false", env=env)
     assert_ok(again)
+    assert f"litbert: last checkpoint  {finished}\n" in again.stdout  # not "(none saved)": it trained no step
     assert series(wandb_history(whole, wandb_runs(whole)[-1]), "train/loss") == []
     assert checkpoint_step(finished) == steps
 
@@ -318,6 +319,22 @@ def test_divergence_stops_with_the_step_and_exports_nothing(env, tmp_path):
                                                "Nothing was exported and no metrics.json was written.")
     assert not (tmp_path / "metrics.json").exists() and not (tmp_path / "model").exists()
     assert list(tmp_path.rglob("*.ckpt")) == []
+
+
+@pytest.mark.slow  # trains through train.py: .ci/run runs it with -m slow
+def test_a_resumed_run_that_diverges_names_the_checkpoint_it_resumed_from(env, tmp_path):
+    """Diverging before its own first save, a resumed run's newest checkpoint is the one it resumed from: the
+    message names it (and its step), not "No checkpoint was saved before it"."""
+    assert_ok(train(GLUE, tmp_path, *glue_args("--trainer.max_steps", "2", "--checkpoint.every_n_steps", "2"),
+                    env=env))
+    last = tmp_path / "checkpoints" / LAST
+    done = train(GLUE, tmp_path, *glue_args("--checkpoint.every_n_steps", "100", "--model.optimization.learning_rate",
+                                            "1e6", "--model.optimization.warmup", "0", "--trainer.precision", "32"),
+                 "--ckpt_path", str(last), env=env)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert (f"The newest checkpoint before it is {last} (step 2): resume from it with --ckpt_path"
+            in last_lines(done.stderr, 2))
+    assert checkpoint_step(last) == 2
 
 
 # ---------------------------------------------------------------------------------------------------- errors

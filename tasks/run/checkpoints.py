@@ -267,6 +267,8 @@ class LastCheckpoint(Checkpoint):
             else:
                 for loader, state in zip(loaders, pending, strict=True):
                     loader.load_state_dict(state)
+        if trainer.ckpt_path and self.last_path is None:  # resumed: until it saves, the newest state is that file
+            self.last_path, self.saved_step = str(trainer.ckpt_path), trainer.global_step
         self._install_handlers(trainer)
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,

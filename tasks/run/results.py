@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import lightning as L
@@ -34,7 +35,8 @@ def print_summary(trainer: L.Trainer, config_path: Path, best: str, export_dir: 
                   stopped_early: str | None = None) -> None:
     """Rank 0's closing lines: the resolved config, the checkpoints, why training stopped early (where it did), the
     export and where it was pushed, the predictions, the W&B run and metrics.json. Ends the W&B run."""
-    last = next((c.last_path for c in trainer.callbacks if isinstance(c, LastCheckpoint)), None)
+    last = next((c.last_path or (c.path if c.saving and os.path.isfile(c.path) else None)  # a finished run resumed
+                 for c in trainer.callbacks if isinstance(c, LastCheckpoint)), None)
     print(f"litbert: resolved config  {config_path}")
     print(f"litbert: best checkpoint  {best or '(none saved: no validation during fit; final weights used)'}")
     print(f"litbert: last checkpoint  {last or '(none saved)'}")
