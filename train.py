@@ -39,7 +39,7 @@ from tasks.run.export import check_export_format, export
 from tasks.run.folders import export_path
 from tasks.run.predict import check_trained_head, predict_file, predict_test_sets
 from tasks.run.publish import push, write_card
-from tasks.run.results import print_summary, write_metrics
+from tasks.run.results import print_summary, remove_earlier_metrics, write_metrics
 from tasks.run.signals import LateSignals
 
 
@@ -69,6 +69,8 @@ def _run(cli: LitbertCLI, signals: LateSignals) -> dict[str, float]:
         data.setup("test")
     if predicts:
         data.setup("predict")
+    if cli.resume_path and trainer.is_global_zero:
+        remove_earlier_metrics(Path(trainer.default_root_dir) / "metrics.json")
     try:
         trainer.fit(model, datamodule=data, ckpt_path=cli.resume_path)
     except DivergenceError as error:

@@ -219,6 +219,7 @@ def test_a_resume_that_changes_what_the_weights_compute_is_refused(env, tmp_path
     dropout and learning rate changed, it resumes, and says it trains at the new rate."""
     assert_ok(train(GLUE, tmp_path, *glue_args("--trainer.max_steps", "2", "--checkpoint.every_n_steps", "2"),
                     env=env))
+    assert (tmp_path / "metrics.json").exists()
     last = tmp_path / "checkpoints" / LAST
     resume = glue_args("--trainer.max_steps", "3", "--ckpt_path", str(last), "--export", "false")
     refused = train(GLUE, tmp_path, *resume, "--model.pooler_activation", "relu", env=env)
@@ -324,9 +325,11 @@ def test_divergence_stops_with_the_step_and_exports_nothing(env, tmp_path):
 @pytest.mark.slow  # trains through train.py: .ci/run runs it with -m slow
 def test_a_resumed_run_that_diverges_names_the_checkpoint_it_resumed_from(env, tmp_path):
     """Diverging before its own first save, a resumed run's newest checkpoint is the one it resumed from: the
-    message names it (and its step), not "No checkpoint was saved before it"."""
+    message names it (and its step), not "No checkpoint was saved before it". The metrics.json of the run's earlier
+    end (at step 2) is gone: the run it is in has not finished."""
     assert_ok(train(GLUE, tmp_path, *glue_args("--trainer.max_steps", "2", "--checkpoint.every_n_steps", "2"),
                     env=env))
+    assert (tmp_path / "metrics.json").exists()
     last = tmp_path / "checkpoints" / LAST
     done = train(GLUE, tmp_path, *glue_args("--checkpoint.every_n_steps", "100", "--model.optimization.learning_rate",
                                             "1e6", "--model.optimization.warmup", "0", "--trainer.precision", "32"),
@@ -334,7 +337,7 @@ def test_a_resumed_run_that_diverges_names_the_checkpoint_it_resumed_from(env, t
     assert done.returncode == 1, done.stderr[-3000:]
     assert (f"The newest checkpoint before it is {last} (step 2): resume from it with --ckpt_path"
             in last_lines(done.stderr, 2))
-    assert checkpoint_step(last) == 2
+    assert checkpoint_step(last) == 2 and not (tmp_path / "metrics.json").exists()
 
 
 # ---------------------------------------------------------------------------------------------------- errors
