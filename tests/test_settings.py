@@ -31,6 +31,7 @@ from data.tokenizers import load_tokenizer, save_tokenizer, train_tokenizer
 from encoders import Encoder, EncoderConfig, Kernels, MaskedLMHead
 from tasks.base import EncoderSpec
 from tasks.classification import SequenceClassification
+from tasks.run.checkpoint_io import LAST
 from tasks.run.checkpoints import BestCheckpoint, LastCheckpoint
 from tasks.run.cli import LitbertCLI, make_cli
 from tasks.run.early_stopping import EarlyStopping
@@ -511,7 +512,12 @@ def test_a_used_run_folder_is_never_silently_reused(glue, tmp_path):
     (root / "checkpoints").mkdir(parents=True)
     (root / "checkpoints" / "best-10.ckpt").write_bytes(b"the earlier run's")
     (root / "metrics.json").write_text("{}\n")
-    with pytest.raises(RunFolderError, match=r"already holds a run .* --overwrite true to replace it"):
+    # Only a last.ckpt that exists is offered to resume from.
+    with pytest.raises(RunFolderError, match=r"already holds a run .*\. It holds no checkpoints/last.ckpt to resume "
+                                             r"from: choose another .* --overwrite true to replace it"):
+        glue(root=root)
+    (root / "checkpoints" / LAST).write_bytes(b"the earlier run's")
+    with pytest.raises(RunFolderError, match=rf"Resume it with --ckpt_path {root / 'checkpoints' / LAST}, choose"):
         glue(root=root)
     glue("--overwrite", "true", root=root)
     assert not (root / "metrics.json").exists() and not (root / "checkpoints").exists()

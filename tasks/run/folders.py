@@ -70,10 +70,12 @@ def check_run_folder(config: Any, resume_path: str | None) -> None:
                     f"{' / --export_dir' if path == export else ''}.")
     if not config.overwrite:
         listing = ", ".join(str(path) for path in used)
+        last = root / "checkpoints" / LAST
+        resume = f"Resume it with --ckpt_path {last}, " if last.is_file() else \
+            f"It holds no {last.relative_to(root)} to resume from: "  # stopped before its first, or saved none
         raise RunFolderError(
-            f"trainer.default_root_dir={root} already holds a run ({listing}). Resume it with --ckpt_path "
-            f"{root / 'checkpoints' / LAST}, choose another --trainer.default_root_dir, or pass --overwrite true "
-            f"to replace it.")
+            f"trainer.default_root_dir={root} already holds a run ({listing}). {resume}choose another "
+            f"--trainer.default_root_dir, or pass --overwrite true to replace it.")
     _remove(used)
     print(f"litbert: --overwrite: removed the earlier run's {', '.join(p.name for p in used)} from {root}",
           flush=True)
