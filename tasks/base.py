@@ -468,6 +468,8 @@ class EncoderTask(L.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, typing.Any]) -> None:
         self.check_divergence()  # no checkpoint of a run that diverged (its weights stay finite, but it failed)
         checkpoint["litbert_architecture"] = self.architecture()
+        if self._trainer is not None:  # with the data's batch size, what one optimizer step averages over
+            checkpoint["litbert_accumulate_grad_batches"] = self.trainer.accumulate_grad_batches
         teacher = getattr(self, "teacher", None)
         state = checkpoint.get("state_dict")
         if teacher is not None and state is not None:
@@ -483,6 +485,7 @@ class EncoderTask(L.LightningModule):
         run started (a DistilBERT classifier's pooler became ReLU). Checkpoints from before it was stored pass.
         A distillation resumes with the teacher it started with (the checkpoint holds its hash, not its weights)."""
         self._check_optimizer(checkpoint)
+        self._check_accumulation(checkpoint)
         self._resume_with_own_rates(checkpoint)
         teacher = getattr(self, "teacher", None)
         state = checkpoint.get("state_dict")
@@ -510,6 +513,18 @@ class EncoderTask(L.LightningModule):
                 "weights would compute something else in this one. Resume with these set as in the checkpoint, or "
                 "start a new run."
             )
+
+    def _check_accumulation(self, checkpoint: dict[str, typing.Any]) -> None:
+        """A resumed run steps over as many batches as the run it continues (as data.batch_size is checked by the
+        datamodule): another count would train on other steps than the run it claims to continue."""
+        saved = checkpoint.get("litbert_accumulate_grad_batches")  # none in checkpoints from before it was kept
+        if saved is None or self._trainer is None or self.trainer.state.fn != "fit":
+            return
+        if saved != self.trainer.accumulate_grad_batches:
+            raise ValueError(f"The checkpoint to resume accumulated gradients over trainer.accumulate_grad_batches="
+                             f"{saved} batches a step; this run's is {self.trainer.accumulate_grad_batches}. Resume "
+                             f"with --trainer.accumulate_grad_batches {saved}, or start a new run from its weights "
+                             f"(--model.pretrained on its export).")
 
     def _check_optimizer(self, checkpoint: dict[str, typing.Any]) -> None:
         """A resumed run restores the optimizer's state: it must be the same optimizer, with the same parameter
