@@ -242,7 +242,7 @@ def alternative(key: str, value: Any, assets: dict[str, str]) -> Any:
              "optimizer_args": {"amsgrad": True}, "patience": 2,
              "predict_file": "{tmp}/new.csv",  # read by `train.py predict` only: a training run refuses it
              "threshold": 0.3, "multi_label": True, "varlen": True, "label_columns": ["pos", "neg"],
-             "label_separator": "|"}
+             "label_separator": "|", "classifier_dropout": 0.3}
     if name in CHOICES:
         choice = CHOICES[name]
         return choice.get(value, choice) if isinstance(choice, dict) else choice
