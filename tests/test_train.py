@@ -86,6 +86,12 @@ def test_every_shipped_config_instantiates(config, env, minilm, tmp_path):
         assert model.hparams.num_labels == data.num_labels
         assert model.label_names == data.label_names
         assert model.multi_label == data.multi_label  # linked: the task learns its problem type from the data
+    # A logger logs the task's and the datamodule's settings as one table, and Lightning refuses the run (as it
+    # starts) where both hold a key with two values or types: a linked setting must be logged by one of them.
+    ours, theirs = model.hparams_initial, data.hparams_initial
+    clashes = {key: (ours[key], theirs[key]) for key in (set(ours) & set(theirs)) - {"_class_path"}
+               if type(ours[key]) is not type(theirs[key]) or ours[key] != theirs[key]}
+    assert not clashes
     if hasattr(data, "metric_names"):
         assert list(model.hparams.metrics) == data.metric_names
         expected = ["val", "val_mismatched"] if data.spec.name == "mnli" else ["val"]
