@@ -54,6 +54,7 @@ def run(cli: LitbertCLI) -> dict[str, float]:
 
 def _run(cli: LitbertCLI, signals: LateSignals) -> dict[str, float]:
     trainer, model, data, config = cli.trainer, cli.model, cli.datamodule, cli.config
+    root = Path(trainer.default_root_dir)
     data.check_model(model.encoder.config)  # positions and vocabulary big enough, before any training
     if config.export:
         check_export_format(model, config.export_format)
@@ -70,7 +71,7 @@ def _run(cli: LitbertCLI, signals: LateSignals) -> dict[str, float]:
     if predicts:
         data.setup("predict")
     if cli.resume_path and trainer.is_global_zero:
-        remove_earlier_metrics(Path(trainer.default_root_dir) / "metrics.json")
+        remove_earlier_metrics(root / "metrics.json")
     try:
         trainer.fit(model, datamodule=data, ckpt_path=cli.resume_path)
     except DivergenceError as error:
@@ -99,7 +100,6 @@ def _run(cli: LitbertCLI, signals: LateSignals) -> dict[str, float]:
         metrics["early_stopping/stopped_at_step"] = stopped[0]
     metrics = {key: float(value) for key, value in sorted(metrics.items())}
 
-    root = Path(trainer.default_root_dir)
     signals.check(trainer)
     if config.export:
         export(trainer, model, export_path(config), data.tokenizer, config.export_format,

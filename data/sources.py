@@ -278,12 +278,11 @@ def read_delimited(
     read = 0  # the lines read before the row being read, which may span several (a quoted newline)
     try:
         for row in reader:
+            read = reader.line_num
             if not row:
-                read = reader.line_num
                 continue
             if header is None:
                 header = row
-                read = reader.line_num
                 continue
             if len(row) != len(header):
                 raise DataError(
@@ -291,8 +290,7 @@ def read_delimited(
                     f"({header}); row starts {delimiter.join(row)[:80]!r}. Fix the row (a stray delimiter or quote?)."
                 )
             rows.append(row)
-            lines.append(reader.line_num)
-            read = reader.line_num
+            lines.append(read)
     except csv.Error as error:
         kind = "CSV" if delimiter == "," else "TSV"
         unclosed = " (a quote opened there is never closed)" if "end of data" in str(error) else ""
