@@ -249,11 +249,34 @@ def test_shipped_configs_restate_no_defaults(config):
             found += _restated(part.get("init_args"), _signature_defaults(cls.__init__), section, cls.__init__)
     if "base" in text:
         base: dict = {}
-        for name in text["base"] if isinstance(text["base"], list) else [text["base"]]:
-            base = _merged(base, yaml.safe_load((REPO / config).parent.joinpath(name).read_text()))
+        for path in base_files(REPO / config):
+            base = _merged(base, yaml.safe_load(path.read_text()))
         for section in ("trainer", "model", "data"):
             found += _restated(text.get(section), base.get(section) or {}, f"{section} (as in the base)")
     assert not found, f"{config} restates defaults: {found}"
+
+
+# The fine-tuning configs of BERT's recipe (GLUE, sentiment, NER), which users compare with transformers' `Trainer`.
+BERT_RECIPE_FINE_TUNES = sorted([*(f"configs/glue/{p.name}" for p in (REPO / "configs" / "glue").glob("*.yaml")
+                                   if p.name != "base.yaml"), "configs/sentiment/imdb.yaml",
+                                 "configs/ner/conll2003.yaml"])
+
+
+@pytest.mark.parametrize("config", BERT_RECIPE_FINE_TUNES)
+def test_fine_tunes_of_berts_recipe_clip_gradients_as_the_trainer_does(config):
+    """BERT's recipe clips the gradient norm at 1.0, and so does transformers' `Trainer` unless told otherwise
+    (`max_grad_norm`); Lightning does not clip unless told (`gradient_clip_val`). Each fine-tuning config sets it,
+    so that the same hyper-parameters given to both train alike."""
+    settings: dict = {}
+    for path in [*base_files(REPO / config), REPO / config]:
+        settings = _merged(settings, yaml.safe_load(path.read_text()))
+    assert settings["trainer"].get("gradient_clip_val") == 1.0, config
+
+
+def base_files(config: Path) -> list[Path]:
+    """The files a config extends (`base:`), in the order they apply."""
+    bases = yaml.safe_load(config.read_text()).get("base") or []
+    return [config.parent / name for name in ([bases] if isinstance(bases, str) else bases)]
 
 
 def test_config_bases_expand_before_the_file_and_are_checked(tmp_path):
