@@ -243,15 +243,17 @@ class TokenClassificationHead(ClassifierHead):
         return self.classifier(self.dropout(hidden))
 
 
-def fine_tuning_head(cls: type[ClassifierHead], checkpoint: Checkpoint | None, hidden_size: int, num_labels: int,
-                     label_names: Sequence[str] | None = None, **kwargs) -> ClassifierHead:
-    """The head a fine-tune starts from: the checkpoint's head of `cls.kind` when it has one (resuming an exported
-    fine-tuned model; a BERT pooler or a ModernBERT transform is kept either way, as transformers does), else a new
-    one. Either has the shape of the checkpoint's family unless `kwargs` say otherwise, as transformers'
-    `*ForSequenceClassification` / `*ForTokenClassification` of that checkpoint would: DistilBERT's ReLU pooler,
-    ModernBERT's GELU and norm (and its `classifier_pooling`) before either classifier. A `dropout` of None is the
-    rate those classes take from the checkpoint's config.json (DistilBERT's seq_classif_dropout, 0.2; ModernBERT's
-    classifier_dropout, 0), else `CLASSIFIER_DROPOUT`."""
+def fine_tuning_head(cls: type[ClassifierHead], checkpoint: Checkpoint | None, config: EncoderConfig,
+                     num_labels: int, label_names: Sequence[str] | None = None, **kwargs) -> ClassifierHead:
+    """The head a fine-tune of the encoder configured by `config` starts from: the checkpoint's head of `cls.kind`
+    when it has one (resuming an exported fine-tuned model; a BERT pooler or a ModernBERT transform is kept either
+    way, as transformers does), else a new one. Either has the shape of the checkpoint's family unless `kwargs` say
+    otherwise, as transformers' `*ForSequenceClassification` / `*ForTokenClassification` of that checkpoint would:
+    DistilBERT's ReLU pooler, ModernBERT's GELU and norm (and its `classifier_pooling`) before either classifier. A
+    `dropout` of None is the rate those classes take from the checkpoint's config.json (DistilBERT's
+    seq_classif_dropout, 0.2; ModernBERT's classifier_dropout, 0), else `CLASSIFIER_DROPOUT`. What the head holds
+    anew starts as those classes start it, from N(0, initializer_range) of the encoder's config (config.json's)."""
+    kwargs.setdefault("initializer_range", config.initializer_range)
     if kwargs.get("dropout") is None:
         stored = checkpoint.classifier_dropout if checkpoint is not None else {}
         kwargs["dropout"] = stored.get(cls.kind, CLASSIFIER_DROPOUT)
@@ -259,7 +261,7 @@ def fine_tuning_head(cls: type[ClassifierHead], checkpoint: Checkpoint | None, h
         return cls.from_pretrained(checkpoint, num_labels=num_labels, label_names=label_names, **kwargs)
     if checkpoint is not None:
         kwargs = _stored_options(checkpoint, cls) | kwargs
-    return cls(hidden_size, num_labels, **kwargs)
+    return cls(config.hidden_size, num_labels, **kwargs)
 
 
 def _in_label_order(state: dict[str, torch.Tensor], checkpoint: Checkpoint,

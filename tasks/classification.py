@@ -126,8 +126,8 @@ class SequenceClassification(EncoderTask):
         self.regression = num_labels == 1 and not multi_label
         checkpoint = read_pretrained(pretrained, pretrained_layers)
         self.encoder = build_encoder(encoder, checkpoint, vocab_size, pad_token_id, kernels)
-        self.head = fine_tuning_head(SequenceClassificationHead, checkpoint, self.encoder.config.hidden_size,
-                                     num_labels, label_names=self.label_names, dropout=classifier_dropout,
+        self.head = fine_tuning_head(SequenceClassificationHead, checkpoint, self.encoder.config, num_labels,
+                                     label_names=self.label_names, dropout=classifier_dropout,
                                      **_given(pooling=pooling, pooler_activation=pooler_activation))
         self.validation_names = list(validation_names)
         self.val_metrics = nn.ModuleList(
@@ -277,8 +277,8 @@ class TokenClassification(EncoderTask):
         self.label_names = list(label_names)
         checkpoint = read_pretrained(pretrained, pretrained_layers)
         self.encoder = build_encoder(encoder, checkpoint, vocab_size, pad_token_id, kernels)
-        self.head = fine_tuning_head(TokenClassificationHead, checkpoint, self.encoder.config.hidden_size,
-                                     len(self.label_names), label_names=self.label_names, dropout=classifier_dropout)
+        self.head = fine_tuning_head(TokenClassificationHead, checkpoint, self.encoder.config, len(self.label_names),
+                                     label_names=self.label_names, dropout=classifier_dropout)
         # Chunks (NER) score entity F1 over whole sentences; tags of single tokens (POS) score accuracy. Either
         # on each word's first sub-token.
         self.chunks = is_chunk_tagging(self.label_names)

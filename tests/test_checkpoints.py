@@ -210,14 +210,16 @@ def test_a_modernbert_token_classifier_matches_transformers_and_exports_back(tmp
 
     mlm = random_weights(transformers.ModernBertForMaskedLM(modernbert_config()))
     mlm.save_pretrained(tmp_path / "mlm")
-    fresh = fine_tuning_head(TokenClassificationHead, load_checkpoint(tmp_path / "mlm"), 32, num_labels=3)
+    checkpoint = load_checkpoint(tmp_path / "mlm")
+    fresh = fine_tuning_head(TokenClassificationHead, checkpoint, checkpoint.config, num_labels=3)
     theirs = transformers.ModernBertForTokenClassification.from_pretrained(tmp_path / "mlm", num_labels=3)
     torch.testing.assert_close(fresh.transform[0].weight, theirs.head.dense.weight)
     torch.testing.assert_close(fresh.transform[2].weight, theirs.head.norm.weight)
     assert fresh.classifier.weight.shape == (3, 32)
 
     transformers.BertForMaskedLM(hf_config("bert")).save_pretrained(tmp_path / "bert")
-    bert = fine_tuning_head(TokenClassificationHead, load_checkpoint(tmp_path / "bert"), 32, num_labels=3)
+    checkpoint = load_checkpoint(tmp_path / "bert")
+    bert = fine_tuning_head(TokenClassificationHead, checkpoint, checkpoint.config, num_labels=3)
     assert bert.transform is None and sorted(bert.state_dict()) == ["classifier.bias", "classifier.weight"]
     gelu = TokenClassificationHead(32, 3, transform_activation="gelu")
     with pytest.raises(ValueError, match=r"transform_activation='gelu' \(the Bert token classifier's is None\)"):
@@ -234,16 +236,18 @@ def test_a_classifier_over_a_checkpoint_has_its_familys_pooler(tmp_path):
     mlm = random_weights(transformers.ModernBertForMaskedLM(modernbert_config(classifier_pooling="mean")))
     mlm.save_pretrained(tmp_path / "modernbert")
     checkpoint = load_checkpoint(tmp_path / "modernbert")
-    head = fine_tuning_head(SequenceClassificationHead, checkpoint, 32, num_labels=2)
+    head = fine_tuning_head(SequenceClassificationHead, checkpoint, checkpoint.config, num_labels=2)
     assert (head.pooling, head.pooler_activation, head.pooler_norm, head.pooler_bias) == ("mean", "gelu", True, False)
     classifier = transformers.ModernBertForSequenceClassification.from_pretrained(tmp_path / "modernbert", num_labels=2)
     torch.testing.assert_close(head.pooler[0].weight, classifier.head.dense.weight)
     torch.testing.assert_close(head.pooler[2].weight, classifier.head.norm.weight)
-    assert fine_tuning_head(SequenceClassificationHead, checkpoint, 32, num_labels=2, pooling="cls").pooling == "cls"
+    assert fine_tuning_head(SequenceClassificationHead, checkpoint, checkpoint.config, num_labels=2,
+                            pooling="cls").pooling == "cls"
 
     distilbert = transformers.DistilBertConfig(vocab_size=101, dim=32, n_layers=2, n_heads=4, hidden_dim=48)
     transformers.DistilBertForMaskedLM(distilbert).save_pretrained(tmp_path / "distilbert")
-    head = fine_tuning_head(SequenceClassificationHead, load_checkpoint(tmp_path / "distilbert"), 32, num_labels=2)
+    checkpoint = load_checkpoint(tmp_path / "distilbert")
+    head = fine_tuning_head(SequenceClassificationHead, checkpoint, checkpoint.config, num_labels=2)
     assert (head.pooling, head.pooler_activation, head.pooler_norm) == ("cls", "relu", False)
 
     encoder = Encoder(EncoderConfig.from_name("bert-tiny"))

@@ -699,3 +699,25 @@ def test_both_teachers_stay_in_eval_mode_whatever_sets_their_submodules(teacher_
         assert torch.equal(outputs[0], outputs[1])  # no dropout
         assert not any(module.training for module in model.teacher.modules())
         assert all(not p.requires_grad for p in model.teacher.parameters())
+
+
+def test_a_new_classifier_starts_as_transformers_starts_it_from_the_checkpoints_initializer_range(tmp_path):
+    """transformers draws a fine-tune's new classifier (and a pooler its checkpoint lacks) from N(0,
+    config.initializer_range), zero biases; litbert's sequence and token classifiers start so too, for a checkpoint's
+    range and a new encoder's, not from BERT's 0.02 whatever the checkpoint says."""
+    import transformers
+
+    config = transformers.BertConfig(vocab_size=97, hidden_size=128, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=64, initializer_range=0.2)
+    transformers.BertModel(config, add_pooling_layer=False).save_pretrained(tmp_path)
+    torch.manual_seed(0)
+    theirs = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path, num_labels=3)
+    sequence = SequenceClassification(num_labels=3, pretrained=str(tmp_path))
+    tokens = TokenClassification(label_names=["O", "B-X", "I-X", "B-Y", "I-Y"], pretrained=str(tmp_path))
+    new = SequenceClassification(num_labels=3, encoder=dataclasses.replace(TINY, initializer_range=0.05))
+    for weight, std in [(theirs.classifier.weight, 0.2), (theirs.bert.pooler.dense.weight, 0.2),
+                        (sequence.head.classifier.weight, 0.2), (sequence.head.pooler[0].weight, 0.2),
+                        (tokens.head.classifier.weight, 0.2), (new.head.classifier.weight, 0.05)]:
+        assert weight.std().item() == pytest.approx(std, rel=0.15) and weight.mean().abs() < std / 4
+    for bias in (sequence.head.classifier.bias, sequence.head.pooler[0].bias, tokens.head.classifier.bias):
+        assert not bias.any()
