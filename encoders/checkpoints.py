@@ -85,6 +85,8 @@ class Layout:
     # `*ForSequenceClassification` / `*ForTokenClassification` apply (BERT's: classifier_dropout, else
     # hidden_dropout_prob).
     classifier_dropout: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(_BERT_CLASSIFIER_DROPOUT))
+    # The sequence classifier's dropout also applies before its pooler (RobertaClassificationHead's).
+    dropout_before_pooler: bool = False
     # What config_keys cannot say: config.json -> further EncoderConfig values (raising ValueError for what litbert
     # cannot express), and EncoderConfig -> further config.json entries.
     read_keys: Callable[[dict[str, Any], str], dict[str, Any]] | None = None
@@ -185,6 +187,7 @@ LAYOUTS: dict[str, Layout] = {
                "sequence_classification": {"pooler.0": "classifier.dense", "classifier": "classifier.out_proj"},
                "token_classification": {"classifier": "classifier"}},
         head_options=_BERT_HEADS | {"mlm": {"mlm_activation": "gelu"}},  # RobertaLMHead's GELU, whatever hidden_act
+        dropout_before_pooler=True,
     ),
     "distilbert": Layout(
         "distilbert", "DistilBert", "distilbert.",
@@ -274,6 +277,7 @@ class Checkpoint:
     label_names: list[str] | None = None  # its classifier's labels in output order, where the checkpoint names them
     problem_type: str | None = None  # transformers' problem_type of its classifier, where stored (multi-label)
     classifier_dropout: dict[str, float] = field(default_factory=dict)  # head kind -> its family's rate, where stored
+    dropout_before_pooler: bool = False  # its family's sequence classifier drops out before the pooler too (RoBERTa)
 
 
 # ----------------------------------------------------------------------------------------------------- reading
@@ -540,7 +544,8 @@ def _from_transformers(directory: Path) -> Checkpoint:
                if rate is not None}
     return Checkpoint(config, encoder, heads, options | {"norm_eps": config.norm_eps}, untied_decoder=untied,
                       label_names=None if generic or not all(names) else names,
-                      problem_type=hf_config.get("problem_type"), classifier_dropout=dropout)
+                      problem_type=hf_config.get("problem_type"), classifier_dropout=dropout,
+                      dropout_before_pooler=layout.dropout_before_pooler)
 
 
 def _from_litbert(directory: Path) -> Checkpoint:

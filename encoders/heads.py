@@ -9,8 +9,8 @@
 - `TokenClassificationHead`: optionally a transform (dense, activation, norm: ModernBERT's), then dropout and a
   linear classifier on every token.
 
-Deviation: RoBERTa's classification head also applies dropout before its dense layer; ours applies it only
-after the pooler, which is identical at evaluation time and loads the same weights.
+RoBERTa's classification head also applies its dropout before the dense layer (`dropout_before_pooler`, which a
+head over a RoBERTa checkpoint takes from its family, as transformers' `RobertaForSequenceClassification` does).
 """
 
 from __future__ import annotations
@@ -170,9 +170,12 @@ class SequenceClassificationHead(ClassifierHead):
         pooler_bias: bool = True,
         pooler_norm: bool = False,
         norm_eps: float = 1e-5,
+        dropout_before_pooler: bool = False,
     ) -> None:
         """`pooler_bias`: the pooler's dense layer has a bias (ModernBERT's `classifier_bias`, off by default there);
-        `pooler_norm`: a LayerNorm without bias, of epsilon `norm_eps`, after the activation (ModernBERT's head)."""
+        `pooler_norm`: a LayerNorm without bias, of epsilon `norm_eps`, after the activation (ModernBERT's head);
+        `dropout_before_pooler`: the dropout also applies to the pooler's input (RoBERTa's head). Where the dropout
+        applies changes training only, not the weights, so it is no stored option."""
         super().__init__()
         check_choice("pooling", pooling, Pooling)
         check_choice("pooler_activation", pooler_activation, POOLER_ACTIVATIONS)
@@ -181,7 +184,7 @@ class SequenceClassificationHead(ClassifierHead):
         self.num_labels = num_labels
         self.pooling = pooling
         self.pooler_activation, self.pooler_bias, self.pooler_norm = pooler_activation, pooler_bias, pooler_norm
-        self.norm_eps = norm_eps
+        self.norm_eps, self.dropout_before_pooler = norm_eps, dropout_before_pooler
         self.pooler = dense_activation_norm(hidden_size, pooler_activation, pooler_bias, pooler_norm, norm_eps)
         self.dropout = Dropout(dropout)
         self.classifier = nn.Linear(hidden_size, num_labels)
@@ -196,6 +199,8 @@ class SequenceClassificationHead(ClassifierHead):
         else:
             weights = attention_mask.to(hidden.dtype).unsqueeze(-1)  # (B, T, 1)
             pooled = (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
+        if self.dropout_before_pooler:
+            pooled = self.dropout(pooled)
         return self.classifier(self.dropout(self.pooler(pooled)))
 
 
@@ -251,12 +256,15 @@ def fine_tuning_head(cls: type[ClassifierHead], checkpoint: Checkpoint | None, c
     otherwise, as transformers' `*ForSequenceClassification` / `*ForTokenClassification` of that checkpoint would:
     DistilBERT's ReLU pooler, ModernBERT's GELU and norm (and its `classifier_pooling`) before either classifier. A
     `dropout` of None is the rate those classes take from the checkpoint's config.json (DistilBERT's
-    seq_classif_dropout, 0.2; ModernBERT's classifier_dropout, 0), else `CLASSIFIER_DROPOUT`. What the head holds
+    seq_classif_dropout, 0.2; ModernBERT's classifier_dropout, 0), else `CLASSIFIER_DROPOUT`, applied where they
+    apply it (RoBERTa's also before its pooler, `dropout_before_pooler`). What the head holds
     anew starts as those classes start it, from N(0, initializer_range) of the encoder's config (config.json's)."""
     kwargs.setdefault("initializer_range", config.initializer_range)
     if kwargs.get("dropout") is None:
         stored = checkpoint.classifier_dropout if checkpoint is not None else {}
         kwargs["dropout"] = stored.get(cls.kind, CLASSIFIER_DROPOUT)
+    if cls is SequenceClassificationHead and checkpoint is not None:
+        kwargs.setdefault("dropout_before_pooler", checkpoint.dropout_before_pooler)
     if checkpoint is not None and cls.kind in checkpoint.head_states:
         return cls.from_pretrained(checkpoint, num_labels=num_labels, label_names=label_names, **kwargs)
     if checkpoint is not None:

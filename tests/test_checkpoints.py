@@ -259,6 +259,47 @@ def test_a_classifier_over_a_checkpoint_has_its_familys_pooler(tmp_path):
         encoder.save_pretrained(tmp_path / "refused", head=mean, format="transformers")
 
 
+def shared_dropout(seed: int):
+    """A dropout (`F.dropout`'s arguments) whose keep masks come, in call order, from a generator of its own: two
+    heads given one each, seeded alike, drop the same units where they drop the same tensors in the same order."""
+    generator = torch.Generator().manual_seed(seed)
+
+    def dropout(x, p=0.5, training=True, inplace=False):
+        if not training or p == 0.0:
+            return x
+        return x * (torch.rand(x.shape, generator=generator) >= p) / (1 - p)
+
+    return dropout
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+def test_a_classifier_drops_out_where_its_familys_transformers_classifier_does(family, tmp_path, monkeypatch):
+    """In training, a classifier over a checkpoint applies its dropout where transformers' `*ForSequenceClassification`
+    of the family does: BERT's before the classifier only, RoBERTa's (`RobertaClassificationHead`) before its dense
+    layer too. With the same masks the logits are transformers', so the same settings train alike."""
+    from encoders import kernels
+    from encoders.heads import fine_tuning_head
+
+    model = random_weights(getattr(transformers, f"{family.capitalize()}ForSequenceClassification")(
+        hf_config(family, classifier_dropout=0.5, num_labels=3)))
+    model.save_pretrained(tmp_path)
+    checkpoint = load_checkpoint(tmp_path)
+    ours = fine_tuning_head(SequenceClassificationHead, checkpoint, checkpoint.config, num_labels=3).train()
+    theirs = (model.classifier if family == "roberta" else model).train()
+    hidden = torch.randn(4, 7, checkpoint.config.hidden_size)
+    with monkeypatch.context() as patch:
+        patch.setattr(kernels, "dropout", shared_dropout(0))
+        logits = ours(hidden)
+    with monkeypatch.context() as patch:
+        patch.setattr(torch.nn.functional, "dropout", shared_dropout(0))
+        if family == "roberta":
+            expected = theirs(hidden)
+        else:
+            expected = theirs.classifier(theirs.dropout(theirs.bert.pooler(hidden)))
+    torch.testing.assert_close(logits, expected)
+    assert ours.dropout_before_pooler == (family == "roberta")
+
+
 def test_modernbert_sliding_window_layers_match_transformers(tmp_path):
     """The published pattern (every third layer global, the others within `local_attention // 2` tokens, with their
     own RoPE base) loads with transformers' numbers; windows and bases small enough here to change the outputs. A
