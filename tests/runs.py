@@ -128,9 +128,10 @@ def last_lines(text: str, count: int = 3) -> str:
     return "\n".join(line for line in text.strip().splitlines()[-count:])
 
 
-def trainer_losses(cli, model, rows: dict[str, list], collator, output_dir: Path) -> list[float]:
+def trainer_losses(cli, model, rows: dict[str, list], collator, output_dir: Path, **changes) -> list[float]:
     """Each step's loss of transformers' `Trainer` training `model` for one epoch on `rows` in their order, at the
-    hyper-parameters of the built litbert run `cli` (batch size, AdamW settings, schedule, warmup, clipping)."""
+    hyper-parameters of the built litbert run `cli` (batch size, gradient accumulation, AdamW settings, schedule,
+    warmup, clipping), with `changes` to its `TrainingArguments`."""
     import datasets
     import transformers
 
@@ -141,14 +142,16 @@ def trainer_losses(cli, model, rows: dict[str, list], collator, output_dir: Path
             if logs and "loss" in logs:
                 losses.append(float(logs["loss"]))
 
-    settings = transformers.TrainingArguments(
+    settings = dict(
         output_dir=str(output_dir), per_device_train_batch_size=cli.datamodule.batch_size,
         learning_rate=optimization.learning_rate, weight_decay=optimization.weight_decay,
         adam_beta1=optimization.betas[0], adam_beta2=optimization.betas[1], adam_epsilon=optimization.eps,
         max_grad_norm=float(cli.config.trainer.gradient_clip_val), warmup_steps=optimization.warmup,
-        lr_scheduler_type=optimization.schedule, num_train_epochs=1, seed=0, use_cpu=True, report_to="none",
-        save_strategy="no", eval_strategy="no", logging_strategy="steps", logging_steps=1, disable_tqdm=True,
-        train_sampling_strategy="sequential", logging_nan_inf_filter=False)
-    transformers.Trainer(model=model, args=settings, train_dataset=datasets.Dataset.from_dict(rows),
-                         data_collator=collator, callbacks=[Losses()]).train()
+        lr_scheduler_type=optimization.schedule, gradient_accumulation_steps=cli.trainer.accumulate_grad_batches,
+        num_train_epochs=1, seed=0, use_cpu=True, report_to="none", save_strategy="no", eval_strategy="no",
+        logging_strategy="steps", logging_steps=1, disable_tqdm=True, train_sampling_strategy="sequential",
+        logging_nan_inf_filter=False)
+    transformers.Trainer(model=model, args=transformers.TrainingArguments(**settings | changes),
+                         train_dataset=datasets.Dataset.from_dict(rows), data_collator=collator,
+                         callbacks=[Losses()]).train()
     return losses

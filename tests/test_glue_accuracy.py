@@ -156,12 +156,13 @@ class SharedMasks:
         return x * keep / (1 - p)
 
 
-def _stsb_steps_of_both(shared_data, tmp_path, monkeypatch, steps, arguments, dropout, masks=None):
+def _stsb_steps_of_both(shared_data, tmp_path, monkeypatch, steps, arguments, dropout, masks=None, **changes):
     """`steps` steps of the shipped STS-B config from MiniLM-L6 (float32, seed 0, with `arguments` added) and of
-    transformers' `Trainer` at the same hyper-parameters on the same batches in the same order, its classifier
-    initialised as litbert's, its dropout rates `dropout`. With `masks` (litbert's, the `Trainer`'s), each side's
-    dropout draws its masks from its own: litbert's `kernels.dropout` and torch's `F.dropout` are replaced while the
-    side trains. Returns litbert's losses, the `Trainer`'s, both models and the classifier's initial weights."""
+    transformers' `Trainer` at the same hyper-parameters (`changes` to its `TrainingArguments`) on the same batches in
+    the same order, its classifier initialised as litbert's, its dropout rates `dropout`. With `masks` (litbert's,
+    the `Trainer`'s), each side's dropout draws its masks from its own: litbert's `kernels.dropout` and torch's
+    `F.dropout` are replaced while the side trains. Returns litbert's losses (one a batch), the `Trainer`'s (one a
+    step), both models and the classifier's initial weights."""
     import lightning as L
     import torch
     import transformers
@@ -194,7 +195,7 @@ def _stsb_steps_of_both(shared_data, tmp_path, monkeypatch, steps, arguments, dr
         if masks:
             patch.setattr(kernels, "dropout", masks[0])
         cli.trainer.fit(cli.model, datamodule=cli.datamodule)
-    assert len(losses) == steps
+    assert cli.trainer.global_step == steps
 
     rows = {"input_ids": [], "token_type_ids": [], "labels": []}  # the batches' examples, in their order
     for batch in batches:
@@ -214,7 +215,7 @@ def _stsb_steps_of_both(shared_data, tmp_path, monkeypatch, steps, arguments, dr
         if masks:
             patch.setattr(torch.nn.functional, "dropout", masks[1])
         reference = trainer_losses(cli, model, rows, transformers.DataCollatorWithPadding(cli.datamodule.tokenizer),
-                                   tmp_path / "trainer")
+                                   tmp_path / "trainer", **changes)
     assert len(reference) == steps
     return losses, reference, cli.model, model, head
 
@@ -266,3 +267,36 @@ def test_the_shipped_stsb_config_drops_out_where_the_trainer_does(shared_data, t
     assert len(masks[0].shapes) == steps * (1 + 3 * config.num_layers + 1), len(masks[0].shapes)
     assert masks[0].shapes == masks[1].shapes
     _assert_trained_alike(losses, reference, ours, theirs, head, moved=2e-5)  # the 8 learning rates add up to 8e-5
+
+
+@pytest.mark.slow  # trains through train.py: .ci/run runs it with -m slow
+def test_with_accumulation_the_trainer_steps_as_litbert_at_its_clipping_and_epsilon_over_the_batches(
+        shared_data, tmp_path, monkeypatch):
+    """transformers 5's `Trainer` does not divide the loss of a BERT classifier by gradient_accumulation_steps (the
+    model's `forward` takes **kwargs, so the `Trainer` leaves the division to a loss that never makes it:
+    huggingface/transformers#47688): its gradient over A batches is the sum of their mean losses' gradients, A times
+    the mean litbert takes, the last short window of an epoch included. AdamW sees that scale only through epsilon and
+    the clipping bound, so litbert at max_grad_norm / A and eps / A trains as the `Trainer` does, step for step
+    (docs/training.md). Nine batches in windows of two and a last one of one; the clipping bound among the steps'
+    gradient norms (litbert's 15.2, 18.2, 16.4, 15.2 and 7.0 at 16), so that it clips some steps and not others. At
+    equal settings instead (the `Trainer` at 16 and 5e-7 too) the fourth step's loss differs by 3.5e-4."""
+    accumulate = 2
+    losses, reference, ours, theirs, head = _stsb_steps_of_both(
+        shared_data, tmp_path, monkeypatch, 5,
+        ["--model.encoder.hidden_dropout", "0", "--model.encoder.attention_dropout", "0",
+         "--model.classifier_dropout", "0", "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "9",
+         "--trainer.accumulate_grad_batches", str(accumulate), "--trainer.gradient_clip_val", "16",
+         "--model.optimization.eps", "5e-7"],
+        dropout=0.0, max_grad_norm=16.0 * accumulate, adam_epsilon=5e-7 * accumulate)
+    # litbert's losses are its batches' means over the window (Lightning divides each by A); the Trainer logs its
+    # steps' sums of batch means.
+    windows = [sum(losses[start:start + accumulate]) * accumulate for start in range(0, len(losses), accumulate)]
+    assert len(losses) == 9
+    assert windows == pytest.approx(reference, rel=1e-5, abs=1e-5), list(zip(windows, reference, strict=True))
+    import torch
+
+    weights, reference_weights = ours.head.classifier.weight.detach(), theirs.classifier.weight.detach()
+    assert (weights - head["weight"]).abs().max() > 1e-5
+    torch.testing.assert_close(weights, reference_weights, rtol=1e-5, atol=1e-6)
+    embeddings = ours.encoder.embeddings.word.weight.detach()
+    torch.testing.assert_close(embeddings, theirs.bert.embeddings.word_embeddings.weight.detach(), rtol=0, atol=2e-7)
