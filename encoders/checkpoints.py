@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import pickle
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -87,6 +88,9 @@ class Layout:
     classifier_dropout: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(_BERT_CLASSIFIER_DROPOUT))
     # The sequence classifier's dropout also applies before its pooler (RobertaClassificationHead's).
     dropout_before_pooler: bool = False
+    # How transformers starts the family's new classifier heads where not from N(0, initializer_range): config.json
+    # and the encoder's config -> the heads' initialisation arguments (`encoders.heads`).
+    head_init: Callable[[dict[str, Any], EncoderConfig], dict[str, float]] | None = None
     # What config_keys cannot say: config.json -> further EncoderConfig values (raising ValueError for what litbert
     # cannot express), and EncoderConfig -> further config.json entries.
     read_keys: Callable[[dict[str, Any], str], dict[str, Any]] | None = None
@@ -144,6 +148,14 @@ def _modernbert_entries(config: EncoderConfig) -> dict[str, Any]:
             "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": config.rope_base},
                                 "sliding_attention": {"rope_type": "default", "rope_theta": local_base}},
             "global_rope_theta": config.rope_base, "local_rope_theta": local_base}
+
+
+def _modernbert_head_init(hf: dict[str, Any], config: EncoderConfig) -> dict[str, float]:
+    """ModernBERT's `_init_weights`: a new classifier from a normal of std hidden_size ** -0.5, a new head dense layer
+    of std initializer_range / sqrt(2 num_layers), both cut off at `initializer_cutoff_factor` stds (3 when null)."""
+    cutoff = hf.get("initializer_cutoff_factor", 2.0)
+    return {"initializer_range": config.initializer_range / math.sqrt(2.0 * config.num_layers),
+            "classifier_std": config.hidden_size ** -0.5, "init_cutoff": 3.0 if cutoff is None else float(cutoff)}
 
 
 _BERT_FIXED = {"norm_placement": "post", "norm": "layernorm", "bias": True, "embedding_scale": 1.0, "local_window": 0}
@@ -259,7 +271,7 @@ LAYOUTS: dict[str, Layout] = {
                   "classifier_activation": "gelu"},
         same_as={"mlp_dropout": "hidden_dropout"}, head_bias_key="classifier_bias",
         classifier_dropout=dict.fromkeys(("sequence_classification", "token_classification"), ("classifier_dropout",)),
-        read_keys=_modernbert_keys, write_keys=_modernbert_entries,
+        read_keys=_modernbert_keys, write_keys=_modernbert_entries, head_init=_modernbert_head_init,
     ),
 }
 # The families an export may take, in the order tried: ELECTRA would only repeat BERT.
@@ -278,6 +290,7 @@ class Checkpoint:
     problem_type: str | None = None  # transformers' problem_type of its classifier, where stored (multi-label)
     classifier_dropout: dict[str, float] = field(default_factory=dict)  # head kind -> its family's rate, where stored
     dropout_before_pooler: bool = False  # its family's sequence classifier drops out before the pooler too (RoBERTa)
+    head_init: dict[str, float] = field(default_factory=dict)  # how its family starts new heads (Layout.head_init)
 
 
 # ----------------------------------------------------------------------------------------------------- reading
@@ -545,7 +558,8 @@ def _from_transformers(directory: Path) -> Checkpoint:
     return Checkpoint(config, encoder, heads, options | {"norm_eps": config.norm_eps}, untied_decoder=untied,
                       label_names=None if generic or not all(names) else names,
                       problem_type=hf_config.get("problem_type"), classifier_dropout=dropout,
-                      dropout_before_pooler=layout.dropout_before_pooler)
+                      dropout_before_pooler=layout.dropout_before_pooler,
+                      head_init=layout.head_init(hf_config, config) if layout.head_init is not None else {})
 
 
 def _from_litbert(directory: Path) -> Checkpoint:

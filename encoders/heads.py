@@ -54,10 +54,15 @@ def dense_activation_norm(hidden_size: int, activation: str, bias: bool, norm: b
     return nn.Sequential(*layers)
 
 
-def _init_linears(linears: list[nn.Linear], initializer_range: float) -> None:
-    """BERT's initialisation; after all of a head's layers are built, so a seed gives the weights it always gave."""
-    for linear in linears:
-        nn.init.normal_(linear.weight, std=initializer_range)
+def _init_linears(linears: list[nn.Linear], stds: list[float], cutoff: float | None = None) -> None:
+    """BERT's initialisation (normal weights, zero biases), each layer at its standard deviation, the weights cut
+    off at `cutoff` standard deviations where given (ModernBERT's); after all of a head's layers are built, so a
+    seed gives the weights it always gave."""
+    for linear, std in zip(linears, stds, strict=True):
+        if cutoff is None:
+            nn.init.normal_(linear.weight, std=std)
+        else:
+            nn.init.trunc_normal_(linear.weight, std=std, a=-cutoff * std, b=cutoff * std)
         if linear.bias is not None:
             nn.init.zeros_(linear.bias)
 
@@ -171,11 +176,15 @@ class SequenceClassificationHead(ClassifierHead):
         pooler_norm: bool = False,
         norm_eps: float = 1e-5,
         dropout_before_pooler: bool = False,
+        classifier_std: float | None = None,
+        init_cutoff: float | None = None,
     ) -> None:
         """`pooler_bias`: the pooler's dense layer has a bias (ModernBERT's `classifier_bias`, off by default there);
         `pooler_norm`: a LayerNorm without bias, of epsilon `norm_eps`, after the activation (ModernBERT's head);
         `dropout_before_pooler`: the dropout also applies to the pooler's input (RoBERTa's head). Where the dropout
-        applies changes training only, not the weights, so it is no stored option."""
+        applies changes training only, not the weights, so it is no stored option. The pooler starts from
+        N(0, initializer_range), the classifier from N(0, classifier_std) (initializer_range when None), both cut
+        off at `init_cutoff` standard deviations where given (ModernBERT's initialisation)."""
         super().__init__()
         check_choice("pooling", pooling, Pooling)
         check_choice("pooler_activation", pooler_activation, POOLER_ACTIVATIONS)
@@ -188,7 +197,8 @@ class SequenceClassificationHead(ClassifierHead):
         self.pooler = dense_activation_norm(hidden_size, pooler_activation, pooler_bias, pooler_norm, norm_eps)
         self.dropout = Dropout(dropout)
         self.classifier = nn.Linear(hidden_size, num_labels)
-        _init_linears([self.pooler[0], self.classifier], initializer_range)
+        _init_linears([self.pooler[0], self.classifier], [initializer_range, classifier_std or initializer_range],
+                      init_cutoff)
 
     def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Logits (B, num_labels) from hidden states (B, T, C)."""
@@ -219,10 +229,14 @@ class TokenClassificationHead(ClassifierHead):
         transform_bias: bool = True,
         transform_norm: bool = False,
         norm_eps: float = 1e-5,
+        classifier_std: float | None = None,
+        init_cutoff: float | None = None,
     ) -> None:
         """`transform_activation`: every token first goes through a dense layer (with a bias when `transform_bias`),
         this activation and (with `transform_norm`) a LayerNorm without bias of epsilon `norm_eps`, as in
-        ModernBERT's token classifier; None: the classifier reads the hidden states directly (BERT's)."""
+        ModernBERT's token classifier; None: the classifier reads the hidden states directly (BERT's). The transform
+        starts from N(0, initializer_range), the classifier from N(0, classifier_std) (initializer_range when None),
+        both cut off at `init_cutoff` standard deviations where given (ModernBERT's initialisation)."""
         super().__init__()
         if num_labels < 2:
             raise ValueError(f"num_labels={num_labels}; token classification needs at least 2 labels.")
@@ -238,8 +252,11 @@ class TokenClassificationHead(ClassifierHead):
             hidden_size, transform_activation, transform_bias, transform_norm, norm_eps)
         self.dropout = Dropout(dropout)
         self.classifier = nn.Linear(hidden_size, num_labels)
-        _init_linears([self.classifier] if self.transform is None else [self.transform[0], self.classifier],
-                      initializer_range)
+        classifier_std = classifier_std or initializer_range
+        if self.transform is None:
+            _init_linears([self.classifier], [classifier_std], init_cutoff)
+        else:
+            _init_linears([self.transform[0], self.classifier], [initializer_range, classifier_std], init_cutoff)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits (B, T, num_labels)."""
@@ -258,7 +275,10 @@ def fine_tuning_head(cls: type[ClassifierHead], checkpoint: Checkpoint | None, c
     `dropout` of None is the rate those classes take from the checkpoint's config.json (DistilBERT's
     seq_classif_dropout, 0.2; ModernBERT's classifier_dropout, 0), else `CLASSIFIER_DROPOUT`, applied where they
     apply it (RoBERTa's also before its pooler, `dropout_before_pooler`). What the head holds
-    anew starts as those classes start it, from N(0, initializer_range) of the encoder's config (config.json's)."""
+    anew starts as those classes start it: from N(0, initializer_range) of the encoder's config (config.json's), or
+    as the checkpoint's family starts it (ModernBERT's `head_init`)."""
+    if checkpoint is not None:
+        kwargs = checkpoint.head_init | kwargs
     kwargs.setdefault("initializer_range", config.initializer_range)
     if kwargs.get("dropout") is None:
         stored = checkpoint.classifier_dropout if checkpoint is not None else {}

@@ -300,6 +300,30 @@ def test_a_classifier_drops_out_where_its_familys_transformers_classifier_does(f
     assert ours.dropout_before_pooler == (family == "roberta")
 
 
+@pytest.mark.parametrize("kind", ["Sequence", "Token"])
+def test_a_new_modernbert_classifier_starts_as_transformers_starts_it(kind, tmp_path):
+    """transformers starts ModernBERT's new classifier from a normal of std hidden_size ** -0.5 and a new head dense
+    layer from one of std initializer_range / sqrt(2 num_layers), both cut off at `initializer_cutoff_factor` stds,
+    not BERT's N(0, initializer_range); litbert's heads over a ModernBERT checkpoint start so too."""
+    from encoders.heads import fine_tuning_head
+
+    config = modernbert_config(hidden_size=128, num_attention_heads=4, initializer_cutoff_factor=1.5)
+    transformers.ModernBertModel(config).save_pretrained(tmp_path)  # no head: the dense layer starts fresh too
+    checkpoint = load_checkpoint(tmp_path)
+    head_class = SequenceClassificationHead if kind == "Sequence" else TokenClassificationHead
+    torch.manual_seed(0)
+    ours = fine_tuning_head(head_class, checkpoint, checkpoint.config, num_labels=64)
+    theirs = getattr(transformers, f"ModernBertFor{kind}Classification").from_pretrained(tmp_path, num_labels=64)
+    dense = ours.pooler[0] if kind == "Sequence" else ours.transform[0]
+    for weight, reference, std in [(ours.classifier.weight, theirs.classifier.weight, 128 ** -0.5),
+                                   (dense.weight, theirs.head.dense.weight, 0.02 / 6 ** 0.5)]:
+        for tensor in (weight, reference):
+            assert tensor.abs().max() <= 1.5 * std
+            # a normal cut at 1.5 stds has 0.74 of its std
+            assert tensor.std().item() == pytest.approx(0.74 * std, rel=0.1), (kind, std)
+    assert not ours.classifier.bias.any()
+
+
 def test_modernbert_sliding_window_layers_match_transformers(tmp_path):
     """The published pattern (every third layer global, the others within `local_attention // 2` tokens, with their
     own RoPE base) loads with transformers' numbers; windows and bases small enough here to change the outputs. A
