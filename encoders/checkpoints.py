@@ -227,10 +227,15 @@ LAYOUTS: dict[str, Layout] = {
         classifier_dropout={"sequence_classification": ("seq_classif_dropout",), "token_classification": ("dropout",)},
     ),
     # ELECTRA's discriminator (Clark et al., 2020) is BERT's encoder under another name; loaded when its embeddings
-    # are as wide as its hidden states (no `embeddings_project`). Its heads are not BERT's, so only the encoder.
+    # are as wide as its hidden states (no `embeddings_project`). Its classifiers are RoBERTa's with a GELU (its
+    # sequence classifier drops out before and after its dense layer); its MLM head is the generator's, not loaded.
     "electra": Layout(
-        "electra", "Electra", "electra.", defaults=_BERT_DEFAULTS, **_BERT, heads={},
-        same_as={"embedding_size": "hidden_size"},
+        "electra", "Electra", "electra.", defaults=_BERT_DEFAULTS, **_BERT,
+        heads={"sequence_classification": {"pooler.0": "classifier.dense", "classifier": "classifier.out_proj"},
+               "token_classification": {"classifier": "classifier"}},
+        head_options=_BERT_HEADS | {"sequence_classification": {"pooling": "cls", "pooler_activation": "gelu",
+                                                                "pooler_bias": True, "pooler_norm": False}},
+        same_as={"embedding_size": "hidden_size"}, dropout_before_pooler=True,
     ),
     # ModernBERT (Warner et al., 2024): pre-norm, LayerNorms and linear layers without biases, one fused QKV
     # projection, RoPE, GeGLU (the first half of `Wi` goes through the GELU, as litbert's), no norm before the first
@@ -274,8 +279,8 @@ LAYOUTS: dict[str, Layout] = {
         read_keys=_modernbert_keys, write_keys=_modernbert_entries, head_init=_modernbert_head_init,
     ),
 }
-# The families an export may take, in the order tried: ELECTRA would only repeat BERT.
-EXPORT_FAMILIES = ("bert", "roberta", "distilbert", "modernbert")
+# The families an export may take, in the order tried: ELECTRA repeats BERT but for its sequence classifier's GELU.
+EXPORT_FAMILIES = ("bert", "roberta", "distilbert", "modernbert", "electra")
 
 
 @dataclass

@@ -24,6 +24,9 @@ def hf_config(family: str, **overrides):
     if family == "roberta":
         return transformers.RobertaConfig(**{**SIZES, "max_position_embeddings": 42, "type_vocab_size": 1,
                                              **overrides})
+    if family == "electra":  # a discriminator: embeddings as wide as the hidden states
+        return transformers.ElectraConfig(**{**SIZES, "embedding_size": SIZES["hidden_size"], "type_vocab_size": 2,
+                                             **overrides})
     return transformers.BertConfig(**{**SIZES, "type_vocab_size": 2, **overrides})
 
 
@@ -106,6 +109,36 @@ def test_a_family_is_a_table_entry_electra_discriminator(tmp_path):
     transformers.ElectraModel(transformers.ElectraConfig(**SIZES, embedding_size=16)).save_pretrained(narrow)
     with pytest.raises(ValueError, match="embedding_size=16 differs from hidden_size=32"):
         Encoder.from_pretrained(narrow)
+
+
+@pytest.mark.parametrize("kind", ["Sequence", "Token"])
+def test_an_electra_classifier_loads_computes_and_exports_as_transformers(kind, tmp_path):
+    """ELECTRA's classifiers load with transformers' numbers (its sequence classifier: a dense layer, GELU, and the
+    output projection on the first token) and export to classes that compute the same; a new one has that GELU."""
+    from encoders.heads import fine_tuning_head
+
+    head_class = SequenceClassificationHead if kind == "Sequence" else TokenClassificationHead
+    architecture = getattr(transformers, f"ElectraFor{kind}Classification")
+    reference = random_weights(architecture(hf_config("electra", num_labels=3)))
+    reference.save_pretrained(tmp_path / "in")
+    encoder, head = Encoder.from_pretrained(tmp_path / "in").eval(), head_class.from_pretrained(tmp_path / "in").eval()
+    ids, mask, types = inputs("bert", 0)
+    with torch.no_grad():
+        expected = reference(input_ids=ids, attention_mask=mask, token_type_ids=types).logits
+        hidden = encoder(ids, mask, types)
+        logits = head(hidden, mask)[:, None] if kind == "Sequence" else head(hidden)
+        tokens = mask[:, :1] if kind == "Sequence" else mask  # the logits of padding tokens are no one's
+        assert max_diff_on_real_tokens(logits, expected.view(logits.shape), tokens) < 1e-5
+        encoder.save_pretrained(tmp_path / "out", head=head)
+        # The token classifier is BERT's and exports as BERT's; the sequence classifier as ELECTRA's.
+        again = getattr(transformers, f"AutoModelFor{kind}Classification").from_pretrained(tmp_path / "out").eval()
+        assert type(again).__name__ == f"{'Electra' if kind == 'Sequence' else 'Bert'}For{kind}Classification"
+        exported = again(input_ids=ids, attention_mask=mask, token_type_ids=types).logits
+        assert max_diff_on_real_tokens(exported.view(logits.shape), expected.view(logits.shape), tokens) < 1e-5
+    transformers.ElectraModel(hf_config("electra")).save_pretrained(tmp_path / "encoder")
+    checkpoint = load_checkpoint(tmp_path / "encoder")
+    if kind == "Sequence":
+        assert fine_tuning_head(head_class, checkpoint, checkpoint.config, 2).pooler_activation == "gelu"
 
 
 def modernbert_config(**overrides):
@@ -272,11 +305,11 @@ def shared_dropout(seed: int):
     return dropout
 
 
-@pytest.mark.parametrize("family", ["bert", "roberta"])
+@pytest.mark.parametrize("family", ["bert", "roberta", "electra"])
 def test_a_classifier_drops_out_where_its_familys_transformers_classifier_does(family, tmp_path, monkeypatch):
     """In training, a classifier over a checkpoint applies its dropout where transformers' `*ForSequenceClassification`
-    of the family does: BERT's before the classifier only, RoBERTa's (`RobertaClassificationHead`) before its dense
-    layer too. With the same masks the logits are transformers', so the same settings train alike."""
+    of the family does: BERT's before the classifier only, RoBERTa's and ELECTRA's (`*ClassificationHead`) before
+    their dense layer too. With the same masks the logits are transformers', so the same settings train alike."""
     from encoders import kernels
     from encoders.heads import fine_tuning_head
 
@@ -285,19 +318,21 @@ def test_a_classifier_drops_out_where_its_familys_transformers_classifier_does(f
     model.save_pretrained(tmp_path)
     checkpoint = load_checkpoint(tmp_path)
     ours = fine_tuning_head(SequenceClassificationHead, checkpoint, checkpoint.config, num_labels=3).train()
-    theirs = (model.classifier if family == "roberta" else model).train()
+    model.train()
+    if family == "bert":  # the pooler sits in BertModel, the dropout and the classifier beside it
+        def theirs(hidden):
+            return model.classifier(model.dropout(model.bert.pooler(hidden)))
+    else:
+        theirs = model.classifier
     hidden = torch.randn(4, 7, checkpoint.config.hidden_size)
     with monkeypatch.context() as patch:
         patch.setattr(kernels, "dropout", shared_dropout(0))
         logits = ours(hidden)
     with monkeypatch.context() as patch:
         patch.setattr(torch.nn.functional, "dropout", shared_dropout(0))
-        if family == "roberta":
-            expected = theirs(hidden)
-        else:
-            expected = theirs.classifier(theirs.dropout(theirs.bert.pooler(hidden)))
+        expected = theirs(hidden)
     torch.testing.assert_close(logits, expected)
-    assert ours.dropout_before_pooler == (family == "roberta")
+    assert ours.dropout_before_pooler == (family != "bert")
 
 
 @pytest.mark.parametrize("kind", ["Sequence", "Token"])
