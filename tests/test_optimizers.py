@@ -167,6 +167,42 @@ def test_min_lr_ratio_floors_the_decay_as_transformers_schedules_do(schedule):
         Optimization(schedule="constant", min_lr_ratio=0.1)
 
 
+def test_the_learning_rate_is_the_trainers_at_every_step_across_epochs_and_accumulated_batches(tmp_path):
+    """The rate of every optimizer step is the one transformers' `Trainer` sets at the same settings: its steps
+    counted per epoch as ceil(batches / accumulation), the last short batch and short window of an epoch kept, the
+    fractional warmup rounded up, then the linear decay to 0, across epoch boundaries. 13 batches of 4 (the last of
+    2) a window of 3 for 2 epochs: 5 steps an epoch, a quarter of the run's 10 in warmup."""
+    import datasets
+
+    rates: list[float] = []
+
+    class Rates(transformers.TrainerCallback):
+        def on_pre_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
+            rates.append(optimizer.param_groups[0]["lr"])
+
+    config = transformers.BertConfig(vocab_size=64, hidden_size=8, num_hidden_layers=1, num_attention_heads=1,
+                                     intermediate_size=8)
+    rows = datasets.Dataset.from_dict({"input_ids": [[1, 5 + i % 50, 2] for i in range(50)], "labels": [0] * 50})
+    settings = transformers.TrainingArguments(
+        output_dir=str(tmp_path), per_device_train_batch_size=4, gradient_accumulation_steps=3, num_train_epochs=2,
+        learning_rate=1e-3, warmup_steps=0.25, use_cpu=True, report_to="none", save_strategy="no", disable_tqdm=True)
+    transformers.Trainer(model=transformers.BertForSequenceClassification(config), args=settings, train_dataset=rows,
+                         callbacks=[Rates()]).train()
+
+    ours: list[float] = []
+
+    class Ours(L.Callback):
+        def on_before_optimizer_step(self, trainer, module, optimizer):
+            ours.append(optimizer.param_groups[0]["lr"])
+
+    data = [{key: value[:4] for key, value in batch.items()} for batch in batches(13)]
+    data[-1] = {key: value[:2] for key, value in data[-1].items()}
+    trainer(-1, max_epochs=2, accumulate_grad_batches=3, callbacks=[Ours()]).fit(
+        classifier(warmup=0.25, schedule="linear"), DataLoader(data, batch_size=None))
+    assert len(rates) == 10 and rates[0] == 0.0 and rates[3] == pytest.approx(1e-3)  # a warmup of 2.5 steps: 3
+    assert ours == pytest.approx(rates, rel=1e-12, abs=1e-15)
+
+
 def test_a_run_bounded_by_time_alone_refuses_what_needs_its_step_count():
     for settings, refused in (({"schedule": "linear"}, "schedule='linear' decays over the run's steps"),
                               ({"schedule": "wsd"}, "warmup=0.06 is a fraction of the run's steps"),
