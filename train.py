@@ -40,19 +40,17 @@ from tasks.run.folders import export_path
 from tasks.run.predict import check_trained_head, predict_file, predict_test_sets
 from tasks.run.publish import push, write_card
 from tasks.run.results import print_summary, remove_earlier_metrics, write_metrics
-from tasks.run.signals import LateSignals
+from tasks.run.signals import RunSignals
 
 
 def run(cli: LitbertCLI) -> dict[str, float]:
     """Fit, evaluate the best checkpoint, export, write metrics.json and predict. Returns the final metrics."""
-    signals = LateSignals()
-    try:
+    with RunSignals() as signals:
+        signals.attach(cli.trainer)
         return _run(cli, signals)
-    finally:
-        signals.restore()
 
 
-def _run(cli: LitbertCLI, signals: LateSignals) -> dict[str, float]:
+def _run(cli: LitbertCLI, signals: RunSignals) -> dict[str, float]:
     trainer, model, data, config = cli.trainer, cli.model, cli.datamodule, cli.config
     root = Path(trainer.default_root_dir)
     data.check_model(model.encoder.config)  # positions and vocabulary big enough, before any training
@@ -80,7 +78,7 @@ def _run(cli: LitbertCLI, signals: LateSignals) -> dict[str, float]:
                  f"with --ckpt_path once the settings are changed." if last is not None and last.last_path
                  else "No checkpoint was saved before it.")
         raise DivergenceError(f"{error}\n{saved}") from None
-    signals.install(trainer)
+    signals.hold()  # (already, where training ran) a signal now stops the run before its results are written
     # Read now: evaluating the best checkpoint below restores the callbacks' state as it was saved there.
     early = next((c for c in trainer.callbacks if isinstance(c, EarlyStopping) and c.stopped_step is not None), None)
     stopped = (early.stopped_step, early.summary()) if early is not None else None
@@ -145,7 +143,8 @@ def main(args: Sequence[str] | None = None) -> LitbertCLI:
     """Parse `args` (default: the command line), run (or predict, after a first argument `predict`), and return
     the CLI with its trainer, model, datamodule and final `metrics` (`predictions`: the file written). Errors
     propagate; `cli_main` turns them into messages and exit statuses."""
-    cli = make_cli(args)
+    with RunSignals():  # a signal while the run is built (a tokenizer trained) stops it with its exit status too
+        cli = make_cli(args)
     if cli.command == "predict":
         cli.predictions = predict(cli)
     else:

@@ -285,6 +285,22 @@ def test_slurm_requeue_signal_saves_requeues_and_the_job_resumes(env, tmp_path):
     assert checkpoint_step(last) == step + 1
 
 
+@pytest.mark.slow  # a train.py process: 20 s on 2 cores
+def test_ctrl_c_in_the_sanity_check_exits_130_and_says_the_run_did_not_start(env, tmp_path):
+    """Ctrl+C while Lightning's sanity check runs (the validation batches before training), which Lightning itself
+    ends with exit status 1: the process exits 130, says it stopped before training without a traceback, and
+    leaves no checkpoint, export or metrics.json."""
+    run_env = dict(env, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tests"), env.get("PYTHONPATH", "")]))
+    callback = "{class_path: signalling.SignalAt, init_args: {when: sanity_batch, signum: 2}}"
+    done = train(GLUE, tmp_path, *glue_args(f"--trainer.callbacks+={callback}"), env=run_env)
+    assert done.returncode == 130, done.stderr[-3000:]
+    assert "litbert: stopped by SIGINT before training began" in done.stderr and "Traceback" not in done.stderr
+    assert "Detected KeyboardInterrupt" not in done.stdout + done.stderr
+    assert last_lines(done.stderr, 1).startswith("litbert: start it again with: python train.py")
+    assert not (tmp_path / "metrics.json").exists() and not (tmp_path / "model").exists()
+    assert list(tmp_path.rglob("*.ckpt")) == []
+
+
 @pytest.mark.slow  # trains through train.py: .ci/run runs it with -m slow
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGUSR1])
 def test_a_signal_during_the_final_evaluation_stops_with_its_status(signum, env, tokenizer, tmp_path):
@@ -303,7 +319,7 @@ def test_a_signal_during_the_final_evaluation_stops_with_its_status(signum, env,
     process.send_signal(signum)
     out, err = process.communicate(timeout=300)
     assert process.returncode == 128 + signum, err[-3000:]
-    assert f"litbert: stopped by {signal.Signals(signum).name} outside the training steps" in err
+    assert f"litbert: stopped by {signal.Signals(signum).name} after training, in the evaluation" in err
     assert not (root / "metrics.json").exists() and not (root / "model").exists()
     if signum == signal.SIGUSR1:
         assert "the SLURM job was requeued" in err and calls.read_text().split() == ["requeue", "4242"]

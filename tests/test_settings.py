@@ -19,13 +19,14 @@ import signal
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 import pytest
 import torch
 from runs import MINILM
 from torch import nn
 
+import data.base as data_base
 import train
+from data.classification import ClassificationDataModule
 from data.sources import DataError
 from data.tokenizers import load_tokenizer, save_tokenizer, train_tokenizer
 from encoders import Encoder, EncoderConfig, Kernels, MaskedLMHead
@@ -574,56 +575,114 @@ def test_a_teacher_of_another_tokenizer_is_refused(glue, assets):
         glue(*kd, "--data.tokenizer", assets["tokenizer_b"])
 
 
-class SignalAt(L.Callback):
-    """Sends this process SIGTERM at one moment of a run: at the end of the training epoch (where the final
-    checkpoint is saved), or at the last batch of the validation after fit."""
+def signalled_run(assets: dict[str, str], root: Path, when: str, signum: int, *extra: str,
+                  config: tuple[str, ...] = ("--config", "configs/glue/rte.yaml", "--model.pretrained")
+                  ) -> tuple[int, list[str]]:
+    """A short run (bert-tiny, two training batches) through `train.cli_main` that `signalling.SignalAt` sends
+    `signum` at `when`; its exit status, and its arguments but the callback's. A SIGTERM that
+    the run leaves to the process's default, or a Ctrl+C that leaves it as a KeyboardInterrupt, fails the test
+    instead of ending pytest."""
+    def unhandled(signum: int, frame: Any) -> None:
+        raise AssertionError(f"{signal.Signals(signum).name} reached the default handler: the run did not catch it")
 
-    def __init__(self, when: str) -> None:
-        self.when = when
+    callback = root.parent / f"{root.name}-signal.yaml"
+    callback.write_text(f"trainer:\n  callbacks:\n    - class_path: signalling.SignalAt\n"
+                        f"      init_args: {{when: {when}, signum: {int(signum)}}}\n")
+    args = [*config, assets["tiny"], "--trainer.logger", "false", "--trainer.default_root_dir", str(root),
+            "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "2",
+            "--trainer.limit_test_batches", "2", "--trainer.enable_progress_bar", "false", *extra]
+    before = signal.signal(signal.SIGTERM, unhandled)
+    try:
+        status = train.cli_main([*args, "--config", str(callback)])
+        assert signal.getsignal(signal.SIGTERM) == unhandled  # the run's handlers are gone with it
+    except KeyboardInterrupt:
+        pytest.fail("Ctrl+C left train.py as a KeyboardInterrupt (a traceback), not an exit status")
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    return status, args
 
-    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self.when == "epoch_end":
-            os.kill(os.getpid(), signal.SIGTERM)
 
-    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
-        if self.when == "last_eval_batch" and trainer.state.fn == "validate" \
-                and batch_idx == trainer.num_val_batches[dataloader_idx] - 1:
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    def on_predict_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
-        if self.when == "last_predict_batch" and batch_idx == trainer.num_predict_batches[dataloader_idx] - 1:
-            os.kill(os.getpid(), signal.SIGTERM)
-
-
-@pytest.mark.parametrize("when", ["epoch_end", "last_eval_batch", "last_predict_batch"])
-def test_a_signal_after_the_last_step_never_ends_as_a_success(when, assets, shared_data, tmp_path, monkeypatch,
-                                                              capsys):
-    """SIGTERM while the last checkpoint is saved, or at the last batch of the final validation (where Lightning
-    itself does not act on it), stops the run with 143 before metrics.json and the export are written; at the last
-    batch of the test predictions (trainer.predict), after them, with no submission file."""
+@pytest.fixture
+def signal_env(shared_data, tmp_path, monkeypatch):
     monkeypatch.setenv("LITBERT_DATA", str(shared_data))
     monkeypatch.setenv("LITBERT_CACHE", str(tmp_path / "cache"))
-    extra = tmp_path / "signal.yaml"
-    extra.write_text(f"trainer:\n  callbacks:\n    - class_path: {__name__}.SignalAt\n"
-                     f"      init_args: {{when: {when}}}\n")
+
+
+@pytest.mark.parametrize(("when", "signum"), [
+    ("sanity_start", signal.SIGINT), ("sanity_batch", signal.SIGTERM), ("tokenising", signal.SIGINT),
+    ("building", signal.SIGINT), pytest.param("setup", signal.SIGTERM, marks=pytest.mark.slow)])
+def test_a_signal_before_training_stops_the_run_with_its_status(when, signum, assets, signal_env, tmp_path,
+                                                                 monkeypatch, capsys):
+    """Ctrl+C or SIGTERM before the first training step: while the run is built (the datamodule loads its tokenizer),
+    while the datamodule tokenises, once the run is set up, or in Lightning's sanity check (where Lightning ends
+    Ctrl+C with status 1; elsewhere Python prints a traceback, and SIGTERM ends the process without a word). The run
+    stops at once with 128 + the signal, says so and prints the command that starts it again (which runs: checked
+    once, as it trains); nothing was saved and no metrics.json written."""
+    if when in ("building", "tokenising"):  # the moment is inside litbert's own code: send the signal from there
+        module, name = (data_base, "load_tokenizer") if when == "building" else (ClassificationDataModule, "_build")
+        original = getattr(module, name)
+
+        def signalling(*args: Any, **kwargs: Any) -> Any:
+            os.kill(os.getpid(), signum)
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, signalling)
     root = tmp_path / "run"
-    before = signal.getsignal(signal.SIGTERM)
-    status = train.cli_main(["--config", "configs/glue/rte.yaml", "--config", str(extra), "--model.pretrained",
-                             assets["tiny"], "--trainer.logger", "false", "--trainer.default_root_dir", str(root),
-                             "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2",
-                             "--trainer.limit_val_batches", "2", "--trainer.limit_test_batches", "2",
-                             "--predict", str(when == "last_predict_batch").lower(),
-                             "--trainer.enable_progress_bar", "false"])
+    status, args = signalled_run(assets, root, when, signum)
     err = capsys.readouterr().err
-    assert status == 128 + signal.SIGTERM, err[-3000:]
-    assert ("stopped by SIGTERM at step 2; the training state was saved to" if when == "epoch_end"
-            else "stopped by SIGTERM outside the training steps") in err
+    assert status == 128 + signum, err[-3000:]
+    name = signal.Signals(signum).name
+    assert f"litbert: stopped by {name} before training began" in err and "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("litbert: start it again with: python train.py --config "
+                                                   "configs/glue/rte.yaml")
+    assert err.strip().endswith("--ckpt_path last")
+    assert not (root / "metrics.json").exists() and not (root / "model").exists()
+    assert list(root.rglob("*.ckpt")) == []
+    if when != "setup":
+        return
+    # The command it printed, without the signalling callback, finishes the run.
+    assert train.cli_main([*args, "--ckpt_path", "last"]) == 0, capsys.readouterr().err[-3000:]
+    assert (root / "metrics.json").is_file() and (root / "model").is_dir()
+
+
+@pytest.mark.parametrize(("when", "signum"), [
+    ("epoch_end", signal.SIGTERM), ("last_eval_batch", signal.SIGTERM), ("last_predict_batch", signal.SIGTERM),
+    pytest.param("test_batch", signal.SIGINT, marks=pytest.mark.slow),
+    pytest.param("export", signal.SIGINT, marks=pytest.mark.slow)])
+def test_a_signal_after_the_last_step_never_ends_as_a_success(when, signum, assets, signal_env, tmp_path,
+                                                              monkeypatch, capsys):
+    """SIGTERM while the last checkpoint is saved, or at the last batch of the final validation (where Lightning
+    itself does not act on it), stops the run with 143 before metrics.json and the export are written; at the last
+    batch of the test predictions (trainer.predict), after them, with no submission file. Ctrl+C in the test after
+    training (token classification: CoNLL has labelled test sets), or while the model is exported, stops it with 130
+    before metrics.json is written."""
+    extra, config = ["--predict", str(when == "last_predict_batch").lower()], ("--config", "configs/glue/rte.yaml",
+                                                                             "--model.pretrained")
+    if when == "test_batch":
+        config = ("--config", "configs/ner/conll2003.yaml", "--data.dataset", "null", "--data.train_files",
+                  assets["conll_a_train"], "--data.val_files", assets["conll_a_valid"], "--data.test_files",
+                  assets["conll_a_test"], "--model.pretrained")
+    if when == "export":
+        original = train.export
+
+        def signalling(*args: Any, **kwargs: Any) -> Any:
+            os.kill(os.getpid(), signum)
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(train, "export", signalling)
+    root = tmp_path / "run"
+    status, _ = signalled_run(assets, root, when, signum, *extra, config=config)
+    err = capsys.readouterr().err
+    name = signal.Signals(signum).name
+    assert status == 128 + signum, err[-3000:]
+    assert (f"stopped by {name} at step 2; the training state was saved to" if when == "epoch_end"
+            else f"stopped by {name} after training, in the evaluation, export or test predictions") in err
     if when == "last_predict_batch":
         assert (root / "metrics.json").is_file() and (root / "model").is_dir() and not (root / "submission").exists()
     else:
-        assert not (root / "metrics.json").exists() and not (root / "model").exists()
+        assert not (root / "metrics.json").exists()
+        assert (root / "model").is_dir() == (when == "export")  # an export under way is finished, not cut
     assert (root / "checkpoints" / "last.ckpt").is_file()
-    assert signal.getsignal(signal.SIGTERM) == before  # the run's handlers are gone with it
 
 
 def test_a_relaunch_with_ckpt_path_last_of_a_run_that_saved_nothing_starts_afresh(glue, tmp_path, capsys):

@@ -5,7 +5,8 @@
 - 2: the configuration, data or a checkpoint is wrong, or the run cannot write (a read-only folder, a full disk):
   the last lines printed are litbert's message naming the file, field or value, without a traceback
   (`LITBERT_TRACEBACK=1` shows it);
-- 128 + N: stopped by signal N, with the command that resumes the run where it saved its state.
+- 128 + N: stopped by signal N (Ctrl+C: 130, SIGTERM: 143), wherever it came, with the command that resumes the run
+  where it saved its state, or starts it again where it stopped before training.
 
 Any other error is a bug, and propagates with its traceback.
 """
@@ -28,7 +29,7 @@ from data.sources import DataError
 from encoders.checkpoints import CheckpointError
 from tasks.base import DivergenceError
 from tasks.run.folders import RunFolderError
-from tasks.run.signals import RunInterrupted
+from tasks.run.signals import RunInterrupted, StoppedBeforeTraining
 from tasks.run.tracking import finish_tracking
 
 # Errors about the user's configuration, data or files: shown as litbert's message, without a traceback. Lightning
@@ -51,16 +52,24 @@ def exit_status(error: BaseException, args: Sequence[str] | None) -> int | None:
         finish_tracking(1)
         print(f"litbert: {error}{resume_hint(error, args)}", file=sys.stderr, flush=True)
         return 128 + error.signum
-    if isinstance(error, SIGTERMException):  # outside the training steps: the sanity check, or the evaluation,
-        finish_tracking(1)  # export and predictions after fit (Lightning's own SIGTERMException: the sanity check)
+    if isinstance(error, StoppedBeforeTraining):
+        finish_tracking(1)
+        given = list(sys.argv[1:] if args is None else args)
+        if given[:1] == ["predict"]:  # `train.py predict`, stopped while its model and data were loaded
+            print(f"litbert: stopped by {signal.Signals(error.signum).name} before predicting; nothing was written.",
+                  file=sys.stderr, flush=True)
+            return 128 + error.signum
+        print(f"litbert: stopped by {signal.Signals(error.signum).name} before training began (while the run was "
+              f"built, its data read and tokenised, or in Lightning's sanity check){_requeued(error)}; nothing was "
+              f"trained or saved, and no metrics.json was written.{restart_hint(given)}", file=sys.stderr, flush=True)
+        return 128 + error.signum
+    if isinstance(error, SIGTERMException):  # after training (Lightning's own: from the evaluation loops)
+        finish_tracking(1)
         signum = getattr(error, "signum", signal.SIGTERM)
-        requeued = "; the SLURM job was requeued" if getattr(error, "requeued", False) else ""
-        print(f"litbert: stopped by {signal.Signals(signum).name} outside the training steps (in the sanity check, "
-              f"or in the evaluation, export or test predictions after training){requeued}; the run did not finish "
-              f"(metrics.json is written after the evaluation and export, the predictions after it). Stopped after "
-              f"training, it has its final state in the run's checkpoints/last.ckpt: resume with --ckpt_path last "
-              f"to evaluate, export and predict. Stopped before its first step, it has nothing to resume: start it "
-              f"again.", file=sys.stderr, flush=True)
+        print(f"litbert: stopped by {signal.Signals(signum).name} after training, in the evaluation, export or test "
+              f"predictions{_requeued(error)}; the run did not finish (metrics.json is written after the evaluation "
+              f"and export, the predictions after it). It has its final state in the run's checkpoints/last.ckpt: "
+              f"resume with --ckpt_path last to evaluate, export and predict.", file=sys.stderr, flush=True)
         return 128 + signum
     if isinstance(error, DivergenceError):
         finish_tracking(1)
@@ -135,11 +144,33 @@ def condense_parse_error(message: str) -> str:
             f"--print_config` shows every setting and its current value; `--help` lists them.")
 
 
+def _requeued(error: BaseException) -> str:
+    return "; the SLURM job was requeued" if getattr(error, "requeued", False) else ""
+
+
 def resume_hint(error: RunInterrupted, args: Sequence[str] | None) -> str:
     """The command that resumes an interrupted run: its own command line (quoted for a shell) with `--ckpt_path`
     the saved state, and without `--overwrite`, which would replace the run instead and is refused beside it."""
     if not error.checkpoint:
         return ""
+    return f"\nlitbert: resume with: {_command(args, error.checkpoint)}"
+
+
+def restart_hint(args: Sequence[str] | None) -> str:
+    """The command that starts again a run stopped before it trained: its own command line, resuming from the
+    checkpoint it resumed from, if any; otherwise with `--ckpt_path last`, which starts afresh in a folder where the
+    run stopped before its first checkpoint (as the plain command would not: the folder holds its config.yaml)."""
+    given, checkpoint = list(sys.argv[1:] if args is None else args), "last"
+    for i, arg in enumerate(given):
+        if arg == "--ckpt_path" and i + 1 < len(given):
+            checkpoint = given[i + 1]
+        elif arg.startswith("--ckpt_path="):
+            checkpoint = arg.split("=", 1)[1]
+    return f"\nlitbert: start it again with: {_command(args, checkpoint)}"
+
+
+def _command(args: Sequence[str] | None, checkpoint: str) -> str:
+    """The run's command line with `--ckpt_path checkpoint` in place of its own, and without `--overwrite`."""
     kept, given = [], list(sys.argv[1:] if args is None else args)
     while given:
         arg = given.pop(0)
@@ -148,4 +179,4 @@ def resume_hint(error: RunInterrupted, args: Sequence[str] | None) -> str:
                 given.pop(0)  # its value
         elif not arg.startswith(("--ckpt_path=", "--overwrite=")):
             kept.append(arg)
-    return f"\nlitbert: resume with: python train.py {shlex.join(kept)} --ckpt_path {shlex.quote(error.checkpoint)}"
+    return f"python train.py {shlex.join(kept)} --ckpt_path {shlex.quote(checkpoint)}"

@@ -1,9 +1,11 @@
 """How a run stops on a signal, with a non-zero exit status and, where training had begun, a checkpoint to resume.
 
 During training `tasks.run.checkpoints.LastCheckpoint` catches SIGTERM, SIGINT and SLURM's requeue signal, saves at
-the next step boundary and raises `RunInterrupted` (exit status 128 + the signal's number). After training,
-`LateSignals` holds the same signals until the next point where the run can stop cleanly, before its results are
-written, and raises `StoppedAfterTraining` (the same exit status; the requeue signal requeues the job).
+the next step boundary and raises `RunInterrupted` (exit status 128 + the signal's number). Outside the training
+steps `RunSignals` catches them: before training, while the run is built, its data read and tokenised and Lightning's
+sanity check runs, it stops the run at once (`StoppedBeforeTraining`: there is nothing to save); after training it
+holds them until the next point where the run can stop cleanly, before its results are written, and raises
+`StoppedAfterTraining`. Both give the same exit status, and the requeue signal requeues the job.
 """
 
 from __future__ import annotations
@@ -33,10 +35,22 @@ class RunInterrupted(Exception):
                          + ("; the SLURM job was requeued" if requeued else ""))
 
 
+class StoppedBeforeTraining(SIGTERMException):
+    """A signal stopped the run before its first training step: while it was built (a tokenizer trained), its data
+    read and tokenised, or in Lightning's sanity check. Nothing was trained or saved. `tasks.run.errors` turns it into
+    a message and the exit status 128 + `signum`. A `SystemExit`, as Lightning's SIGTERMException, so that no
+    `except Exception` on the way (a data loader's, jsonargparse's while it builds the datamodule) takes it for an
+    error of its own."""
+
+    def __init__(self, signum: int, requeued: bool = False) -> None:
+        self.signum, self.requeued = signum, requeued
+        super().__init__(128 + signum)
+
+
 class StoppedAfterTraining(SIGTERMException):
-    """A signal stopped the run outside the training steps (Lightning's sanity check, or the evaluation, export and
-    predictions after training), before its results were written. `tasks.run.errors` turns it into a message and
-    the exit status 128 + `signum`; Lightning's own SIGTERMException (from the sanity check) is read as SIGTERM."""
+    """A signal stopped the run after training (the evaluation, export and predictions), before its results were
+    written. `tasks.run.errors` turns it into a message and the exit status 128 + `signum`; Lightning's own
+    SIGTERMException (from the evaluation loops after training) is read as SIGTERM."""
 
     def __init__(self, signum: int, requeued: bool = False) -> None:
         self.signum, self.requeued = signum, requeued
@@ -61,25 +75,65 @@ def requeue_on(trainer: L.Trainer, signum: int) -> bool:
     return requeue_slurm_job() if trainer.is_global_zero else True
 
 
-class LateSignals:
-    """The signals of `stop_signals` after training, while the run validates, tests and exports. Lightning acts on a
-    SIGTERM only between evaluation batches (not after the last one, nor outside them), turns Ctrl+C into exit status
-    1, and leaves the requeue signal's default, which ends the process without requeueing the job: a run reached
-    there would end as if it had failed, or as if it had succeeded. Installed once fit has returned (before it, the
-    default handlers end the process, and during it training's own handlers save and stop), and called by
-    Lightning's evaluation handlers too; `check` stops the run, on every rank at once, before its results are
-    written. A second Ctrl+C stops at once."""
+class RunSignals(L.Callback):
+    """The signals of a run outside its training steps (`LastCheckpoint` has its own during them), from before the run
+    is built to its end: `with RunSignals():` around the building, and `attach(trainer)` once there is a trainer.
+
+    Left to Python and Lightning, Ctrl+C before training ends in a traceback (or Lightning's exit status 1 in the
+    sanity check), SIGTERM ends the process without a word, and the requeue signal ends it without requeueing the
+    job; after training, Lightning acts on a SIGTERM only between evaluation batches (not after the last one, nor
+    outside them). A run stopped there would end as if it had crashed, or as if it had succeeded.
+
+    Before training (until `on_train_end`, or `hold` once fit has returned) there is nothing to save, and a signal
+    stops the run at once with `StoppedBeforeTraining`. After it, while the run validates, tests and exports, a signal
+    is held, and `check` stops the run, on every rank at once, before its results are written (a second Ctrl+C stops
+    at once). Lightning's evaluation handlers call the handler too. A process forked from the run's (a DataLoader
+    worker, a tokenising process) leaves the stopping to the run: it ignores them, but ends on SIGTERM."""
 
     def __init__(self) -> None:
         self.received = 0
+        self.holding = False
+        self.trainer: L.Trainer | None = None
         self.previous: dict[int, Any] = {}
+        self.pid = os.getpid()
 
-    def install(self, trainer: L.Trainer) -> None:
-        if threading.current_thread() is threading.main_thread():
-            for signum in stop_signals(trainer):
+    def __enter__(self) -> RunSignals:
+        self._install([signal.SIGTERM, signal.SIGINT])
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.restore()
+        if self.trainer is not None and self in self.trainer.callbacks:
+            self.trainer.callbacks.remove(self)
+
+    def attach(self, trainer: L.Trainer) -> None:
+        """Also catch the requeue signal of a SLURM job that auto-requeues, and hold the signals once training ends."""
+        self.trainer = trainer
+        self._install(stop_signals(trainer))
+        trainer.callbacks.append(self)
+
+    def _install(self, signums: list[int]) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum in signums:
+            if signum not in self.previous:
                 self.previous[signum] = signal.signal(signum, self._on_signal)
 
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.hold()  # before LastCheckpoint (a Checkpoint: Lightning runs it last) hands the signals back
+
+    def hold(self) -> None:
+        self.holding = True
+
     def _on_signal(self, signum: int, frame: Any) -> None:
+        if os.getpid() != self.pid:  # a process forked from the run's: the run stops it
+            if signum == signal.SIGTERM:  # as the run does when it stops it (a pool of tokenising processes)
+                signal.signal(signum, signal.SIG_DFL)
+                signal.raise_signal(signum)
+            return
+        if not self.holding:
+            requeued = self.trainer is not None and requeue_on(self.trainer, signum)
+            raise StoppedBeforeTraining(signum, requeued)
         if signum == signal.SIGINT and self.received == signal.SIGINT:
             raise StoppedAfterTraining(signum)
         self.received = signum

@@ -1,0 +1,49 @@
+"""A callback that sends the run's own process a signal at one moment of a run, as a user's Ctrl+C or a scheduler's
+SIGTERM would: added with `--trainer.callbacks`, in this process (`train.cli_main`) or in a `train.py` subprocess
+with tests/ on its PYTHONPATH."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import lightning as L
+
+
+class SignalAt(L.Callback):
+    """Sends `signum` at `when`: `setup` (the run's setup, once the datamodule has read and tokenised its data, before
+    the fit loop), `sanity_start` or `sanity_batch` (Lightning's sanity check: before it, or after its first batch),
+    `epoch_end` (the end of the training epoch, where the final checkpoint is saved), `last_eval_batch` (the last
+    batch of the validation after fit), `test_batch` (the first batch of the test after fit) or
+    `last_predict_batch` (the last batch of the test predictions)."""
+
+    def __init__(self, when: str, signum: int = signal.SIGTERM) -> None:
+        self.when, self.signum = when, signum
+
+    def _send(self, when: str) -> None:
+        if self.when == when:
+            os.kill(os.getpid(), self.signum)
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if stage == "fit":
+            self._send("setup")
+
+    def on_sanity_check_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._send("sanity_start")
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._send("epoch_end")
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        if trainer.sanity_checking and batch_idx == 0:
+            self._send("sanity_batch")
+        if trainer.state.fn == "validate" and batch_idx == trainer.num_val_batches[dataloader_idx] - 1:
+            self._send("last_eval_batch")
+
+    def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        if batch_idx == 0:
+            self._send("test_batch")
+
+    def on_predict_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        if batch_idx == trainer.num_predict_batches[dataloader_idx] - 1:
+            self._send("last_predict_batch")
