@@ -15,14 +15,16 @@ class SignalAt(L.Callback):
     the fit loop), `sanity_start` or `sanity_batch` (Lightning's sanity check: before it, or after its first batch),
     `epoch_end` (the end of the training epoch, where the final checkpoint is saved), `last_eval_batch` (the last
     batch of the validation after fit), `test_batch` (the first batch of the test after fit) or
-    `last_predict_batch` (the last batch of the test predictions)."""
+    `last_predict_batch` (the last batch of the test predictions), or `second_batch` (the end of the second training
+    batch); `times` times (Ctrl+C pressed twice: 2)."""
 
-    def __init__(self, when: str, signum: int = signal.SIGTERM) -> None:
-        self.when, self.signum = when, signum
+    def __init__(self, when: str, signum: int = signal.SIGTERM, times: int = 1) -> None:
+        self.when, self.signum, self.times = when, signum, times
 
     def _send(self, when: str) -> None:
         if self.when == when:
-            os.kill(os.getpid(), self.signum)
+            for _ in range(self.times):
+                os.kill(os.getpid(), self.signum)
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if stage == "fit":
@@ -30,6 +32,10 @@ class SignalAt(L.Callback):
 
     def on_sanity_check_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._send("sanity_start")
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if batch_idx == 1:
+            self._send("second_batch")
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._send("epoch_end")

@@ -576,8 +576,8 @@ def test_a_teacher_of_another_tokenizer_is_refused(glue, assets):
 
 
 def signalled_run(assets: dict[str, str], root: Path, when: str, signum: int, *extra: str,
-                  config: tuple[str, ...] = ("--config", "configs/glue/rte.yaml", "--model.pretrained")
-                  ) -> tuple[int, list[str]]:
+                  config: tuple[str, ...] = ("--config", "configs/glue/rte.yaml", "--model.pretrained"),
+                  times: int = 1) -> tuple[int, list[str]]:
     """A short run (bert-tiny, two training batches) through `train.cli_main` that `signalling.SignalAt` sends
     `signum` at `when`; its exit status, and its arguments but the callback's. A SIGTERM that
     the run leaves to the process's default, or a Ctrl+C that leaves it as a KeyboardInterrupt, fails the test
@@ -587,7 +587,7 @@ def signalled_run(assets: dict[str, str], root: Path, when: str, signum: int, *e
 
     callback = root.parent / f"{root.name}-signal.yaml"
     callback.write_text(f"trainer:\n  callbacks:\n    - class_path: signalling.SignalAt\n"
-                        f"      init_args: {{when: {when}, signum: {int(signum)}}}\n")
+                        f"      init_args: {{when: {when}, signum: {int(signum)}, times: {times}}}\n")
     args = [*config, assets["tiny"], "--trainer.logger", "false", "--trainer.default_root_dir", str(root),
             "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "2",
             "--trainer.limit_test_batches", "2", "--trainer.enable_progress_bar", "false", *extra]
@@ -683,6 +683,23 @@ def test_a_signal_after_the_last_step_never_ends_as_a_success(when, signum, asse
         assert not (root / "metrics.json").exists()
         assert (root / "model").is_dir() == (when == "export")  # an export under way is finished, not cut
     assert (root / "checkpoints" / "last.ckpt").is_file()
+
+
+@pytest.mark.slow  # trains two steps: 10 s on 2 cores
+def test_a_second_ctrl_c_stops_training_at_once_with_status_130(assets, signal_env, tmp_path, capsys):
+    """Ctrl+C twice during training stops at once, without saving the step (not Lightning's exit status 1 for the
+    KeyboardInterrupt it raised before), naming the newest checkpoint and the command that resumes from it."""
+    root = tmp_path / "run"
+    status, _ = signalled_run(assets, root, "second_batch", signal.SIGINT, "--checkpoint.every_n_steps", "1",
+                              times=2)
+    err = capsys.readouterr().err
+    last = root / "checkpoints" / LAST
+    assert status == 130, err[-3000:]
+    assert (f"litbert: stopped at once by a second SIGINT at step 2, without saving; the newest training state is "
+            f"{last} (step 1)") in err
+    assert err.strip().endswith(f"--ckpt_path {last}") and "Traceback" not in err
+    assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == 1
+    assert not (root / "metrics.json").exists() and not (root / "model").exists()
 
 
 def test_a_relaunch_with_ckpt_path_last_of_a_run_that_saved_nothing_starts_afresh(glue, tmp_path, capsys):

@@ -34,7 +34,7 @@ from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_warn
 
 from tasks.run.checkpoint_io import LAST
-from tasks.run.signals import RunInterrupted, requeue_on, stop_signals
+from tasks.run.signals import RunInterrupted, StoppedAtOnce, requeue_on, stop_signals
 
 # ----------------------------------------------------------------------------------------------------- best
 
@@ -303,8 +303,9 @@ class LastCheckpoint(Checkpoint):
         self._previous_handlers = {}
 
     def _on_signal(self, signum: int, frame: Any) -> None:
-        if signum == signal.SIGINT and self._signal == signal.SIGINT:
-            raise KeyboardInterrupt  # a second Ctrl+C: stop now, without waiting for the step to end
+        if signum == signal.SIGINT and self._signal == signal.SIGINT:  # a second Ctrl+C: stop now, mid-step
+            step = self._trainer.global_step if self._trainer is not None else 0
+            raise StoppedAtOnce(signum, step, self.last_path, self.saved_step)
         self._signal = signum
         print(f"litbert: received {signal.Signals(signum).name}; stopping at the end of this step "
               f"(press Ctrl+C again to stop at once, without a checkpoint).", flush=True)

@@ -29,7 +29,7 @@ from data.sources import DataError
 from encoders.checkpoints import CheckpointError
 from tasks.base import DivergenceError
 from tasks.run.folders import RunFolderError
-from tasks.run.signals import RunInterrupted, StoppedBeforeTraining
+from tasks.run.signals import RunInterrupted, StoppedAtOnce, StoppedBeforeTraining
 from tasks.run.tracking import finish_tracking
 
 # Errors about the user's configuration, data or files: shown as litbert's message, without a traceback. Lightning
@@ -48,7 +48,7 @@ def exit_status(error: BaseException, args: Sequence[str] | None) -> int | None:
     """Print `error` as litbert's message and return the exit status of the run it ended, or None for an error
     that is not the user's to fix (a bug, KeyboardInterrupt, SystemExit), which the caller re-raises. `args` is the
     command line (None: sys.argv), for the command that resumes an interrupted run."""
-    if isinstance(error, RunInterrupted):
+    if isinstance(error, RunInterrupted | StoppedAtOnce):
         finish_tracking(1)
         print(f"litbert: {error}{resume_hint(error, args)}", file=sys.stderr, flush=True)
         return 128 + error.signum
@@ -148,7 +148,7 @@ def _requeued(error: BaseException) -> str:
     return "; the SLURM job was requeued" if getattr(error, "requeued", False) else ""
 
 
-def resume_hint(error: RunInterrupted, args: Sequence[str] | None) -> str:
+def resume_hint(error: RunInterrupted | StoppedAtOnce, args: Sequence[str] | None) -> str:
     """The command that resumes an interrupted run: its own command line (quoted for a shell) with `--ckpt_path`
     the saved state, and without `--overwrite`, which would replace the run instead and is refused beside it."""
     if not error.checkpoint:

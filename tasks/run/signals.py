@@ -35,6 +35,20 @@ class RunInterrupted(Exception):
                          + ("; the SLURM job was requeued" if requeued else ""))
 
 
+class StoppedAtOnce(SIGTERMException):
+    """A second Ctrl+C stopped training at once, at step `step` (the optimizer steps taken), without saving;
+    `checkpoint` is the newest training state saved before it (step `saved_step`), None if none. A `SystemExit`, not the
+    KeyboardInterrupt that Lightning ends with exit status 1: `tasks.run.errors` gives 128 + `signum` and the
+    command that resumes from `checkpoint`."""
+
+    def __init__(self, signum: int, step: int, checkpoint: str | None, saved_step: int) -> None:
+        self.signum, self.step, self.checkpoint = signum, step, checkpoint
+        newest = f"the newest training state is {checkpoint} (step {saved_step})" if checkpoint else \
+            "no training state was saved before it"
+        super().__init__(f"stopped at once by a second {signal.Signals(signum).name} at step {step}, without "
+                         f"saving; {newest}")
+
+
 class StoppedBeforeTraining(SIGTERMException):
     """A signal stopped the run before its first training step: while it was built (a tokenizer trained), its data
     read and tokenised, or in Lightning's sanity check. Nothing was trained or saved. `tasks.run.errors` turns it into
