@@ -212,6 +212,40 @@ def test_a_signal_saves_at_the_step_boundary_and_exits_non_zero(signum, env, tmp
     assert sorted(by_step(wandb_history(tmp_path, wandb_runs(tmp_path)[-1]), "train/loss")) == [step, step + 1]
 
 
+def best_state(path: Path) -> dict:
+    """The best checkpoint's callback state saved in the checkpoint at `path` (its best path and score)."""
+    callbacks = torch.load(path, map_location="cpu", weights_only=True)["callbacks"]
+    (state,) = [value for key, value in callbacks.items() if key.startswith("BestCheckpoint")]
+    return state
+
+
+@pytest.mark.slow  # three MLM runs: two minutes on 2 cores
+def test_a_run_resumed_from_its_best_checkpoint_keeps_one_best(env, tokenizer, tmp_path):
+    """Resumed from `checkpoints/best-N.ckpt` rather than last.ckpt, a run that validates better replaces that best
+    checkpoint (Lightning never removes the file a run resumed from, which left two "best" checkpoints). Resumed
+    after its folder was moved, from its best, at a learning rate that only makes it worse, the run keeps that best
+    (Lightning reloads the best score only in the same folder, and took the first validation after the resume as the
+    best), and evaluates it into metrics.json."""
+    first, moved = tmp_path / "run", tmp_path / "moved"
+    args = mlm_args(tokenizer, "--trainer.val_check_interval", "1", "--export", "false")
+    assert_ok(train(QUICKSTART, first, *args, "--trainer.max_steps", "2", env=env))
+    assert best_checkpoints(first) == ["best-2.ckpt"]
+    assert_ok(train(QUICKSTART, first, *args, "--trainer.max_steps", "4", "--ckpt_path",
+                    str(first / "checkpoints" / "best-2.ckpt"), env=env))
+    assert best_checkpoints(first) == ["best-4.ckpt"]
+    best = float(best_state(first / "checkpoints" / LAST)["best_model_score"])
+    assert json.loads((first / "metrics.json").read_text())["val/loss"] == pytest.approx(best, rel=1e-6)
+
+    first.rename(moved)
+    assert_ok(train(QUICKSTART, moved, *args, "--trainer.max_steps", "6", "--model.optimization.learning_rate",
+                    "0.1", "--ckpt_path", str(moved / "checkpoints" / "best-4.ckpt"), env=env))
+    assert best_checkpoints(moved) == ["best-4.ckpt"]
+    losses = by_step(wandb_history(moved, wandb_runs(moved)[-1]), "val/loss")
+    assert losses[5] > best  # the first validation after the resume, worse (at step 6: the final evaluation's)
+    assert best_state(moved / "checkpoints" / LAST)["best_model_path"] == str(moved / "checkpoints" / "best-4.ckpt")
+    assert json.loads((moved / "metrics.json").read_text())["val/loss"] == pytest.approx(best, rel=1e-6)
+
+
 @pytest.mark.slow  # three fine-tuning processes: a minute and a half on 2 cores
 def test_a_resume_that_changes_what_the_weights_compute_is_refused(env, tmp_path):
     """A run resumed with another pooler activation (the same shapes, so the weights would load), another

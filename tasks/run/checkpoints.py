@@ -54,8 +54,9 @@ class ValidateFinalStep(L.Callback):
 
 
 class BestCheckpoint(ModelCheckpoint):
-    """The best checkpoint by the task's metric (`best-<step>.ckpt`). A non-finite value is never a candidate: a
-    run whose metric is NaN at every validation has no best checkpoint rather than a NaN one."""
+    """The best checkpoint by the task's metric (`best-<step>.ckpt`), one a run, across resumes. A non-finite value
+    is never a candidate: a run whose metric is NaN at every validation has no best checkpoint rather than a NaN
+    one."""
 
     def __init__(self, monitor: str, mode: str, dirpath: str | None = None) -> None:
         super().__init__(dirpath=dirpath, monitor=monitor, mode=mode, filename="best-{step}",
@@ -67,6 +68,29 @@ class BestCheckpoint(ModelCheckpoint):
                            f"the best checkpoint.")
             return False
         return super().check_monitor_top_k(trainer, current)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        # A run folder moved or copied since the checkpoint was written holds its best checkpoints in the new place.
+        # Lightning reloads the best score only from the same folder, and otherwise takes the first validation after
+        # the resume as the best, however bad, beside the earlier best; their paths are mapped to the new folder.
+        saved, best = state_dict.get("dirpath"), state_dict.get("best_k_models") or {}
+        if saved is not None and self.dirpath is not None and Path(saved).absolute() != Path(self.dirpath).absolute():
+            moved = {path: os.path.join(self.dirpath, os.path.basename(path)) for path in best}
+            if moved and all(os.path.isfile(path) for path in moved.values()):
+                state_dict = dict(state_dict, dirpath=self.dirpath,
+                                  best_k_models={moved[path]: score for path, score in best.items()},
+                                  **{key: moved.get(state_dict.get(key), state_dict.get(key))
+                                     for key in ("best_model_path", "kth_best_model_path")})
+        super().load_state_dict(state_dict)
+
+    def _should_remove_checkpoint(self, trainer: L.Trainer, previous: str, current: str) -> bool:
+        # Lightning never removes the file the run resumed from. Resumed from its best checkpoint (`--ckpt_path
+        # <run>/checkpoints/best-N.ckpt`), a run that finds a better one would keep both, and its folder two "best"
+        # checkpoints: this run's own best, replaced, goes as any other would. One it did not beat stays the best.
+        resumed = trainer.ckpt_path is not None and Path(previous).absolute() == Path(trainer.ckpt_path).absolute()
+        if resumed and previous != current and self.dirpath is not None:
+            return Path(self.dirpath).absolute() in Path(previous).absolute().parents
+        return super()._should_remove_checkpoint(trainer, previous, current)
 
 
 # ----------------------------------------------------------------------------------------------------- random state
