@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import torch
+import yaml
 from runs import MINILM
 from torch import nn
 
@@ -700,6 +701,27 @@ def test_a_second_ctrl_c_stops_training_at_once_with_status_130(assets, signal_e
     assert err.strip().endswith(f"--ckpt_path {last}") and "Traceback" not in err
     assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == 1
     assert not (root / "metrics.json").exists() and not (root / "model").exists()
+
+
+def test_a_negative_number_in_scientific_notation_is_a_value_on_the_command_line(assets, signal_env, tmp_path,
+                                                                                 capsys):
+    """`--model.optimization.learning_rate -1e-3` as two arguments: argparse before Python 3.13 read `-1e-3` as an
+    option and failed with "argument --model: expected one argument". The value arrives, and the arguments after
+    it too; a negative learning rate or weight decay is then refused naming the setting, as with `=-1e-3`."""
+    run = ["--config", "configs/glue/rte.yaml", "--model.pretrained", assets["tiny"], "--trainer.logger", "false",
+           "--trainer.default_root_dir", str(tmp_path / "run")]
+    with pytest.raises(SystemExit) as printed:
+        train.cli_main([*run, "--model.optimization.weight_decay", "-1e-3", "--model.optimization.warmup", "-2.5E-1",
+                        "--model.optimization.eps", "-.5", "--trainer.max_steps", "7", "--print_config"])
+    assert printed.value.code in (0, None)
+    config = yaml.safe_load(capsys.readouterr().out)
+    optimization = config["model"]["init_args"]["optimization"]
+    assert (optimization["weight_decay"], optimization["warmup"], optimization["eps"]) == (-0.001, -0.25, -0.5)
+    assert config["trainer"]["max_steps"] == 7
+    for setting, message in (("learning_rate", "learning_rate=-0.001 must be > 0."),
+                             ("weight_decay", "weight_decay=-0.001 must be >= 0.")):
+        assert train.cli_main([*run, f"--model.optimization.{setting}", "-1e-3"]) == 2
+        assert capsys.readouterr().err.strip().endswith(f"model.optimization.{message}")
 
 
 def test_a_relaunch_with_ckpt_path_last_of_a_run_that_saved_nothing_starts_afresh(glue, tmp_path, capsys):

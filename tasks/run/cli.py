@@ -79,6 +79,16 @@ class LitbertCLI(LightningCLI):
         self.replaced_source: list[str] = []
         super().__init__(*args, **kwargs)
 
+    def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
+        parser = super().init_parser(**kwargs)
+        # `--model.optimization.weight_decay -1e-3`: argparse before Python 3.13 takes an argument for a value only
+        # where it looks like a negative number without an exponent (`-1`, `-0.001`), so it read `-1e-3` as an
+        # unknown option and failed with "argument --model: expected one argument". Python 3.13's pattern: an
+        # argument that starts with a minus and a digit (or `-.` and a digit) is a value, as no litbert option
+        # looks like that.
+        parser._negative_number_matcher = re.compile(r"-\.?\d")
+        return parser
+
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         self.args = list(args) if isinstance(args, Sequence) and not isinstance(args, str) else []
         super().parse_arguments(parser, args)
