@@ -36,7 +36,7 @@ from runs import (
 
 from tasks.run.checkpoint_io import LAST, SafeCheckpointIO
 from tasks.run.errors import exit_status, resume_hint
-from tasks.run.signals import RunInterrupted
+from tasks.run.signals import RunInterrupted, StoppedBeforeTraining
 
 GLUE = "configs/glue/wnli.yaml"  # 635 training pairs: 20 batches of 32 an epoch
 QUICKSTART = "configs/quickstart.yaml"
@@ -187,6 +187,25 @@ def test_the_resume_command_of_a_stopped_run_is_its_own_without_overwrite_and_qu
         "\nlitbert: resume with: python train.py --config configs/glue/rte.yaml --trainer.default_root_dir "
         "'/runs/my run' --model.optimization.learning_rate 2e-5 --ckpt_path '/runs/my run/checkpoints/last.ckpt'")
     assert resume_hint(RunInterrupted(signal.SIGTERM, 12, None), args) == ""
+
+
+def test_a_signal_stop_under_the_error_of_a_clean_up_ends_as_the_signal(capsys):
+    """Stopped by a signal while datasets tokenises in a pool of processes, the run meets the pool's clean-up, which
+    asks for the results of the stopped processes and raises TimeoutError while the stop unwinds: the run still ends
+    as stopped by the signal, with its status and message, not as a crash."""
+    def tokenising_pool() -> None:
+        try:
+            raise StoppedBeforeTraining(signal.SIGTERM)
+        finally:
+            raise TimeoutError  # multiprocess.context.TimeoutError, from datasets' iflatmap_unordered
+
+    with pytest.raises(TimeoutError) as raised:
+        tokenising_pool()
+    assert exit_status(raised.value, ["--config", "configs/quickstart.yaml"]) == 143
+    err = capsys.readouterr().err
+    assert "litbert: stopped by SIGTERM before training began" in err
+    assert last_lines(err, 1) == ("litbert: start it again with: python train.py --config configs/quickstart.yaml "
+                                  "--ckpt_path last")
 
 
 @pytest.mark.slow  # trains through train.py: .ci/run runs it with -m slow

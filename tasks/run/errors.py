@@ -48,6 +48,10 @@ def exit_status(error: BaseException, args: Sequence[str] | None) -> int | None:
     """Print `error` as litbert's message and return the exit status of the run it ended, or None for an error
     that is not the user's to fix (a bug, KeyboardInterrupt, SystemExit), which the caller re-raises. `args` is the
     command line (None: sys.argv), for the command that resumes an interrupted run."""
+    # A signal's stop under the error of a clean-up it set off (datasets' pool of tokenising processes, asked for
+    # the results of its stopped processes, raises TimeoutError): the run ended on the signal.
+    error = next((e for e in causes(error) if isinstance(e, RunInterrupted | StoppedAtOnce | SIGTERMException)),
+                 error)
     if isinstance(error, RunInterrupted | StoppedAtOnce):
         finish_tracking(1)
         print(f"litbert: {error}{resume_hint(error, args)}", file=sys.stderr, flush=True)
@@ -95,15 +99,20 @@ def exit_status(error: BaseException, args: Sequence[str] | None) -> int | None:
     return 2
 
 
+def causes(error: BaseException) -> list[BaseException]:
+    """`error`, then the error it was raised from or while handling, and so on."""
+    chain: list[BaseException] = []
+    current: BaseException | None = error
+    while current is not None and current not in chain:
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    return chain
+
+
 def own_error(error: BaseException) -> BaseException:
     """The error a constructor raised, under the wrapping that jsonargparse adds while instantiating classes
     ("Does not validate against any of the Union subtypes" and an argument dump)."""
-    seen = []
-    current: BaseException | None = error
-    while current is not None and current not in seen:
-        seen.append(current)
-        current = current.__cause__ or current.__context__
-    for candidate in seen:
+    for candidate in causes(error):
         frames = traceback.extract_tb(candidate.__traceback__)
         if frames and "jsonargparse" not in frames[-1].filename:
             return candidate
