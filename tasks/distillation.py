@@ -128,10 +128,13 @@ def distillation_losses(
     """The three terms, unweighted. Logits are (N, V) at the N masked positions; hidden states (B, T, C)."""
     kl = soft_target_loss(student_logits, teacher_logits, temperature)
     mlm = vocab_cross_entropy(student_logits, targets)
+    distance = 1 - F.cosine_similarity(student_hidden.float(), teacher_hidden.float(), dim=-1)  # (B, T)
     if attention_mask is None:
-        attention_mask = torch.ones(student_hidden.shape[:2], device=student_hidden.device)
+        return {"kl": kl, "mlm": mlm, "cosine": distance.mean()}
+    # The mean over real tokens as a masked sum over their count: selecting them (`distance[mask.bool()]`) would
+    # make the host wait for the device to learn how many there are, at every step (bench.syncs).
     real = attention_mask.bool()
-    cosine = (1 - F.cosine_similarity(student_hidden[real].float(), teacher_hidden[real].float(), dim=-1)).mean()
+    cosine = torch.where(real, distance, 0.0).sum() / real.sum()
     return {"kl": kl, "mlm": mlm, "cosine": cosine}
 
 

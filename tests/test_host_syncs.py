@@ -10,6 +10,13 @@ import sys
 
 import pytest
 from runs import MINILM, REPO, environment
+from tiny import tiny_config, trainer
+from torch.utils.data import DataLoader
+
+from bench.syncs import HostSyncs
+from data import MLMCollator, train_tokenizer
+from encoders import Encoder, MaskedLMHead
+from tasks.distillation import Distillation
 
 RUNS = {
     "glue": ["--config", "configs/glue/stsb.yaml", "--model.pretrained", MINILM],
@@ -40,3 +47,22 @@ def test_a_steady_training_step_has_no_host_sync(task, shared_data, tmp_path):
     # The last step (13) reads everything, as training ends.
     steady = {s["step"]: s["places"] for s in steps if s["step"] <= 12 and not s["logs"]}
     assert steady and not {step: places for step, places in steady.items() if places}
+
+
+def test_a_steady_distillation_step_has_no_host_sync(shared_data, tmp_path):
+    """DistilBERT's three terms on the MLM collator's batches of padded rows, in process: the quick guard of the
+    distillation losses, whose cosine term once picked the real tokens by a boolean mask (two syncs a step)."""
+    text = (shared_data / "wikitext-2" / "wiki.valid.tokens").read_text().splitlines()
+    lines = [line for line in text if len(line.split()) > 8][:96]
+    tokenizer = train_tokenizer(lines, vocab_size=400)
+    config = tiny_config(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
+    teacher = Encoder(config)
+    teacher.save_pretrained(tmp_path / "teacher", head=MaskedLMHead(config, teacher.embeddings.word))
+    examples = [{"input_ids": ids} for ids in tokenizer(lines, truncation=True, max_length=48)["input_ids"]]
+    batches = DataLoader(examples, batch_size=8, collate_fn=MLMCollator(tokenizer, mlm_probability=0.3))
+    syncs = HostSyncs(output=str(tmp_path / "syncs.json"))
+    trainer(7, log_every_n_steps=3, callbacks=[syncs]).fit(Distillation(teacher=str(tmp_path / "teacher")), batches)
+    assert [s["step"] for s in syncs.steps if s["logs"]] == [2, 5]
+    # The last step (6) reads everything, as training ends.
+    steady = {s["step"]: s["places"] for s in syncs.steps if s["step"] < 6 and not s["logs"]}
+    assert len(steady) == 4 and not {step: places for step, places in steady.items() if places}
