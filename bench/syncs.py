@@ -10,7 +10,9 @@ of the next, and writes one record a step to a JSON file when training ends:
 
 - on CUDA through `torch.cuda.set_sync_debug_mode("warn")`, which warns at every synchronising CUDA call;
 - elsewhere through a `TorchDispatchMode` that counts the operations above (`SYNCING`) on the tensors it sees,
-  leaving out those run inside a DataLoader's collate function, which are host work on host tensors.
+  and a `TorchFunctionMode` that counts `.tolist()`, `.numpy()` and NumPy's conversions (`HOST_READS`), which read
+  a tensor's values without an ATen operation (on CUDA, a copy from the device that waits for it); both leave out
+  those run inside a DataLoader's collate function, which are host work on host tensors.
 
 Each record has the step, whether Lightning logged at it (every `log_every_n_steps`), the count, and where each sync
 came from (the innermost litbert, Lightning or torchmetrics frame).
@@ -32,6 +34,7 @@ from pathlib import Path
 
 import lightning as L
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 aten = torch.ops.aten
@@ -47,6 +50,9 @@ SYNCING = {
     aten.unique_consecutive.default,
     aten.repeat_interleave.Tensor,  # without output_size its size is data-dependent
 }
+# Reads of a tensor's values into Python or NumPy that reach no ATen operation on the CPU: the dispatch mode misses
+# them there, while on CUDA each copies from the device and waits for it.
+HOST_READS = {torch.Tensor.tolist, torch.Tensor.numpy, torch.Tensor.__array__}
 _OWN = ("/encoders/", "/data/", "/tasks/", "/train.py", "/lightning/", "/torchmetrics/")
 
 
@@ -77,6 +83,33 @@ class _DispatchCounter(TorchDispatchMode):
         if (func in SYNCING or _boolean_index(func, args)) and not _in_collate():
             self.places[f"{func.__name__}: {_place(self.depth)}"] += 1
         return func(*args, **(kwargs or {}))
+
+
+class _HostReadCounter(TorchFunctionMode):
+    def __init__(self, places: Counter, depth: int) -> None:
+        super().__init__()
+        self.places, self.depth = places, depth
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in HOST_READS and not _in_collate():
+            self.places[f"{func.__name__}: {_place(self.depth)}"] += 1
+        return func(*args, **(kwargs or {}))
+
+
+class _CpuCounter:
+    """Both CPU counters at once: the syncing ATen operations and the host reads that are none."""
+
+    def __init__(self, places: Counter, depth: int) -> None:
+        self._modes = (_DispatchCounter(places, depth), _HostReadCounter(places, depth))
+
+    def __enter__(self) -> _CpuCounter:
+        for mode in self._modes:
+            mode.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for mode in reversed(self._modes):
+            mode.__exit__(*exc)
 
 
 class _CudaCounter:
@@ -132,7 +165,7 @@ class HostSyncs(L.Callback):
         self.steps.append({"step": trainer.global_step, "logs": logs})
         self._places = Counter()
         cuda = pl_module.device.type == "cuda"
-        self._counter = (_CudaCounter if cuda else _DispatchCounter)(self._places, self.depth)
+        self._counter = (_CudaCounter if cuda else _CpuCounter)(self._places, self.depth)
         self._counter.__enter__()
 
     def on_train_end(self, trainer, pl_module) -> None:

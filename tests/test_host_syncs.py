@@ -1,22 +1,24 @@
-"""A steady training step makes the host wait for the device nowhere: no `.item()`, `nonzero`, boolean-mask
-indexing, `unique` or `equal` between the start of one batch and the start of the next, except at the steps that
-log (every `log_every_n_steps`). Counted through `train.py` and the shipped configs, progress bar on, by
-`bench.syncs.HostSyncs` (a TorchDispatchMode on the CPU; the same code runs on CUDA, where each such call stalls
-the host until the GPU drains, and rules out CUDA graphs)."""
+"""A steady training step makes the host wait for the device nowhere: no `.item()`, `.tolist()`, `nonzero`,
+boolean-mask indexing, `unique` or `equal` between the start of one batch and the start of the next, except at the
+steps that log (every `log_every_n_steps`). Counted through `train.py` and the shipped configs, progress bar on, by
+`bench.syncs.HostSyncs` (a TorchDispatchMode and a TorchFunctionMode on the CPU; the same code runs on CUDA, where
+each such call stalls the host until the GPU drains, and rules out CUDA graphs)."""
 
 import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from runs import MINILM, REPO, environment
-from tiny import tiny_config, trainer
+from tiny import TINY, mlm_batches, tiny_config, trainer
 from torch.utils.data import DataLoader
 
 from bench.syncs import HostSyncs
 from data import MLMCollator, train_tokenizer
 from encoders import Encoder, MaskedLMHead
 from tasks.distillation import Distillation
+from tasks.mlm import MaskedLM
 
 RUNS = {
     "glue": ["--config", "configs/glue/stsb.yaml", "--model.pretrained", MINILM],
@@ -66,3 +68,22 @@ def test_a_steady_distillation_step_has_no_host_sync(shared_data, tmp_path):
     # The last step (6) reads everything, as training ends.
     steady = {s["step"]: s["places"] for s in syncs.steps if s["step"] < 6 and not s["logs"]}
     assert len(steady) == 4 and not {step: places for step, places in steady.items() if places}
+
+
+class _ReadsTheHost(MaskedLM):
+    def training_step(self, batch, batch_idx):
+        loss = super().training_step(batch, batch_idx)
+        batch["labels"].tolist()
+        np.asarray(loss.detach())
+        return loss
+
+
+def test_the_cpu_count_includes_the_reads_that_wait_for_a_gpu(tmp_path):
+    """`.tolist()` and NumPy's conversions reach no ATen operation on the CPU, but on CUDA each copies from the
+    device and waits for it: the CPU count has them, so a test on the CPU catches them."""
+    syncs = HostSyncs(output=str(tmp_path / "syncs.json"))
+    trainer(3, callbacks=[syncs]).fit(_ReadsTheHost(encoder=TINY, vocab_size=64),
+                                      DataLoader(mlm_batches(3), batch_size=None))
+    reads = [{kind: count for place, count in step["places"].items()
+              if (kind := place.split(":")[0]) in ("tolist", "__array__")} for step in syncs.steps[:2]]
+    assert reads == [{"tolist": 1, "__array__": 1}] * 2
