@@ -15,28 +15,59 @@ from tiny import TINY, mlm_batches, tiny_config, trainer
 from torch.utils.data import DataLoader
 
 from bench.syncs import HostSyncs
-from data import MLMCollator, train_tokenizer
-from encoders import Encoder, MaskedLMHead
+from data import MLMCollator, load_tokenizer, train_tokenizer
+from encoders import Encoder, EncoderConfig, MaskedLMHead, SequenceClassificationHead
 from tasks.distillation import Distillation
 from tasks.mlm import MaskedLM
 
+# WikiText-2's validation text as both splits: local, and quicker to tokenize than the configs' corpora.
+WIKITEXT = ["--data.dataset", "wikitext", "--data.dataset_config", "wikitext-2-raw-v1", "--data.train_split",
+            "validation", "--data.val_split", "validation"]
+# The config's preset (its positions, norms, activation), narrow and shallow.
+SMALL = ["--model.encoder.num_layers", "2", "--model.encoder.hidden_size", "64", "--model.encoder.num_heads", "2",
+         "--model.encoder.intermediate_size", "128"]
 RUNS = {
     "glue": ["--config", "configs/glue/stsb.yaml", "--model.pretrained", MINILM],
     "ner": ["--config", "configs/ner/conll2003.yaml", "--model.pretrained", MINILM],
-    # The README job's model, masking and data module, on WikiText-2's validation text (quicker to tokenize).
-    "mlm": ["--config", "configs/quickstart.yaml", "--trainer.max_time", "null", "--data.dataset", "wikitext",
-            "--data.dataset_config", "wikitext-2-raw-v1", "--data.train_split", "validation",
-            "--data.val_split", "validation"],
+    "multilabel": ["--config", "configs/multilabel/conll-entity-types.yaml", "--model.pretrained", MINILM],
+    # The README job's model, masking and data module.
+    "mlm": ["--config", "configs/quickstart.yaml", "--trainer.max_time", "null", *WIKITEXT],
+    # RoBERTa's recipe: byte-level BPE, FULL-SENTENCES blocks, dynamic masking, the DDP strategy.
+    "roberta": ["--config", "configs/pretrain/roberta-base.yaml", *SMALL, *WIKITEXT, "--data.num_workers", "0",
+                "--data.max_length", "128", "--data.batch_size", "16", "--data.train_tokenizer.vocab_size", "2000"],
+    # Logit distillation of SST-2: a half-depth student of a fine-tuned classifier, its soft targets and the labels.
+    "kd": ["--config", "configs/distill/sst2.yaml", "--model.pretrained", "{classifier}", "--model.teacher",
+           "{classifier}"],
+    # DistilBERT's general distillation: soft targets, the student's MLM and the hidden-state cosine.
+    "distillation": ["--config", "configs/distill/distilbert.yaml", "--model.teacher", "{mlm_teacher}", *WIKITEXT,
+                     "--data.num_workers", "0", "--data.max_length", "128"],
 }
+
+
+@pytest.fixture(scope="module")
+def teachers(tmp_path_factory) -> dict[str, str]:
+    """Random 4-layer bert-tiny teachers with MiniLM's tokenizer: a classifier of two labels and a masked LM."""
+    root = tmp_path_factory.mktemp("teachers")
+    tokenizer = load_tokenizer(MINILM)
+    config = EncoderConfig.from_name("bert-tiny", num_layers=4, vocab_size=len(tokenizer))
+    heads = {"classifier": lambda _: SequenceClassificationHead(config.hidden_size, 2),
+             "mlm_teacher": lambda encoder: MaskedLMHead(config, encoder.embeddings.word)}
+    for name, head in heads.items():
+        encoder = Encoder(config)
+        encoder.save_pretrained(root / name, head=head(encoder))
+        tokenizer.save_pretrained(str(root / name))
+    return {name: str(root / name) for name in heads}
 
 
 @pytest.mark.slow  # trains through train.py: .ci/run runs it with -m slow
 @pytest.mark.parametrize("task", sorted(RUNS))
-def test_a_steady_training_step_has_no_host_sync(task, shared_data, tmp_path):
+def test_a_steady_training_step_has_no_host_sync(task, shared_data, teachers, tmp_path):
     output = tmp_path / "syncs.json"
-    extra = ["--data.tokenizer", str(tmp_path / "tokenizer")] if task == "mlm" else []
+    # Pretraining configs train their tokenizer into the run's folder: here, not into the repository.
+    extra = ["--data.tokenizer", str(tmp_path / "tokenizer")] if task in ("mlm", "roberta") else []
     done = subprocess.run(
-        [sys.executable, "train.py", *RUNS[task], *extra, "--trainer.default_root_dir", str(tmp_path / "run"),
+        [sys.executable, "train.py", *(arg.format(**teachers) for arg in RUNS[task]), *extra,
+         "--trainer.default_root_dir", str(tmp_path / "run"),
          "--trainer.max_steps", "14", "--trainer.log_every_n_steps", "5", "--trainer.limit_val_batches", "0",
          "--trainer.logger", "false", "--trainer.callbacks+=bench.syncs.HostSyncs",
          "--trainer.callbacks.output", str(output), "--trainer.callbacks.depth", "3"],
