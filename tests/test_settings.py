@@ -576,6 +576,26 @@ def test_a_teacher_of_another_tokenizer_is_refused(glue, assets):
         glue(*kd, "--data.tokenizer", assets["tokenizer_b"])
 
 
+def test_a_pretrained_model_of_another_tokenizer_is_refused(glue, assets, tmp_path):
+    """A checkpoint reads the ids of the tokenizer it was trained with. Another tokenizer (here 1,500 tokens under
+    the checkpoint's 30,522: every id fits its embedding table, so nothing else stops the run), or one the run
+    would train, is refused before any data is read, for fine-tuning and for continued pretraining alike; the
+    checkpoint's tokenizer saved in another folder is its own."""
+    with pytest.raises(DataError, match=rf"model.pretrained={assets['tiny']} was trained with another tokenizer "
+                                        rf"than data.tokenizer={assets['tokenizer_b']} \(their .*vocabulary.* differ\)"
+                                        rf".*--data.tokenizer null"):
+        glue("--data.tokenizer", assets["tokenizer_b"])
+    assert glue("--data.tokenizer", assets["tiny_b"]).datamodule.vocab_size == 30522
+    pretraining = ["--config", "configs/quickstart.yaml", "--model.encoder", "null", "--model.pretrained",
+                   assets["tiny"], "--trainer.logger", "false", "--trainer.default_root_dir", str(tmp_path / "mlm")]
+    with pytest.raises(DataError, match=rf"model.pretrained={assets['tiny']} was trained with another tokenizer"):
+        make_cli([*pretraining, "--data.tokenizer", assets["wordpiece"], "--data.train_tokenizer", "null"])
+    with pytest.raises(DataError, match=rf"data.train_tokenizer trains a new tokenizer into data.tokenizer="
+                                        rf"{tmp_path / 'new'}, but model.pretrained={assets['tiny']} reads the ids"):
+        make_cli([*pretraining, "--data.tokenizer", str(tmp_path / "new")])
+    assert not (tmp_path / "new").exists()
+
+
 def signalled_run(assets: dict[str, str], root: Path, when: str, signum: int, *extra: str,
                   config: tuple[str, ...] = ("--config", "configs/glue/rte.yaml", "--model.pretrained"),
                   times: int = 1) -> tuple[int, list[str]]:

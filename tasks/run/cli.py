@@ -161,8 +161,22 @@ class LitbertCLI(LightningCLI):
         # Fine-tuning from a checkpoint folder uses the tokenizer saved in it unless the config names one.
         if "tokenizer" in data and data.tokenizer is None:
             data.tokenizer = model.get("pretrained") or model.get("teacher")
-        if model.get("teacher") is not None and data.get("tokenizer") is not None:
-            check_same_tokenizer(model.teacher, data.tokenizer)
+        # A checkpoint reads the ids of the tokenizer it was trained with: another one (a smaller vocabulary fits its
+        # embedding table, and a freshly trained one too) would train on ids of other words without an error.
+        # (`train.py predict` checks its export below, with its own advice.)
+        checked = ("teacher",) if self.command == "predict" else ("teacher", "pretrained")
+        for name in (name for name in checked if model.get(name) is not None and data.get("tokenizer") is not None):
+            if data.get("train_tokenizer") is not None and not Path(data.tokenizer).expanduser().exists():
+                raise DataError(f"data.train_tokenizer trains a new tokenizer into data.tokenizer={data.tokenizer}, "
+                                f"but model.{name}={model[name]} reads the ids of the tokenizer it was trained "
+                                f"with. Use the checkpoint's own: --data.tokenizer null --data.train_tokenizer null.")
+            if name == "pretrained":
+                check_same_tokenizer(model.pretrained, data.tokenizer, "model.pretrained",
+                                     "Use the checkpoint's own (--data.tokenizer null, and --data.train_tokenizer "
+                                     "null where the config trains one), or train a new model on this tokenizer "
+                                     "(without model.pretrained).")
+            else:
+                check_same_tokenizer(model.teacher, data.tokenizer)
         # What the user gave for the values that come from the data, to refuse a different one after the link.
         self.linked_settings = {target.rsplit(".", 1)[-1]: model.get(target.rsplit(".", 1)[-1])
                                 for _, target, _ in DATA_LINKS if target.rsplit(".", 1)[-1] in model}
