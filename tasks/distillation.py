@@ -88,6 +88,11 @@ class Teacher(nn.Module):
     def masked_lm(cls, directory: str, kernels: Kernels | None = None) -> Teacher:
         """An encoder with its MLM head (DistilBERT's general distillation), computing with `kernels`."""
         checkpoint = load_checkpoint(directory)  # read once for the encoder and its head
+        if "mlm" not in checkpoint.head_states:  # (a BertModel, a sentence encoder, a fine-tuned classifier)
+            raise ValueError(f"model.teacher={directory} holds no masked-LM head; general distillation needs the "
+                             f"teacher's predictions over the vocabulary: give a litbert MaskedLM export or a "
+                             f"transformers *ForMaskedLM checkpoint. A fine-tuned classifier teaches by logit "
+                             f"distillation instead (configs/distill/kd.yaml over the task's config).")
         encoder = Encoder.from_pretrained(checkpoint, kernels)
         return cls(encoder, MaskedLMHead.from_pretrained(checkpoint, encoder))
 
@@ -122,12 +127,15 @@ class Teacher(nn.Module):
 
 def distillation_losses(
     student_logits: torch.Tensor, teacher_logits: torch.Tensor, targets: torch.Tensor,
-    student_hidden: torch.Tensor, teacher_hidden: torch.Tensor, attention_mask: torch.Tensor | None,
+    student_hidden: torch.Tensor | None, teacher_hidden: torch.Tensor, attention_mask: torch.Tensor | None,
     temperature: float,
 ) -> dict[str, torch.Tensor]:
-    """The three terms, unweighted. Logits are (N, V) at the N masked positions; hidden states (B, T, C)."""
+    """The three terms, unweighted. Logits are (N, V) at the N masked positions; hidden states (B, T, C). Without
+    the student's hidden states (a student of another width) there is no cosine term."""
     kl = soft_target_loss(student_logits, teacher_logits, temperature)
     mlm = vocab_cross_entropy(student_logits, targets)
+    if student_hidden is None:
+        return {"kl": kl, "mlm": mlm}
     distance = 1 - F.cosine_similarity(student_hidden.float(), teacher_hidden.float(), dim=-1)  # (B, T)
     if attention_mask is None:
         return {"kl": kl, "mlm": mlm, "cosine": distance.mean()}
@@ -161,7 +169,8 @@ class Distillation(EncoderTask):
             temperature: softmax temperature T of the soft targets.
             alpha_kd: weight of the soft-target KL term (multiplied by T^2); DistilBERT's `alpha_ce`.
             alpha_mlm: weight of the student's own MLM loss.
-            alpha_cos: weight of the hidden-state cosine loss.
+            alpha_cos: weight of the hidden-state cosine loss; 0 for a student of another hidden size than the
+                teacher's (there is no such term then).
             kernels: how the student and the teacher compute, not what (`encoders.Kernels`): when they skip padding
                 tokens (`unpad_below`), FlexAttention for ALiBi and T5 (`flex_attention`), attention over the tokens
                 packed without padding (`varlen`); chosen per run, never stored.
@@ -170,7 +179,13 @@ class Distillation(EncoderTask):
         super().__init__(optimization)
         self.save_hyperparameters()
         if temperature <= 0:
-            raise ValueError(f"temperature={temperature} must be positive.")
+            raise ValueError(f"model.temperature={temperature} must be positive (DistilBERT: 2).")
+        if min(alpha_kd, alpha_mlm, alpha_cos) < 0 or not (alpha_kd or alpha_mlm or alpha_cos):
+            # A negative weight would push the student away from its teacher or its labels, and zero weights leave
+            # nothing to learn.
+            raise ValueError(f"model.alpha_kd={alpha_kd}, model.alpha_mlm={alpha_mlm} and model.alpha_cos="
+                             f"{alpha_cos} weigh the loss terms: each must be >= 0, one at least positive "
+                             f"(DistilBERT: 5, 2 and 1).")
         self.temperature, self.alphas = temperature, {"kl": alpha_kd, "mlm": alpha_mlm, "cosine": alpha_cos}
         self.teacher = Teacher.masked_lm(teacher, kernels)
         if student is None:
@@ -189,7 +204,8 @@ class Distillation(EncoderTask):
             if config.hidden_size != teacher_config.hidden_size and alpha_cos:
                 raise ValueError(
                     f"The cosine loss compares hidden states, but the student's hidden_size={config.hidden_size} "
-                    f"differs from the teacher's {teacher_config.hidden_size}; set alpha_cos: 0."
+                    f"differs from the teacher's {teacher_config.hidden_size}; set model.alpha_cos 0 (or the student's "
+                    f"hidden_size to the teacher's)."
                 )
             self.encoder = Encoder(config, kernels)
             # A student of the teacher's own family keeps an activation that family fixes for its head (RoBERTa's
@@ -208,9 +224,11 @@ class Distillation(EncoderTask):
         student_hidden = self.encoder(batch["input_ids"], mask, types, document_ids=documents, **layout)
         _, student_logits, targets = masked_lm_loss(self.head, student_hidden, batch["labels"], masked)
         rows = example_rows(batch)  # the masked positions are examples' already; the cosine term's tokens not
-        losses = distillation_losses(student_logits, teacher_logits, targets, student_hidden[rows],
-                                     teacher_hidden[rows], None if mask is None else mask[rows], self.temperature)
-        losses["loss"] = sum(self.alphas[name] * losses[name] for name in self.alphas)
+        # A student of another width (alpha_cos 0, checked at construction) has no hidden states to compare.
+        compared = student_hidden[rows] if student_hidden.shape[-1] == teacher_hidden.shape[-1] else None
+        losses = distillation_losses(student_logits, teacher_logits, targets, compared, teacher_hidden[rows],
+                                     None if mask is None else mask[rows], self.temperature)
+        losses["loss"] = sum(self.alphas[name] * losses[name] for name in losses)
         return losses
 
     def training_flops(self, batch: dict[str, torch.Tensor]) -> int:

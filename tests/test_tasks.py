@@ -350,6 +350,38 @@ def test_distillation_loss_terms_match_a_hand_computation(teacher_dir):
     assert same["kl"].abs() < 1e-6 and same["cosine"].abs() < 1e-6
 
 
+def test_a_student_of_another_width_distils_without_the_cosine_term(teacher_dir):
+    """A bert-mini student (256 wide) of the 128-wide teacher, with alpha_cos 0 as its construction asks: the KL and
+    MLM terms alone, with gradients (the hidden-state cosine would compare vectors of two widths)."""
+    model = Distillation(teacher=str(teacher_dir), student=EncoderSpec(preset="bert-mini"), alpha_cos=0.0)
+    losses = model(mlm_batches(1, batch=2, seq=8)[0])
+    assert set(losses) == {"kl", "mlm", "loss"}
+    torch.testing.assert_close(losses["loss"], 5.0 * losses["kl"] + 2.0 * losses["mlm"])
+    losses["loss"].backward()
+    assert model.encoder.blocks[0].attention.qkv.weight.grad.abs().sum() > 0
+    with pytest.raises(ValueError, match=r"student's hidden_size=256 differs from the teacher's 128; set "
+                                         r"model.alpha_cos 0"):
+        Distillation(teacher=str(teacher_dir), student=EncoderSpec(preset="bert-mini"))
+
+
+@pytest.mark.parametrize("weights", [{"alpha_kd": -1.0}, {"alpha_cos": -0.5},
+                                     {"alpha_kd": 0.0, "alpha_mlm": 0.0, "alpha_cos": 0.0}])
+def test_distillation_refuses_a_negative_or_no_loss_weight(teacher_dir, weights):
+    """A negative weight pushes the student away from its teacher (or its labels), and all zero leave nothing to
+    learn: both are refused, naming the three settings."""
+    with pytest.raises(ValueError, match=r"model.alpha_kd=.*, model.alpha_mlm=.* and model.alpha_cos=.* weigh the "
+                                         r"loss terms: each must be >= 0, one at least positive"):
+        Distillation(teacher=str(teacher_dir), **weights)
+
+
+def test_a_teacher_without_its_mlm_head_is_refused_by_name(minilm):
+    """MiniLM (a sentence encoder: BertModel, no MLM head) cannot teach general distillation: the message names
+    model.teacher and what to give instead, rather than the head loader's advice to build a fresh head."""
+    with pytest.raises(ValueError, match=rf"model.teacher={minilm} holds no masked-LM head; .* litbert MaskedLM "
+                                         rf"export or a transformers \*ForMaskedLM checkpoint"):
+        Distillation(teacher=minilm)
+
+
 def test_distillation_leaves_filler_rows_out_of_every_term(teacher_dir):
     """The last batch filled up to the batch size (`data.pad_last_batch`): the same KL, MLM and hidden-state cosine
     terms and gradients as the batch alone. The cosine term averages over attended tokens, and a filler row has
