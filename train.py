@@ -30,7 +30,10 @@ from pathlib import Path
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
-from tasks.base import DivergenceError
+from data.base import TokenizedDataModule
+from data.checks import check_max_length, check_vocab_fits
+from data.sources import DataError
+from tasks.base import DivergenceError, EncoderTask
 from tasks.run.checkpoints import LastCheckpoint
 from tasks.run.cli import LitbertCLI, make_cli
 from tasks.run.early_stopping import EarlyStopping
@@ -54,6 +57,7 @@ def _run(cli: LitbertCLI, signals: RunSignals) -> dict[str, float]:
     trainer, model, data, config = cli.trainer, cli.model, cli.datamodule, cli.config
     root = Path(trainer.default_root_dir)
     data.check_model(model.encoder.config)  # positions and vocabulary big enough, before any training
+    check_teacher(model, data)
     if config.export:
         check_export_format(model, config.export_format)
     if trainer.is_global_zero:
@@ -121,6 +125,20 @@ def _run(cli: LitbertCLI, signals: RunSignals) -> dict[str, float]:
                       export_path(config) if config.export else None, submission, root / "metrics.json", pushed,
                       stopped[1] if stopped is not None else None)
     return metrics
+
+
+def check_teacher(model: EncoderTask, data: TokenizedDataModule) -> None:
+    """A distillation's teacher reads the student's batches: an error, before any training, where its positions or
+    vocabulary are too small for them (a student of unbounded positions takes a max_length its teacher cannot)."""
+    teacher = getattr(model, "teacher", None)
+    if teacher is None:
+        return
+    try:
+        check_max_length(data.max_length, teacher.encoder.config)
+        check_vocab_fits(data.tokenizer, teacher.encoder.config)
+    except DataError as error:
+        raise DataError(f"The teacher, model.teacher={model.hparams.teacher}, cannot read this data: {error}") \
+            from None
 
 
 def predict(cli: LitbertCLI) -> Path | None:

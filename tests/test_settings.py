@@ -596,6 +596,24 @@ def test_a_pretrained_model_of_another_tokenizer_is_refused(glue, assets, tmp_pa
     assert not (tmp_path / "new").exists()
 
 
+def test_a_teacher_that_cannot_read_the_blocks_is_refused_before_training(assets, tmp_path, monkeypatch):
+    """A student with rotary positions takes 1,024-token blocks; its teacher (learned positions, 512) cannot. The run
+    stops before it reads any data, naming model.teacher and the length, not in the teacher's position table
+    mid-step."""
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    text = tmp_path / "train.txt"
+    text.write_text("the film was long and the ending strange " * 200 + "\n")  # 1,600 words: full blocks
+    with pytest.raises(DataError, match=rf"^The teacher, model.teacher={assets['tiny']}, cannot read this data: "
+                                        rf"max_length=1024 is longer than the model's position scheme allows \(512 "):
+        train.main(["--config", "configs/distill/distilbert.yaml", "--model.teacher", assets["tiny"],
+                    "--model.student.position", "rope", "--model.student.num_layers", "1", "--data.dataset", "null",
+                    "--data.train_files", str(text), "--data.val_files", "null", "--data.max_length", "1024",
+                    "--trainer.default_root_dir", str(tmp_path / "run"), "--trainer.logger", "false",
+                    "--data.cache_dir", str(tmp_path / "cache"), "--data.num_workers", "0",
+                    "--trainer.max_steps", "1"])
+    assert not (tmp_path / "cache").exists()
+
+
 def signalled_run(assets: dict[str, str], root: Path, when: str, signum: int, *extra: str,
                   config: tuple[str, ...] = ("--config", "configs/glue/rte.yaml", "--model.pretrained"),
                   times: int = 1) -> tuple[int, list[str]]:
