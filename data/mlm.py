@@ -383,6 +383,10 @@ class MLMDataModule(TokenizedDataModule):
         if streaming and (packing != "full_sentences" or masking != "dynamic"):
             raise DataError(f"data.streaming packs and masks blocks as the documents come, so it needs packing: "
                             f"full_sentences and masking: dynamic (got packing={packing!r}, masking={masking!r}).")
+        for name, value in (("mlm_probability", mlm_probability), ("val_mlm_probability", val_mlm_probability)):
+            if not 0 < value < 1:  # 0 masks nothing to learn from, 1 leaves no context to predict from
+                raise DataError(f"data.{name}={value} is the fraction of tokens chosen for prediction: it must lie "
+                                f"strictly between 0 and 1 (BERT 0.15; Wettig et al., 2023, 0.3).")
         if not (0 <= mask_replace_probability <= 1 and 0 <= random_replace_probability <= 1
                 and mask_replace_probability + random_replace_probability <= 1):
             raise DataError(f"data.mask_replace_probability={mask_replace_probability} and "

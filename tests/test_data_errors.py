@@ -187,3 +187,20 @@ def test_hub_name_without_network_or_local_copy(monkeypatch):
     monkeypatch.setattr(datasets, "load_dataset", offline)
     with pytest.raises(DataError, match=r"Could not load 'someone/reviews' .* set \$LITBERT_DATA"):
         load_hub_split("someone/reviews", None, "train")
+
+
+@pytest.mark.parametrize(("setting", "value"), [("mlm_probability", 0.0), ("mlm_probability", 1.0),
+                                                ("mlm_probability", 1.5), ("val_mlm_probability", 0.0)])
+def test_a_masking_rate_outside_0_1_is_named_before_a_tokenizer_is_trained(setting, value, tmp_path):
+    """Checked with the other settings, first: a rate of 0 or 1 (or more) is refused naming the setting it came
+    from (the validation rate as itself), before data.train_tokenizer spends minutes training into the folder."""
+    from data import MLMDataModule
+    from data.tokenizers import TokenizerTraining
+
+    text = tmp_path / "train.txt"
+    text.write_text("some words to train on\n")
+    with pytest.raises(DataError, match=rf"^data.{setting}={value} is the fraction of tokens chosen for prediction: "
+                                        rf"it must lie strictly between 0 and 1"):
+        MLMDataModule(str(tmp_path / "tokenizer"), train_tokenizer=TokenizerTraining(vocab_size=100),
+                      train_files=str(text), **{setting: value})
+    assert not (tmp_path / "tokenizer").exists()
