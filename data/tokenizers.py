@@ -164,6 +164,14 @@ def train_tokenizer(
                         f"{tokenizer.get_vocab_size()} tokens. Set vocab_size to at least that.")
     if recipe.renumber is not None:
         tokenizer = recipe.renumber(tokenizer, special, lowercase)
+    if tokenizer.get_vocab_size() < vocab_size:
+        # The trainers stop, without a word, once no pair of tokens is seen min_frequency times: the model's
+        # vocabulary would silently be smaller than the one asked for.
+        size, lower = tokenizer.get_vocab_size(), " (or lower min_frequency)" if min_frequency > 1 else ""
+        raise DataError(f"vocab_size={vocab_size} (data.train_tokenizer.vocab_size) is more than this text can give "
+                        f"a {kind} tokenizer: it came out with {size} tokens, no pair of them left that the text "
+                        f"holds min_frequency={min_frequency} times or more. Train on more text, or set vocab_size "
+                        f"to {size}{lower}.")
     ids = {token: tokenizer.token_to_id(token) for token in special}
     tokenizer.post_processor = processors.TemplateProcessing(
         single=recipe.single, pair=recipe.pair, special_tokens=list(ids.items()))

@@ -308,7 +308,7 @@ def test_a_hub_table_gives_tokenizer_training_and_packing_the_same_documents(mon
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
     monkeypatch.setattr(data.tokenizers, "train_tokenizer", spy)
-    dm = MLMDataModule(str(tmp_path / "tokenizer"), train_tokenizer=data.tokenizers.TokenizerTraining(vocab_size=120),
+    dm = MLMDataModule(str(tmp_path / "tokenizer"), train_tokenizer=data.tokenizers.TokenizerTraining(vocab_size=59),
                        dataset="someone/reviews", text_column="body", val_split=None, max_documents=30,
                        max_length=32, streaming=streaming, cache_dir=str(tmp_path / "cache"))
     kept = [row for row in rows if row.strip()][:30]

@@ -3,6 +3,7 @@ folders load; the vocabulary and the position scheme are checked against the mod
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -87,6 +88,21 @@ def test_a_vocab_size_below_the_alphabet_is_refused(corpus):
             train_tokenizer(corpus[:200], kind, vocab_size=size)
 
 
+def test_a_vocabulary_larger_than_the_text_gives_is_refused_with_the_size_it_gives(corpus, tmp_path):
+    """The trainers stop once no pair of tokens is seen min_frequency times: 30,522 tokens asked of 20 lines would
+    give a model of a few hundred without a word. Refused, with the size the text gives, before any folder is
+    written; that size trains."""
+    from data.tokenizers import TokenizerTraining, ensure_trained
+
+    for kind in ("wordpiece", "byte_level_bpe"):
+        with pytest.raises(DataError, match=rf"vocab_size=30522 \(data.train_tokenizer.vocab_size\) is more than this "
+                                            rf"text can give a {kind} tokenizer: it came out with \d+ tokens") as error:
+            ensure_trained(tmp_path / kind, TokenizerTraining(kind, vocab_size=30522), lambda: corpus[:20], "text")
+        assert not (tmp_path / kind).exists()
+        size = int(re.search(r"set vocab_size to (\d+)", str(error.value)).group(1))
+        assert len(train_tokenizer(corpus[:20], kind, vocab_size=size)) == size
+
+
 def test_loads_minilm_transformers_folder():
     tokenizer = load_tokenizer(MINILM)
     assert len(tokenizer) == 30522
@@ -152,7 +168,7 @@ def test_ensure_trained_trains_once_reuses_and_refuses_a_different_recipe(tmp_pa
         return texts
 
     folder = tmp_path / "tok"
-    training = TokenizerTraining(kind="wordpiece", vocab_size=60, min_frequency=1)
+    training = TokenizerTraining(kind="wordpiece", vocab_size=43, min_frequency=1)  # all this text gives
     ensure_trained(folder, training, corpus, source="corpus-a")
     assert load_tokenizer(folder).tokenize("the cat") == ["the", "cat"]
     ensure_trained(folder, training, corpus, source="corpus-a")  # same settings, same data: reused
