@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader
 from data.checks import ModelLimits, check_max_length, check_vocab_fits
 from data.collate import PaddingCollator
 from data.loading import Batches, LengthGroupedBatchSampler, ResumableBatches, ResumableLoader, epoch_sampler
-from data.sources import DataError, cache_root
+from data.sources import DataError, cache_root, fingerprint
 from data.tokenizers import SpecialTokenTemplate, describe, load_tokenizer
 
 log = logging.getLogger(__name__)
@@ -139,7 +139,10 @@ class TokenizedDataModule(L.LightningDataModule):
         return {name: repr(value) for name, value in sorted(settings.items())}
 
     def state_dict(self) -> dict[str, Any]:
+        # The tokenizer by its content, not its folder (which a resume may move): another vocabulary of the same size
+        # fits the model, and would give it ids of other tokens.
         return {"seed": self.seed, "training_settings": self.training_settings(),
+                "tokenizer": fingerprint(self.tokenizer_key()),
                 **{name: list(getattr(self, name)) for name in self.label_state}}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -149,6 +152,11 @@ class TokenizedDataModule(L.LightningDataModule):
                 f"The checkpoint to resume drew its training order from data.seed={saved}; this run's is {self.seed} "
                 f"(data.seed, or seed_everything where data.seed is unset). The resumed batches would not be the "
                 f"ones the run would have seen: resume with --data.seed {saved}, or start a new run.")
+        if state_dict.get("tokenizer", fingerprint(self.tokenizer_key())) != fingerprint(self.tokenizer_key()):
+            raise DataError(  # (older checkpoints keep no tokenizer: not checked)
+                f"The checkpoint to resume was trained with another tokenizer than data.tokenizer="
+                f"{self.tokenizer_path}: the model would read its ids as other tokens. Resume with the run's own "
+                f"tokenizer (its folder, or the copy in the run's exported model), or start a new run.")
         kept, now = state_dict.get("training_settings", {}), self.training_settings()  # older checkpoints: none
         changed = [f"data.{name}: {value} in the checkpoint, {now.get(name, '(none)')} now"
                    for name, value in kept.items() if now.get(name) != value]

@@ -86,6 +86,7 @@ def test_jsonl_string_labels_mapping_and_state(tmp_path, caplog):
     assert dm.datasets["train"]["labels"][:3] == [1, 2, 0]
     state = dm.state_dict()
     assert state.pop("training_settings")["skip_labels"] == "['unlabelled']"
+    assert len(state.pop("tokenizer")) == 20  # its content's fingerprint
     assert state == {"seed": 0, "label_values": ["meh", "bad", "good"], "label_names": ["meh", "bad", "good"]}
     fresh = ClassificationDataModule(MINILM, train_files=str(path), text_columns=["review"], label_column="stars",
                                 label_names=["x", "y"], skip_labels=["unlabelled"], cache_dir=str(tmp_path))

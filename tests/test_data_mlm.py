@@ -318,3 +318,31 @@ def test_a_hub_table_gives_tokenizer_training_and_packing_the_same_documents(mon
         assert dm.stats["train"]["documents"] == 30
         tokens = sum(len(dm.tokenizer(text, add_special_tokens=False)["input_ids"]) for text in kept)
         assert dm.stats["train"]["tokens"] == tokens
+
+
+def test_a_resume_with_another_vocabulary_of_the_same_size_is_refused(shared_data, tmp_path):
+    """Two WordPiece vocabularies of 400 tokens, trained on other text: the model fits either, and would read the
+    ids of the second as other tokens. A resume (the datamodule's checkpoint state) with the other one is refused,
+    naming data.tokenizer; with the same tokenizer saved in another folder (a moved run, its export's copy) it
+    goes on."""
+    from data.tokenizers import save_tokenizer, train_tokenizer
+
+    lines = [line for line in (shared_data / "wikitext-2" / "wiki.valid.tokens").read_text().splitlines()
+             if line.strip()]
+    first = train_tokenizer(lines[:1000], vocab_size=400)
+    save_tokenizer(first, tmp_path / "first")
+    save_tokenizer(first, tmp_path / "copy")
+    save_tokenizer(train_tokenizer(lines[1000:2000], vocab_size=400), tmp_path / "other")
+    text = tmp_path / "train.txt"
+    text.write_text("\n".join(lines[:50]) + "\n")
+
+    def datamodule(tokenizer: str) -> MLMDataModule:
+        return MLMDataModule(str(tmp_path / tokenizer), train_files=str(text), max_length=64)
+
+    saved = datamodule("first").state_dict()
+    other = datamodule("other")
+    assert other.vocab_size == 400
+    with pytest.raises(DataError, match=rf"^The checkpoint to resume was trained with another tokenizer than "
+                                        rf"data.tokenizer={tmp_path / 'other'}: the model would read its ids as other"):
+        other.load_state_dict(saved)
+    datamodule("copy").load_state_dict(saved)
