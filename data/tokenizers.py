@@ -230,10 +230,14 @@ def ensure_trained(folder: str | os.PathLike[str], training: TokenizerTraining, 
         )
     found = json.loads(record.read_text())
     if found != wanted:
+        # The data is recorded as a fingerprint: say what it covers when it is all that differs.
+        documents = (" (the same settings on other training documents: another source, or another "
+                     "data.max_documents, data.text_column or data.blank_line_documents)"
+                     if found["training"] == wanted["training"] else "")
         raise DataError(
             f"The tokenizer in {folder} was trained with {found['training']} on data {found['source']}, but this run "
-            f"asks for {wanted['training']} on data {wanted['source']}. Delete the folder to retrain, or point "
-            f"data.tokenizer to another folder."
+            f"asks for {wanted['training']} on data {wanted['source']}{documents}. Delete the folder to retrain, or "
+            f"point data.tokenizer to another folder."
         )
     return folder
 

@@ -175,7 +175,8 @@ def test_ensure_trained_trains_once_reuses_and_refuses_a_different_recipe(tmp_pa
     assert len(calls) == 1
     with pytest.raises(DataError, match="vocab_size': 80"):
         ensure_trained(folder, TokenizerTraining(vocab_size=80, min_frequency=1), corpus, source="corpus-a")
-    with pytest.raises(DataError, match="corpus-b"):
+    with pytest.raises(DataError, match=r"on data corpus-b \(the same settings on other training documents: "
+                                        r"another source, or another data.max_documents"):
         ensure_trained(folder, training, corpus, source="corpus-b")
     foreign = tmp_path / "foreign"
     save_tokenizer(load_tokenizer(folder), foreign)
