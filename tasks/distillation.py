@@ -194,6 +194,10 @@ class Distillation(EncoderTask):
             teacher_config = self.teacher.encoder.config
             base = student.build() if student.preset else dataclasses.replace(teacher_config, **student.overrides())
             # The teacher's vocabulary and padding row: the data is tokenized with the teacher's tokenizer.
+            if student.vocab_size not in (None, teacher_config.vocab_size):  # the KL term compares the two outputs
+                raise ValueError(f"model.student.vocab_size={student.vocab_size}, but the student predicts over the "
+                                 f"teacher's vocabulary of {teacher_config.vocab_size} tokens (its tokenizer's); "
+                                 f"remove the override.")
             if student.pad_token_id not in (None, teacher_config.pad_token_id):
                 raise ValueError(f"model.student.pad_token_id={student.pad_token_id}, but the teacher's tokenizer pads "
                                  f"with id {teacher_config.pad_token_id}; remove the override.")

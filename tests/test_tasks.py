@@ -364,6 +364,16 @@ def test_a_student_of_another_width_distils_without_the_cosine_term(teacher_dir)
         Distillation(teacher=str(teacher_dir), student=EncoderSpec(preset="bert-mini"))
 
 
+def test_a_student_vocabulary_other_than_the_teachers_is_refused(teacher_dir):
+    """The student predicts over the teacher's vocabulary (the KL term compares the two): another vocab_size given
+    for it is refused rather than silently replaced; the teacher's own is accepted."""
+    with pytest.raises(ValueError, match=r"model.student.vocab_size=500, but the student predicts over the teacher's "
+                                         r"vocabulary of 64 tokens"):
+        Distillation(teacher=str(teacher_dir), student=EncoderSpec(num_layers=1, vocab_size=500))
+    student = Distillation(teacher=str(teacher_dir), student=EncoderSpec(num_layers=1, vocab_size=64)).encoder
+    assert student.config.vocab_size == 64
+
+
 @pytest.mark.parametrize("weights", [{"alpha_kd": -1.0}, {"alpha_cos": -0.5},
                                      {"alpha_kd": 0.0, "alpha_mlm": 0.0, "alpha_cos": 0.0}])
 def test_distillation_refuses_a_negative_or_no_loss_weight(teacher_dir, weights):
