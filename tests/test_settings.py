@@ -303,7 +303,7 @@ SAME_RESULT = {
 SPECIFIC = {
     ("mlm", "data.init_args.tokenizer"): "{wordpiece_b}",
     ("mlm", "data.init_args.train_tokenizer"): {"vocab_size": 1000},
-    ("tokenizer_training", "data.init_args.train_tokenizer.min_frequency"): 3,
+    ("tokenizer_training", "data.init_args.train_tokenizer.min_frequency"): 30,
     ("mlm", "data.init_args.dataset"): "wikitext",
     ("mlm", "data.init_args.dataset_config"): "wikitext-2-v1",
     ("mlm", "data.init_args.train_split"): "test",
