@@ -12,7 +12,8 @@ of the next, and writes one record a step to a JSON file when training ends:
 - elsewhere through a `TorchDispatchMode` that counts the operations above (`SYNCING`) on the tensors it sees,
   and a `TorchFunctionMode` that counts `.tolist()`, `.numpy()` and NumPy's conversions (`HOST_READS`), which read
   a tensor's values without an ATen operation (on CUDA, a copy from the device that waits for it); both leave out
-  those run inside a DataLoader's collate function, which are host work on host tensors.
+  the host work on host tensors: a DataLoader's collate function, and the ranks' agreement at a step boundary
+  (`tasks.run.agreement`, over gloo on every device).
 
 Each record has the step, whether Lightning logged at it (every `log_every_n_steps`), the count, and where each sync
 came from (the innermost litbert, Lightning or torchmetrics frame).
@@ -64,9 +65,10 @@ def _place(depth: int = 1) -> str:
     return " < ".join(frames[:depth]) or "elsewhere"
 
 
-def _in_collate() -> bool:
+def _host_work() -> bool:
+    """Inside a collate function or the ranks' agreement: host tensors by design, on CUDA as on the CPU."""
     return any(frame.name.startswith("collate") or "torch/utils/data" in frame.filename
-               for frame in traceback.extract_stack())
+               or frame.filename.endswith("tasks/run/agreement.py") for frame in traceback.extract_stack())
 
 
 def _boolean_index(func, args) -> bool:
@@ -80,7 +82,7 @@ class _DispatchCounter(TorchDispatchMode):
         self.places, self.depth = places, depth
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if (func in SYNCING or _boolean_index(func, args)) and not _in_collate():
+        if (func in SYNCING or _boolean_index(func, args)) and not _host_work():
             self.places[f"{func.__name__}: {_place(self.depth)}"] += 1
         return func(*args, **(kwargs or {}))
 
@@ -91,7 +93,7 @@ class _HostReadCounter(TorchFunctionMode):
         self.places, self.depth = places, depth
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        if func in HOST_READS and not _in_collate():
+        if func in HOST_READS and not _host_work():
             self.places[f"{func.__name__}: {_place(self.depth)}"] += 1
         return func(*args, **(kwargs or {}))
 

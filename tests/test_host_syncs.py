@@ -28,6 +28,10 @@ SMALL = ["--model.encoder.num_layers", "2", "--model.encoder.hidden_size", "64",
          "--model.encoder.intermediate_size", "128"]
 RUNS = {
     "glue": ["--config", "configs/glue/stsb.yaml", "--model.pretrained", MINILM],
+    # Two DDP ranks: the ranks agree on signals and save times over the hosts, and Lightning's own per-step SIGTERM
+    # broadcast is left out while litbert holds the signals.
+    "glue-ddp": ["--config", "configs/glue/stsb.yaml", "--model.pretrained", MINILM, "--trainer.accelerator", "cpu",
+                 "--trainer.devices", "2", "--trainer.strategy", "ddp"],
     "ner": ["--config", "configs/ner/conll2003.yaml", "--model.pretrained", MINILM],
     "multilabel": ["--config", "configs/multilabel/conll-entity-types.yaml", "--model.pretrained", MINILM],
     # The README job's model, masking and data module.

@@ -15,7 +15,9 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 
+import lightning as L
 import pytest
 import torch
 from runs import (
@@ -33,8 +35,13 @@ from runs import (
     wandb_history,
     wandb_runs,
 )
+from tiny import TINY, mlm_batches
+from torch.utils.data import DataLoader
 
+from tasks.mlm import MaskedLM
+from tasks.run import checkpoints
 from tasks.run.checkpoint_io import LAST, SafeCheckpointIO
+from tasks.run.checkpoints import LastCheckpoint
 from tasks.run.errors import exit_status, resume_hint
 from tasks.run.signals import RunInterrupted, StoppedBeforeTraining
 
@@ -171,6 +178,38 @@ def test_kill_9_and_resume_under_ddp_repeats_the_run_exactly(env, tmp_path):
     expected = {step: value for step, value in by_step(wandb_history(whole), "train/loss").items()
                 if step >= resumed_at}
     assert expected and by_step(wandb_history(killed, wandb_runs(killed)[-1]), "train/loss") == expected
+
+
+@pytest.mark.slow  # two processes, MiniLM: a minute on 2 cores
+def test_a_signal_to_one_ddp_rank_stops_every_rank_at_the_same_step(env, tmp_path):
+    """SIGTERM reaches rank 1 alone (a node's kill, a scheduler's signal to one task): the ranks agree on it at the
+    next step boundary, save there together, and the run exits 143 as one stopped by SIGTERM. Rank 0 never received
+    the signal; without the agreement it would wait for rank 1 forever in the next all-reduce."""
+    args = glue_args("--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy", "ddp",
+                     "--trainer.max_steps", "500", "--checkpoint.every_n_steps", "2")
+    process = launch(GLUE, tmp_path, *args, env=env)
+    last = tmp_path / "checkpoints" / LAST
+    wait_for_checkpoint(process, last, min_step=2)
+    os.kill(rank_process(process.pid, 1), signal.SIGTERM)
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 143, err[-3000:]
+    step = checkpoint_step(last)
+    assert step > 2 and f"litbert: stopped by SIGTERM at step {step}; the training state was saved to {last}" in err
+    assert not (tmp_path / "metrics.json").exists()
+
+
+def rank_process(launcher: int, rank: int) -> int:
+    """The pid of the DDP rank that Lightning's launcher (rank 0, pid `launcher`) started as `rank`."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                environ = (entry / "environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if parent == launcher and f"LOCAL_RANK={rank}".encode() in environ:
+                return int(entry.name)
+    raise AssertionError(f"no process of rank {rank} under {launcher}")
 
 
 # ---------------------------------------------------------------------------------------------------- signals
@@ -526,6 +565,41 @@ def test_a_genuine_remote_checkpoint_resumes(env, http_server, tmp_path):
                  f"{url}/last.ckpt", env=env)
     assert_ok(done)
     assert checkpoint_step(tmp_path / "second" / "checkpoints" / LAST) == 3
+
+
+class _Clock(L.Callback):
+    """A clock for `tasks.run.checkpoints` that moves `minutes` a training step."""
+
+    def __init__(self, minutes: float) -> None:
+        self.minutes, self.now = minutes, 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self.now += 60 * self.minutes
+
+
+class _RecordedSaves(LastCheckpoint):
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.steps: list[int] = []
+
+    def save(self, trainer: L.Trainer) -> str | None:
+        self.steps.append(trainer.global_step)
+        return super().save(trainer)
+
+
+def test_every_n_minutes_saves_at_the_first_step_boundary_after_that_time(tmp_path, monkeypatch):
+    """Four minutes a step and a save every ten: steps 3, 6 and 9 (12 minutes after the one before), then the run's
+    end at step 10. The time since the last save counts, not the time since the start."""
+    clock = _Clock(minutes=4)
+    monkeypatch.setattr(checkpoints, "time", SimpleNamespace(monotonic=clock.monotonic))
+    saves = _RecordedSaves(every_n_steps=None, every_n_minutes=10, dirpath=str(tmp_path))
+    trainer = L.Trainer(max_steps=10, accelerator="cpu", logger=False, callbacks=[clock, saves],
+                        enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(MaskedLM(encoder=TINY, vocab_size=64), DataLoader(mlm_batches(16), batch_size=None))
+    assert saves.steps == [3, 6, 9, 10] and checkpoint_step(tmp_path / LAST) == 10
 
 
 def test_checkpoints_load_with_weights_only(tmp_path):

@@ -33,6 +33,7 @@ import torch.distributed as dist
 from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_warn
 
+from tasks.run.agreement import HostAgreement
 from tasks.run.checkpoint_io import LAST
 from tasks.run.signals import RunInterrupted, StoppedAtOnce, requeue_on, stop_signals
 
@@ -159,6 +160,7 @@ class LastCheckpoint(Checkpoint):
         self._pending_loaders: list[dict[str, Any]] | None = None
         self._signal: int | None = None
         self._previous_handlers: dict[int, Any] = {}
+        self._agreement = HostAgreement()
 
     STATE_KEY = "LastCheckpoint"
 
@@ -174,6 +176,8 @@ class LastCheckpoint(Checkpoint):
         self._trainer = trainer
         if self.dirpath is None:
             self.dirpath = os.path.join(trainer.default_root_dir, "checkpoints")
+        if self._agreement.group is None:  # the ranks exist now (a collective: every rank sets up at this point)
+            self._agreement = HostAgreement()
 
     # ---- saving -------------------------------------------------------------------------------------------------
 
@@ -190,19 +194,13 @@ class LastCheckpoint(Checkpoint):
         if trainer.global_step != self.saved_step and not trainer.sanity_checking:
             self.save(trainer)
 
-    def _due(self, trainer: L.Trainer) -> bool:
-        by_steps = self.every_n_steps is not None and trainer.global_step % self.every_n_steps == 0
-        by_time = False
-        if self.every_n_minutes is not None:
-            by_time = time.monotonic() - self._saved_time >= 60 * self.every_n_minutes
-            by_time = trainer.strategy.broadcast(by_time)  # rank 0 decides: clocks differ across ranks
-        return by_steps or by_time
-
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         if not _ended_a_step(trainer, batch_idx):
             return  # mid gradient accumulation: no step boundary, nothing to save or stop at
-        received, due = self._agreed_signal(trainer), self._due(trainer)
+        by_time = self.every_n_minutes is not None and time.monotonic() - self._saved_time >= 60 * self.every_n_minutes
+        received, by_time = self._agreed(trainer, by_time)
+        due = by_time or (self.every_n_steps is not None and trainer.global_step % self.every_n_steps == 0)
         if _validation_follows(trainer):
             return  # save (and stop) after it: a checkpoint taken now would resume past a validation never run
         if received or due:
@@ -218,7 +216,7 @@ class LastCheckpoint(Checkpoint):
             # step: the gradients gathered so far are in no checkpoint, so save (and stop) at the step's end.
             return
         self._save_if_new(trainer)
-        received = self._agreed_signal(trainer)
+        received, _ = self._agreed(trainer)
         if received:
             self._stop(trainer, received)
 
@@ -245,7 +243,7 @@ class LastCheckpoint(Checkpoint):
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._save_if_new(trainer)
-        received = self._agreed_signal(trainer)  # one that came after the last step's check (the epoch-end save)
+        received, _ = self._agreed(trainer)  # one that came after the last step's check (the epoch-end save)
         self._restore_handlers()
         if received:
             self._stop(trainer, received)
@@ -318,8 +316,14 @@ class LastCheckpoint(Checkpoint):
             # Replaces Lightning's handlers for the length of training: they act mid-step (or exit with status 0).
             self._previous_handlers[signum] = signal.getsignal(signum)
             signal.signal(signum, self._on_signal)
+        # Lightning broadcasts rank 0's SIGTERM flag before every batch of a run of several ranks: a device tensor
+        # that every host waits for. Lightning's handler, the flag's only writer, is replaced above for the length of
+        # training, so the flag stays down; the ranks agree on any rank's signal in `_agreed`.
+        vars(trainer.fit_loop.epoch_loop)["_broadcast_sigterm_tensor"] = _flag_stays_down
 
     def _restore_handlers(self) -> None:
+        if self._trainer is not None:
+            vars(self._trainer.fit_loop.epoch_loop).pop("_broadcast_sigterm_tensor", None)
         if threading.current_thread() is not threading.main_thread():
             return
         for signum, handler in self._previous_handlers.items():
@@ -334,19 +338,20 @@ class LastCheckpoint(Checkpoint):
         print(f"litbert: received {signal.Signals(signum).name}; stopping at the end of this step "
               f"(press Ctrl+C again to stop at once, without a checkpoint).", flush=True)
 
-    def _agreed_signal(self, trainer: L.Trainer) -> int:
-        """The signal received by any rank (0 for none), the same on every rank."""
-        received = self._signal or 0
-        if trainer.world_size > 1 and dist.is_available() and dist.is_initialized():
-            flag = torch.tensor([received], device=trainer.strategy.root_device)
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-            received = int(flag.item())
-        return received
+    def _agreed(self, trainer: L.Trainer, by_time: bool = False) -> tuple[int, bool]:
+        """The signal that any rank received (0 for none), and rank 0's `by_time` (clocks differ across ranks): the
+        same on every rank, from one all-reduce between the hosts that waits for no device."""
+        received, by_time = self._agreement.agree_max([self._signal or 0, int(by_time and trainer.is_global_zero)])
+        return received, bool(by_time)
 
     def _stop(self, trainer: L.Trainer, signum: int) -> None:
         path = self.last_path if self.saved_step == trainer.global_step else None
         requeued = requeue_on(trainer, signum)
         raise RunInterrupted(signum, trainer.global_step, path, requeued)
+
+
+def _flag_stays_down() -> None:
+    """Lightning's SIGTERM broadcast while `LastCheckpoint` holds the signals: nothing to broadcast."""
 
 
 def _train_loaders(trainer: L.Trainer | None) -> list[Any]:
