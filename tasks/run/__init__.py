@@ -9,6 +9,7 @@
 - `fsdp`: the FSDP strategy, wrapping the task once per run;
 - `early_stopping`: stopping once the task's metric stops improving (`--early_stopping.patience`);
 - `signals`: stopping on SIGTERM, SIGINT and SLURM's requeue signal;
+- `agreement`: what every rank decides alike at a step boundary, agreed over the hosts;
 - `tracking`: Weights & Biases, the saved config, attention maps;
 - `throughput`: tokens/s, samples/s and MFU during training;
 - `progress`: the progress bar;
