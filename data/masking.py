@@ -49,7 +49,7 @@ def word_boundary_family(tokenizer: PreTrainedTokenizerFast) -> str:
         return "byte_level"
     raise DataError(
         f"Whole-word masking knows word boundaries for WordPiece (##) and byte-level BPE (Ġ) tokenizers, not for "
-        f"a {model} model; turn whole_word_masking off or use one of those tokenizers."
+        f"a {model} model; set data.whole_word_masking false or use one of those tokenizers."
     )
 
 

@@ -600,7 +600,7 @@ def load_checkpoint(directory: str | Path | Checkpoint) -> Checkpoint:
     return checkpoint
 
 
-def _window_pattern(checkpoint: Checkpoint, layers: list[int]) -> dict[str, Any]:
+def _window_pattern(checkpoint: Checkpoint, layers: list[int], setting: str) -> dict[str, Any]:
     """The sliding-window settings under which the kept layers attend as they did: global where they were global."""
     kept = [checkpoint.config.is_global(i) for i in layers]
     every = global_every(kept)
@@ -608,35 +608,37 @@ def _window_pattern(checkpoint: Checkpoint, layers: list[int]) -> dict[str, Any]
         return {"local_window": 0, "global_every": 1}
     if every is None:
         pattern = ", ".join(f"{i} ({'global' if g else 'local'})" for i, g in zip(layers, kept, strict=True))
-        raise ValueError(f"layers={layers} of {checkpoint.source}: {pattern}; litbert's layers attend globally every n "
-                         f"layers from the first and within a window otherwise, so pick layers in that pattern.")
+        raise ValueError(f"{setting}={layers} of {checkpoint.source}: {pattern}; litbert's layers attend globally "
+                         f"every n layers from the first and within a window otherwise, so pick layers in that "
+                         f"pattern.")
     return {"global_every": every}
 
 
-def select_layers(checkpoint: Checkpoint, layers: Sequence[int] | str) -> Checkpoint:
+def select_layers(checkpoint: Checkpoint, layers: Sequence[int] | str, setting: str = "layers") -> Checkpoint:
     """The checkpoint with only these encoder blocks, in this order ("every_other": DistilBERT's half-depth student);
-    embeddings, position tables, the final norm and the heads are kept as they are."""
+    embeddings, position tables, the final norm and the heads are kept as they are. Errors name `layers` as
+    `setting`, the user's name for it."""
     depth = checkpoint.config.num_layers
     if isinstance(layers, str):
         if layers != "every_other":
-            raise ValueError(f"layers={layers!r}: give 'every_other' or a list of layer indices.")
+            raise ValueError(f"{setting}={layers!r}: give 'every_other' or a list of layer indices.")
         layers = range(0, depth, 2)  # 3 of 6 layers, 6 of 12
     layers = list(layers)
     wrong = [i for i in layers if not 0 <= i < depth]
     if not layers or wrong or len(set(layers)) != len(layers):
-        raise ValueError(f"layers={layers} must be distinct indices of the {depth} layers of {checkpoint.source} "
+        raise ValueError(f"{setting}={layers} must be distinct indices of the {depth} layers of {checkpoint.source} "
                          f"(0 to {depth - 1}), at least one.")
     state = {k: v for k, v in checkpoint.encoder_state.items() if not k.startswith("blocks.")}
     for new, old in enumerate(layers):
         prefix = f"blocks.{old}."
         state.update({f"blocks.{new}.{k[len(prefix):]}": v
                       for k, v in checkpoint.encoder_state.items() if k.startswith(prefix)})
-    config = replace(checkpoint.config, num_layers=len(layers), **_window_pattern(checkpoint, layers))
+    config = replace(checkpoint.config, num_layers=len(layers), **_window_pattern(checkpoint, layers, setting))
     if not config.first_attention_norm and layers[0] != 0:
         # Layer 0 alone has no attention norm (its input is the embeddings' norm); every other layer keeps its own.
         if 0 in layers:
-            raise ValueError(f"layers={layers}: layer 0 of {checkpoint.source} has no attention norm, so it can only "
-                             f"stay the first layer; put it first or leave it out.")
+            raise ValueError(f"{setting}={layers}: layer 0 of {checkpoint.source} has no attention norm, so it can "
+                             f"only stay the first layer; put it first or leave it out.")
         config = replace(config, first_attention_norm=True)
     return replace(checkpoint, config=config, encoder_state=state)
 

@@ -44,7 +44,7 @@ def read_pretrained(pretrained: str | None, layers: Sequence[int] | str | None =
                              f"model.pretrained is not set; set it, or remove model.pretrained_layers.")
         return None
     checkpoint = load_checkpoint(pretrained)
-    return checkpoint if layers is None else select_layers(checkpoint, layers)
+    return checkpoint if layers is None else select_layers(checkpoint, layers, "model.pretrained_layers")
 
 
 def _encoder_spec_fields() -> list[tuple[str, typing.Any, dataclasses.Field]]:

@@ -316,7 +316,7 @@ def test_a_classifier_student_keeps_the_chosen_layers_of_its_pretrained_checkpoi
     assert picked.config.num_layers == 2
     assert torch.equal(picked.blocks[0].attention.qkv.weight, teacher.blocks[5].attention.qkv.weight)
     assert torch.equal(picked.blocks[1].attention.qkv.weight, teacher.blocks[1].attention.qkv.weight)
-    with pytest.raises(ValueError, match=r"layers=\[0, 6\] must be distinct indices of the 6 layers"):
+    with pytest.raises(ValueError, match=r"^model.pretrained_layers=\[0, 6\] must be distinct indices of the 6 layers"):
         SequenceClassification(pretrained=str(teacher_dir), pretrained_layers=[0, 6])
     with pytest.raises(ValueError, match="model.pretrained is not set"):
         SequenceClassification(pretrained_layers="every_other")
