@@ -164,7 +164,8 @@ def main(args: Sequence[str] | None = None) -> LitbertCLI:
     with RunSignals():  # a signal while the run is built (a tokenizer trained) stops it with its exit status too
         cli = make_cli(args)
     if cli.command == "predict":
-        cli.predictions = predict(cli)
+        with RunSignals():  # and while it predicts: the file is written whole or not at all
+            cli.predictions = predict(cli)
     else:
         cli.metrics = run(cli)
     return cli

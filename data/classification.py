@@ -66,6 +66,7 @@ from data.sources import (
     read_delimited,
     read_table,
     split_file,
+    written_whole,
 )
 from encoders.choices import check_choice
 
@@ -817,8 +818,7 @@ class ClassificationDataModule(TokenizedDataModule):
             return self._write_label_sets(values.sigmoid(), threshold, rows, Path(path))
         scores, ids = (values, None) if self.is_regression else values.softmax(-1).max(-1)
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("w", encoding="utf-8", newline="") as handle:
+        with written_whole(path, newline="") as handle:
             tsv = csv.writer(handle, delimiter="\t", lineterminator="\n") if path.suffix.lower() == ".tsv" else None
             if tsv is not None:
                 tsv.writerow(["index", "score"] if ids is None else ["index", "label", "score"])
@@ -833,8 +833,7 @@ class ClassificationDataModule(TokenizedDataModule):
         return path
 
     def _write_label_sets(self, probabilities: torch.Tensor, threshold: float, rows: Rows, path: Path) -> Path:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("w", encoding="utf-8", newline="") as handle:
+        with written_whole(path, newline="") as handle:
             tsv = csv.writer(handle, delimiter="\t", lineterminator="\n") if path.suffix.lower() == ".tsv" else None
             if tsv is not None:
                 tsv.writerow(["index", "labels", "scores"])
@@ -872,9 +871,8 @@ def write_submission(task: TextSet | str, split: str, ids: Sequence[str], predic
         raise DataError(f"{task.name} {split}: {len(predictions)} predictions for {len(ids)} test examples; "
                         f"predict the whole test set, in order, with no shuffling or dropped batches.")
     path = Path(out_dir) / task.submission[split]
-    path.parent.mkdir(parents=True, exist_ok=True)
     low, high = task.score_range or (-math.inf, math.inf)
-    with path.open("w", newline="") as handle:
+    with written_whole(path, newline="") as handle:
         writer = csv.writer(handle, delimiter="\t", lineterminator="\n")
         writer.writerow(["index", "prediction"])
         for example_id, prediction in zip(ids, predictions, strict=True):

@@ -11,6 +11,7 @@ the file, the line and the value, and saying what to do. Nothing is skipped sile
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import io
@@ -18,7 +19,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -220,6 +221,21 @@ def describe_files(files: Mapping[str, Any]) -> str:
     """`train a.csv, validation b.csv, test none`: the local file(s) of each split, for the line a run prints."""
     return ", ".join(f"{split} {', '.join(map(str, value)) if isinstance(value, list) else value or 'none'}"
                      for split, value in files.items())
+
+
+@contextlib.contextmanager
+def written_whole(path: str | os.PathLike[str], newline: str | None = None) -> Iterator[io.TextIOBase]:
+    """A UTF-8 text file to write at `path`, in place only once it is whole: written beside it and renamed over it
+    when the block ends, removed if the block fails (a signal, a full disk), leaving any earlier file whole."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with partial.open("w", encoding="utf-8", newline=newline) as handle:
+            yield handle
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def read_text(path: str | os.PathLike[str]) -> str:

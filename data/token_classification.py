@@ -57,6 +57,7 @@ from data.sources import (
     one_file_per_split,
     read_conll,
     read_json_records,
+    written_whole,
 )
 from encoders.choices import check_choice
 
@@ -477,8 +478,7 @@ class TokenClassificationDataModule(TokenizedDataModule):
                 if word >= 0 and (position == 0 or word_ids[position - 1] != word):
                     tags[sentence][word] = self.label_names[int(values[position])]
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("w", encoding="utf-8") as handle:
+        with written_whole(path) as handle:
             for sentence, predicted in zip(sentences, tags, strict=True):
                 handle.writelines(f"{word}\t{tag}\n" for word, tag in zip(sentence.words, predicted, strict=True))
                 handle.write("\n")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import signal
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ import yaml
 from runs import MINILM
 
 import train
-from data.sources import DataError
+from data.sources import DataError, written_whole
 from encoders.checkpoints import CheckpointError
 from tasks.base import EncoderSpec
 from tasks.classification import SequenceClassification
@@ -117,6 +118,34 @@ def test_predicting_needs_a_trained_head_and_training_refuses_a_prediction_file(
         train.main(["--config", classifier["config"], "--model.pretrained", classifier["model"],
                     "--data.predict_file", inputs, "--trainer.default_root_dir", str(tmp_path / "run")])
     assert not (tmp_path / "out.jsonl").exists() and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_predicting_exits_with_its_status_and_writes_nothing(classifier, tmp_path, capsys, signum):
+    """Ctrl+C or SIGTERM after the last batch is predicted, before the file is written: the exit status of the
+    signal, not Lightning's 1 for a KeyboardInterrupt, and no file, not a part of one."""
+    inputs = write_csv(tmp_path / "new.csv", ["text"], [[s] for s in SENTENCES])
+    status = train.cli_main(["predict", "--config", classifier["config"], "--model.pretrained", classifier["model"],
+                             "--data.predict_file", inputs, "--output", str(tmp_path / "out.jsonl"),
+                             "--trainer.enable_progress_bar", "false", "--trainer.callbacks+=signalling.SignalAt",
+                             "--trainer.callbacks.when", "last_predict_batch", "--trainer.callbacks.signum",
+                             str(int(signum))])
+    assert status == 128 + signum
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"litbert: stopped by {signal.Signals(signum).name} before the predictions were written whole; nothing was "
+        f"written.")
+    assert list(tmp_path.glob("*out.jsonl*")) == []
+
+
+def test_a_predictions_file_is_written_whole_or_not_at_all(tmp_path):
+    """A write that fails (a signal, a full disk) leaves the earlier file as it was, and no part of the new one."""
+    path = tmp_path / "out.tsv"
+    with written_whole(path) as handle:
+        handle.write("index\tlabel\n0\tpos\n")
+    with pytest.raises(KeyboardInterrupt), written_whole(path) as handle:
+        handle.write("index\tlabel\n")
+        raise KeyboardInterrupt
+    assert path.read_text() == "index\tlabel\n0\tpos\n" and [p.name for p in tmp_path.iterdir()] == ["out.tsv"]
 
 
 # ---------------------------------------------------------------------------------------------------- through runs

@@ -59,8 +59,9 @@ def exit_status(error: BaseException, args: Sequence[str] | None) -> int | None:
     if isinstance(error, StoppedBeforeTraining):
         finish_tracking(1)
         given = list(sys.argv[1:] if args is None else args)
-        if given[:1] == ["predict"]:  # `train.py predict`, stopped while its model and data were loaded
-            print(f"litbert: stopped by {signal.Signals(error.signum).name} before predicting; nothing was written.",
+        if given[:1] == ["predict"]:  # `train.py predict`, stopped while its model and data loaded, or it predicted
+            print(f"litbert: stopped by {signal.Signals(error.signum).name} before the predictions were written "
+                  f"whole; nothing was written.",
                   file=sys.stderr, flush=True)
             return 128 + error.signum
         print(f"litbert: stopped by {signal.Signals(error.signum).name} before training began (while the run was "
