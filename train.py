@@ -56,8 +56,8 @@ def run(cli: LitbertCLI) -> dict[str, float]:
 def _run(cli: LitbertCLI, signals: RunSignals) -> dict[str, float]:
     trainer, model, data, config = cli.trainer, cli.model, cli.datamodule, cli.config
     root = Path(trainer.default_root_dir)
+    check_teacher(model, data)  # first: a student over the teacher's vocabulary fails where its teacher does
     data.check_model(model.encoder.config)  # positions and vocabulary big enough, before any training
-    check_teacher(model, data)
     if config.export:
         check_export_format(model, config.export_format)
     if trainer.is_global_zero:
@@ -129,16 +129,23 @@ def _run(cli: LitbertCLI, signals: RunSignals) -> dict[str, float]:
 
 def check_teacher(model: EncoderTask, data: TokenizedDataModule) -> None:
     """A distillation's teacher reads the student's batches: an error, before any training, where its positions or
-    vocabulary are too small for them (a student of unbounded positions takes a max_length its teacher cannot)."""
+    vocabulary are too small for them (a student of unbounded positions takes a max_length its teacher cannot; a
+    teacher saved without its tokenizer cannot be compared with data.tokenizer). Checked before the student, whose
+    error would advise a larger vocab_size where the student has its teacher's."""
     teacher = getattr(model, "teacher", None)
     if teacher is None:
         return
+    config = teacher.encoder.config
+    refused = f"The teacher, model.teacher={model.hparams.teacher}, cannot read this data"
+    if len(data.tokenizer) > config.vocab_size:
+        raise DataError(f"{refused}: data.tokenizer={data.tokenizer_path} has {len(data.tokenizer)} tokens, more than "
+                        f"the teacher's vocabulary of {config.vocab_size}, whose ids would index past its embedding "
+                        f"table. Give data.tokenizer the tokenizer the teacher was trained with.")
     try:
-        check_max_length(data.max_length, teacher.encoder.config)
-        check_vocab_fits(data.tokenizer, teacher.encoder.config)
+        check_max_length(data.max_length, config)
+        check_vocab_fits(data.tokenizer, config)  # its token types
     except DataError as error:
-        raise DataError(f"The teacher, model.teacher={model.hparams.teacher}, cannot read this data: {error}") \
-            from None
+        raise DataError(f"{refused}: {error}") from None
 
 
 def predict(cli: LitbertCLI) -> Path | None:

@@ -614,6 +614,30 @@ def test_a_teacher_that_cannot_read_the_blocks_is_refused_before_training(assets
     assert not (tmp_path / "cache").exists()
 
 
+def test_a_teacher_of_a_smaller_vocabulary_than_the_tokenizer_is_named_before_its_student(assets, tmp_path,
+                                                                                          monkeypatch):
+    """A teacher saved without its tokenizer (so the run cannot compare it with data.tokenizer) of 1,000 tokens, and
+    MiniLM's tokenizer of 30,522: the student, over the teacher's vocabulary, is as small. The error names the teacher
+    and the tokenizer to give it, not the student's vocab_size (which a distillation refuses to change)."""
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    config = EncoderConfig.from_name("bert-tiny", num_layers=2, vocab_size=1000)
+    encoder = Encoder(config)
+    encoder.save_pretrained(tmp_path / "teacher", head=MaskedLMHead(config, encoder.embeddings.word))
+    text = tmp_path / "train.txt"
+    text.write_text("the film was long and the ending strange\n" * 50)
+    with pytest.raises(DataError) as refused:
+        train.main(["--config", "configs/distill/distilbert.yaml", "--model.teacher", str(tmp_path / "teacher"),
+                    "--data.tokenizer", MINILM, "--data.dataset", "null", "--data.train_files", str(text),
+                    "--data.val_files", "null", "--data.max_length", "64", "--data.num_workers", "0",
+                    "--trainer.default_root_dir", str(tmp_path / "run"), "--trainer.logger", "false",
+                    "--data.cache_dir", str(tmp_path / "cache"), "--trainer.max_steps", "1"])
+    assert str(refused.value).startswith(
+        f"The teacher, model.teacher={tmp_path / 'teacher'}, cannot read this data: data.tokenizer={MINILM} has 30522 "
+        f"tokens, more than the teacher's vocabulary of 1000")
+    assert "Set vocab_size" not in str(refused.value)
+    assert not (tmp_path / "cache").exists()
+
+
 def signalled_run(assets: dict[str, str], root: Path, when: str, signum: int, *extra: str,
                   config: tuple[str, ...] = ("--config", "configs/glue/rte.yaml", "--model.pretrained"),
                   times: int = 1) -> tuple[int, list[str]]:
