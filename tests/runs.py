@@ -128,6 +128,34 @@ def last_lines(text: str, count: int = 3) -> str:
     return "\n".join(line for line in text.strip().splitlines()[-count:])
 
 
+class SharedMasks:
+    """A dropout (`F.dropout`'s arguments) whose keep masks come, in call order, from a generator of its own: two
+    sides seeded alike that drop the same tensors in the same order draw the same masks (one side's replaces
+    litbert's `encoders.kernels.dropout`, the other's torch's `F.dropout`). Records each mask's shape. litbert's last
+    layer computes the first token only (`Encoder.forward(first_token_only=True)`): for a tensor of one token, where
+    the batch has `length`, it draws the whole sequence's mask, as a side computing every token does, and keeps the
+    first token's."""
+
+    def __init__(self, seed: int) -> None:
+        self.generator = torch.Generator().manual_seed(seed)
+        self.shapes: list[tuple[int, ...]] = []
+        self.length = 1
+
+    def __call__(self, x, p=0.5, training=True, inplace=False):
+        if not training or p == 0.0:
+            return x
+        shape = list(x.shape)
+        axis = {3: 1, 4: 2}.get(x.dim())  # the token axis: hidden states (B, T, C), attention (B, H, T, T)
+        first_only = axis is not None and shape[axis] == 1 and self.length > 1
+        if first_only:
+            shape[axis] = self.length
+        keep = torch.rand(shape, generator=self.generator) >= p
+        self.shapes.append(tuple(shape))
+        if first_only:
+            keep = keep.narrow(axis, 0, 1)
+        return x * keep / (1 - p)
+
+
 def trainer_losses(cli, model, rows: dict[str, list], collator, output_dir: Path, **changes) -> list[float]:
     """Each step's loss of transformers' `Trainer` training `model` for one epoch on `rows` in their order, at the
     hyper-parameters of the built litbert run `cli` (batch size, gradient accumulation, AdamW settings, schedule,

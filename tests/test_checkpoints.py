@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 import transformers
-from runs import MINILM
+from runs import MINILM, SharedMasks
 
 from encoders import Encoder, EncoderConfig, MaskedLMHead, SequenceClassificationHead, TokenClassificationHead
 from encoders.checkpoints import CheckpointError, load_checkpoint, save_checkpoint
@@ -292,19 +292,6 @@ def test_a_classifier_over_a_checkpoint_has_its_familys_pooler(tmp_path):
         encoder.save_pretrained(tmp_path / "refused", head=mean, format="transformers")
 
 
-def shared_dropout(seed: int):
-    """A dropout (`F.dropout`'s arguments) whose keep masks come, in call order, from a generator of its own: two
-    heads given one each, seeded alike, drop the same units where they drop the same tensors in the same order."""
-    generator = torch.Generator().manual_seed(seed)
-
-    def dropout(x, p=0.5, training=True, inplace=False):
-        if not training or p == 0.0:
-            return x
-        return x * (torch.rand(x.shape, generator=generator) >= p) / (1 - p)
-
-    return dropout
-
-
 @pytest.mark.parametrize("family", ["bert", "roberta", "electra"])
 def test_a_classifier_drops_out_where_its_familys_transformers_classifier_does(family, tmp_path, monkeypatch):
     """In training, a classifier over a checkpoint applies its dropout where transformers' `*ForSequenceClassification`
@@ -326,10 +313,10 @@ def test_a_classifier_drops_out_where_its_familys_transformers_classifier_does(f
         theirs = model.classifier
     hidden = torch.randn(4, 7, checkpoint.config.hidden_size)
     with monkeypatch.context() as patch:
-        patch.setattr(kernels, "dropout", shared_dropout(0))
+        patch.setattr(kernels, "dropout", SharedMasks(0))
         logits = ours(hidden)
     with monkeypatch.context() as patch:
-        patch.setattr(torch.nn.functional, "dropout", shared_dropout(0))
+        patch.setattr(torch.nn.functional, "dropout", SharedMasks(0))
         expected = theirs(hidden)
     torch.testing.assert_close(logits, expected)
     assert ours.dropout_before_pooler == (family != "bert")

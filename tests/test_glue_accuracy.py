@@ -8,7 +8,7 @@ import re
 import statistics
 
 import pytest
-from runs import MINILM, environment, train, trainer_losses
+from runs import MINILM, SharedMasks, environment, train, trainer_losses
 
 # transformers' Trainer, random batches, the shipped STS-B hyper-parameters, one epoch, full STS-B, 3 seeds on this
 # project's CPU (bench/glue.py --tasks stsb --seeds 0 1 2 --epochs 1): dev Pearson 0.492, 0.531, 0.558.
@@ -123,37 +123,6 @@ def test_the_glue_benchmark_runs_the_trainer_at_its_float32_default_beside_a_mix
     peaks = re.search(r"matmul peak ([\d.]+) TFLOP/s \(bf16-mixed\), ([\d.]+) TFLOP/s \(32-true\)", done.stdout)
     assert peaks, done.stdout[-2000:]
     assert f"{record['peak_flops'] / 1e12:.3f}" == peaks[2] != peaks[1]
-
-
-class SharedMasks:
-    """A dropout (`F.dropout`'s arguments) whose keep masks come, in call order, from a generator of its own: two
-    sides seeded alike that drop the same tensors in the same order draw the same masks. Records each mask's
-    shape. litbert's last layer computes the first token only (`Encoder.forward(first_token_only=True)`): for a
-    tensor of one token, where the batch has `length`, it draws the whole sequence's mask, as a side computing every
-    token does, and keeps the first token's."""
-
-    def __init__(self, seed: int) -> None:
-        import torch
-
-        self.generator = torch.Generator().manual_seed(seed)
-        self.shapes: list[tuple[int, ...]] = []
-        self.length = 1
-
-    def __call__(self, x, p=0.5, training=True, inplace=False):
-        import torch
-
-        if not training or p == 0.0:
-            return x
-        shape = list(x.shape)
-        axis = {3: 1, 4: 2}.get(x.dim())  # the token axis: hidden states (B, T, C), attention (B, H, T, T)
-        first_only = axis is not None and shape[axis] == 1 and self.length > 1
-        if first_only:
-            shape[axis] = self.length
-        keep = torch.rand(shape, generator=self.generator) >= p
-        self.shapes.append(tuple(shape))
-        if first_only:
-            keep = keep.narrow(axis, 0, 1)
-        return x * keep / (1 - p)
 
 
 def _stsb_steps_of_both(shared_data, tmp_path, monkeypatch, steps, arguments, dropout, masks=None, **changes):
