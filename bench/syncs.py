@@ -41,7 +41,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 aten = torch.ops.aten
 # The ATen operations that read a device tensor's value back to the host.
 SYNCING = {
-    aten._local_scalar_dense.default,  # .item(), bool(), int(), float(), .tolist()
+    aten._local_scalar_dense.default,  # .item(), bool(), int(), float() (not .tolist(): HOST_READS)
     aten.is_nonzero.default,
     aten.nonzero.default,
     aten.masked_select.default,
