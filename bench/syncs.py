@@ -10,10 +10,10 @@ of the next, and writes one record a step to a JSON file when training ends:
 
 - on CUDA through `torch.cuda.set_sync_debug_mode("warn")`, which warns at every synchronising CUDA call;
 - elsewhere through a `TorchDispatchMode` that counts the operations above (`SYNCING`) on the tensors it sees,
-  and a `TorchFunctionMode` that counts `.tolist()`, `.numpy()` and NumPy's conversions (`HOST_READS`), which read
-  a tensor's values without an ATen operation (on CUDA, a copy from the device that waits for it); both leave out
-  the host work on host tensors: a DataLoader's collate function, and the ranks' agreement at a step boundary
-  (`tasks.run.agreement`, over gloo on every device).
+  and a `TorchFunctionMode` that counts `.tolist()`, `.numpy()`, `.cpu()` and NumPy's conversions (`HOST_READS`),
+  which read a tensor's values without an ATen operation on the CPU (on CUDA, a copy from the device that waits for
+  it); both leave out the host work on host tensors: a DataLoader's collate function, and the ranks' agreement at a
+  step boundary (`tasks.run.agreement`, over gloo on every device).
 
 Each record has the step, whether Lightning logged at it (every `log_every_n_steps`), the count, and where each sync
 came from (the innermost litbert, Lightning or torchmetrics frame).
@@ -51,9 +51,9 @@ SYNCING = {
     aten.unique_consecutive.default,
     aten.repeat_interleave.Tensor,  # without output_size its size is data-dependent
 }
-# Reads of a tensor's values into Python or NumPy that reach no ATen operation on the CPU: the dispatch mode misses
-# them there, while on CUDA each copies from the device and waits for it.
-HOST_READS = {torch.Tensor.tolist, torch.Tensor.numpy, torch.Tensor.__array__}
+# Reads of a tensor's values into Python, NumPy or host memory that reach no ATen operation on the CPU: the dispatch
+# mode misses them there, while on CUDA each copies from the device and waits for it.
+HOST_READS = {torch.Tensor.tolist, torch.Tensor.numpy, torch.Tensor.__array__, torch.Tensor.cpu}
 _OWN = ("/encoders/", "/data/", "/tasks/", "/train.py", "/lightning/", "/torchmetrics/")
 
 

@@ -110,15 +110,16 @@ class _ReadsTheHost(MaskedLM):
         loss = super().training_step(batch, batch_idx)
         batch["labels"].tolist()
         np.asarray(loss.detach())
+        loss.detach().cpu()
         return loss
 
 
 def test_the_cpu_count_includes_the_reads_that_wait_for_a_gpu(tmp_path):
-    """`.tolist()` and NumPy's conversions reach no ATen operation on the CPU, but on CUDA each copies from the
-    device and waits for it: the CPU count has them, so a test on the CPU catches them."""
+    """`.tolist()`, `.cpu()` and NumPy's conversions reach no ATen operation on the CPU, but on CUDA each copies from
+    the device and waits for it: the CPU count has them, so a test on the CPU catches them."""
     syncs = HostSyncs(output=str(tmp_path / "syncs.json"))
     trainer(3, callbacks=[syncs]).fit(_ReadsTheHost(encoder=TINY, vocab_size=64),
                                       DataLoader(mlm_batches(3), batch_size=None))
     reads = [{kind: count for place, count in step["places"].items()
-              if (kind := place.split(":")[0]) in ("tolist", "__array__")} for step in syncs.steps[:2]]
-    assert reads == [{"tolist": 1, "__array__": 1}] * 2
+              if (kind := place.split(":")[0]) in ("tolist", "__array__", "cpu")} for step in syncs.steps[:2]]
+    assert reads == [{"tolist": 1, "__array__": 1, "cpu": 1}] * 2
