@@ -128,21 +128,25 @@ def _modernbert_keys(hf: dict[str, Any], source: str) -> dict[str, Any]:
             raise ValueError(f"{source}: rope_type={ropes[kind]['rope_type']!r} ({kind}; RoPE scaling) has no litbert "
                              f"equivalent; only 'default' checkpoints load.")
     rope_base = float(ropes.get("full_attention", {}).get("rope_theta", hf.get("global_rope_theta", 160_000.0)))
+    cutoff = hf.get("initializer_cutoff_factor", 2.0)  # null (transformers 4): 3, as its _init_weights reads it
+    values = {"rope_base": rope_base, "initializer_cutoff": 3.0 if cutoff is None else float(cutoff)}
     if every == 1:
-        return {"rope_base": rope_base}
+        return values
     local_base = float(ropes.get("sliding_attention", {}).get("rope_theta", hf.get("local_rope_theta", 10_000.0)))
-    return {"rope_base": rope_base, "local_rope_base": None if local_base == rope_base else local_base,
-            "global_every": every,
-            "local_window": hf.get("local_attention", 128) // 2}
+    return values | {"local_rope_base": None if local_base == rope_base else local_base, "global_every": every,
+                     "local_window": hf.get("local_attention", 128) // 2}
 
 
 def _modernbert_entries(config: EncoderConfig) -> dict[str, Any]:
     """Both spellings, for transformers 4 (flat keys) and 5 (nested). The special-token ids are left unset:
     ModernBertConfig's defaults are ModernBERT's own tokenizer's (50281, 50282), outside any other vocabulary (which
-    transformers warns of on every load), the model never reads them, and the tokenizer saved beside it has its own."""
+    transformers warns of on every load), the model never reads them, and the tokenizer saved beside it has its own.
+    An encoder whose new weights start uncut (initializer_cutoff None: litbert's own start, which ModernBERT cannot
+    state) leaves the family's cutoff, 2, to whatever a transformers fine-tune of it starts anew."""
     local_base = config.local_rope_base or config.rope_base
     types = ["full_attention" if config.is_global(i) else "sliding_attention" for i in range(config.num_layers)]
-    return {**dict.fromkeys(("bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id")),
+    cutoff = {} if config.initializer_cutoff is None else {"initializer_cutoff_factor": config.initializer_cutoff}
+    return {**dict.fromkeys(("bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id")), **cutoff,
             "layer_types": types, "global_attn_every_n_layers": config.global_every,
             "local_attention": 2 * config.local_window if config.local_window else 128,
             "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": config.rope_base},
@@ -152,13 +156,14 @@ def _modernbert_entries(config: EncoderConfig) -> dict[str, Any]:
 
 def _modernbert_head_init(hf: dict[str, Any], config: EncoderConfig) -> dict[str, float]:
     """ModernBERT's `_init_weights`: a new classifier from a normal of std hidden_size ** -0.5, a new head dense layer
-    of std initializer_range / sqrt(2 num_layers), both cut off at `initializer_cutoff_factor` stds (3 when null)."""
-    cutoff = hf.get("initializer_cutoff_factor", 2.0)
+    of std initializer_range / sqrt(2 num_layers) (both cut off at `initializer_cutoff` stds)."""
     return {"initializer_range": config.initializer_range / math.sqrt(2.0 * config.num_layers),
-            "classifier_std": config.hidden_size ** -0.5, "init_cutoff": 3.0 if cutoff is None else float(cutoff)}
+            "classifier_std": config.hidden_size ** -0.5}
 
 
-_BERT_FIXED = {"norm_placement": "post", "norm": "layernorm", "bias": True, "embedding_scale": 1.0, "local_window": 0}
+# (BERT's families start new weights from uncut normals, and store no cutoff.)
+_BERT_FIXED = {"norm_placement": "post", "norm": "layernorm", "bias": True, "embedding_scale": 1.0, "local_window": 0,
+               "initializer_cutoff": None}
 _BERT_KEYS = {"vocab_size": "vocab_size", "hidden_size": "hidden_size", "num_layers": "num_hidden_layers",
               "num_heads": "num_attention_heads", "intermediate_size": "intermediate_size",
               "max_position_embeddings": "max_position_embeddings", "type_vocab_size": "type_vocab_size",

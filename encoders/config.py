@@ -79,6 +79,9 @@ class EncoderConfig:
     hidden_dropout: float = 0.1
     attention_dropout: float = 0.1
     initializer_range: float = 0.02
+    # New weights start from normals cut off at this many standard deviations (ModernBERT's
+    # initializer_cutoff_factor, 2 in its checkpoints); None: from uncut normals (BERT's).
+    initializer_cutoff: float | None = None
     name: str = field(default="custom", compare=False)  # the preset it came from; informational only
 
     def __post_init__(self) -> None:
@@ -128,6 +131,9 @@ class EncoderConfig:
         if self.norm_eps <= 0 or self.rope_base <= 1 or self.sinusoidal_scale <= 0 or self.embedding_scale <= 0:
             raise ValueError("EncoderConfig.norm_eps, sinusoidal_scale and embedding_scale must be > 0 and rope_base "
                              "> 1.")
+        if self.initializer_cutoff is not None and self.initializer_cutoff <= 0:
+            raise ValueError(f"EncoderConfig.initializer_cutoff={self.initializer_cutoff} must be > 0 (standard "
+                             f"deviations), or None for normals not cut off.")
         if self.t5_num_buckets < 4 or self.t5_num_buckets % 2 or self.t5_max_distance <= self.t5_num_buckets // 4:
             raise ValueError(
                 f"EncoderConfig.t5_num_buckets={self.t5_num_buckets} must be even and >= 4, and t5_max_distance="

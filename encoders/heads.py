@@ -27,7 +27,7 @@ from torch import nn
 from encoders.checkpoints import Checkpoint, CheckpointError, load_checkpoint
 from encoders.choices import check_choice
 from encoders.config import EncoderConfig
-from encoders.layers import Dropout, activation_spec, build_norm
+from encoders.layers import Dropout, activation_spec, build_norm, normal_init_
 
 log = logging.getLogger(__name__)
 
@@ -59,10 +59,7 @@ def _init_linears(linears: list[nn.Linear], stds: list[float], cutoff: float | N
     off at `cutoff` standard deviations where given (ModernBERT's); after all of a head's layers are built, so a
     seed gives the weights it always gave."""
     for linear, std in zip(linears, stds, strict=True):
-        if cutoff is None:
-            nn.init.normal_(linear.weight, std=std)
-        else:
-            nn.init.trunc_normal_(linear.weight, std=std, a=-cutoff * std, b=cutoff * std)
+        normal_init_(linear.weight, std, cutoff)
         if linear.bias is not None:
             nn.init.zeros_(linear.bias)
 
@@ -73,7 +70,8 @@ class MaskedLMHead(nn.Module):
     def __init__(self, config: EncoderConfig, word_embeddings: nn.Embedding | None = None,
                  activation: str | None = None) -> None:
         """`activation`: the transform's, where the family fixes it (RoBERTa's LM head always applies GELU);
-        unset, the encoder's, as BERT's and DistilBERT's heads do."""
+        unset, the encoder's, as BERT's and DistilBERT's heads do. Its weights start cut off at the config's
+        `initializer_cutoff`."""
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
         self.mlm_activation = activation or config.activation
@@ -81,9 +79,9 @@ class MaskedLMHead(nn.Module):
         self.norm = build_norm(config)
         self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
-        nn.init.normal_(self.dense.weight, std=config.initializer_range)
+        normal_init_(self.dense.weight, config.initializer_range, config.initializer_cutoff)
         nn.init.zeros_(self.dense.bias)
-        nn.init.normal_(self.decoder.weight, std=config.initializer_range)
+        normal_init_(self.decoder.weight, config.initializer_range, config.initializer_cutoff)
         self.tied = word_embeddings is not None
         if word_embeddings is not None:
             self.decoder.weight = word_embeddings.weight
@@ -276,10 +274,11 @@ def fine_tuning_head(cls: type[ClassifierHead], checkpoint: Checkpoint | None, c
     seq_classif_dropout, 0.2; ModernBERT's classifier_dropout, 0), else `CLASSIFIER_DROPOUT`, applied where they
     apply it (RoBERTa's also before its pooler, `dropout_before_pooler`). What the head holds
     anew starts as those classes start it: from N(0, initializer_range) of the encoder's config (config.json's), or
-    as the checkpoint's family starts it (ModernBERT's `head_init`)."""
+    as the checkpoint's family starts it (ModernBERT's `head_init`), cut off at its `initializer_cutoff`."""
     if checkpoint is not None:
         kwargs = checkpoint.head_init | kwargs
     kwargs.setdefault("initializer_range", config.initializer_range)
+    kwargs.setdefault("init_cutoff", config.initializer_cutoff)
     if kwargs.get("dropout") is None:
         stored = checkpoint.classifier_dropout if checkpoint is not None else {}
         kwargs["dropout"] = stored.get(cls.kind, CLASSIFIER_DROPOUT)

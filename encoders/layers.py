@@ -22,6 +22,15 @@ if TYPE_CHECKING:  # annotations only: config.py imports the registries of this 
     from encoders.positions import PositionScheme
 
 
+def normal_init_(weight: torch.Tensor, std: float, cutoff: float | None = None) -> None:
+    """Weights from N(0, std), cut off at `cutoff` standard deviations where given (ModernBERT's
+    initializer_cutoff_factor, `EncoderConfig.initializer_cutoff`), as transformers starts them."""
+    if cutoff is None:
+        nn.init.normal_(weight, std=std)
+    else:
+        nn.init.trunc_normal_(weight, std=std, a=-cutoff * std, b=cutoff * std)
+
+
 def _layernorm(config: EncoderConfig) -> nn.Module:
     return nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.bias)
 

@@ -28,7 +28,7 @@ from encoders.kernels import (
     sequence_starts,
     varlen_applies,
 )
-from encoders.layers import AttentionInputs, Block, build_norm
+from encoders.layers import AttentionInputs, Block, build_norm, normal_init_
 from encoders.positions import build_position
 
 
@@ -105,13 +105,13 @@ class Encoder(nn.Module):
         self.apply(self._init_weights)
 
     def _init_weights(self, module: nn.Module) -> None:
-        std = self.config.initializer_range
+        std, cutoff = self.config.initializer_range, self.config.initializer_cutoff
         if isinstance(module, nn.Linear):
-            nn.init.normal_(module.weight, std=std)
+            normal_init_(module.weight, std, cutoff)
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, std=std)
+            normal_init_(module.weight, std, cutoff)
             if module.padding_idx is not None:
                 nn.init.zeros_(module.weight[module.padding_idx])
         elif isinstance(module, (nn.LayerNorm, nn.RMSNorm)):

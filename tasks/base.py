@@ -391,7 +391,7 @@ def _loss_scaler(trainer: L.Trainer) -> bool:
 # EncoderConfig fields a resumed run may change: regularisation and initialisation (done before the weights were
 # trained). Every other field, and every head option, changes what the trained weights compute. (Kernel choices are
 # no fields: a run gives its own `Kernels`.)
-RESUMABLE_ENCODER_FIELDS = ("hidden_dropout", "attention_dropout", "initializer_range", "name")
+RESUMABLE_ENCODER_FIELDS = ("hidden_dropout", "attention_dropout", "initializer_range", "initializer_cutoff", "name")
 # The task settings that choose a head option, for the message when a resume would change one.
 HEAD_SETTINGS = {"pooling": "model.pooling", "pooler_activation": "model.pooler_activation",
                  "num_labels": "the label count (the data's label set)"}

@@ -3,6 +3,7 @@
 import dataclasses
 import io
 import json
+import math
 
 import pytest
 import torch
@@ -346,6 +347,54 @@ def test_a_new_modernbert_classifier_starts_as_transformers_starts_it(kind, tmp_
     assert not ours.classifier.bias.any()
 
 
+
+def cut_normal_std(std: float, cutoff: float) -> float:
+    """The standard deviation of N(0, std) cut off at `cutoff` standard deviations."""
+    density = math.exp(-cutoff ** 2 / 2) / math.sqrt(2 * math.pi)
+    return std * math.sqrt(1 - 2 * cutoff * density / math.erf(cutoff / math.sqrt(2)))
+
+
+def test_a_modernbert_export_keeps_its_initializer_cutoff_factor(tmp_path):
+    """ModernBERT's initializer_cutoff_factor (how far its new weights' normals reach) loads as initializer_cutoff
+    (null: 3, as transformers 4 read it; absent: 2), is written back on export and reads back in transformers and
+    litbert; BERT's families start new weights uncut, so an encoder cut off has no BERT export."""
+    from encoders.heads import fine_tuning_head
+
+    transformers.ModernBertForMaskedLM(modernbert_config(initializer_cutoff_factor=1.5)).save_pretrained(tmp_path)
+    checkpoint = load_checkpoint(tmp_path)
+    assert checkpoint.config.initializer_cutoff == 1.5
+    encoder = Encoder.from_pretrained(checkpoint)
+    head = fine_tuning_head(SequenceClassificationHead, checkpoint, encoder.config, num_labels=2)
+    encoder.save_pretrained(tmp_path / "export", head=head)
+    assert json.loads((tmp_path / "export" / "config.json").read_text())["initializer_cutoff_factor"] == 1.5
+    assert transformers.AutoConfig.from_pretrained(tmp_path / "export").initializer_cutoff_factor == 1.5
+    assert load_checkpoint(tmp_path / "export").config.initializer_cutoff == 1.5
+    stored = json.loads((tmp_path / "config.json").read_text())
+    for value, expected in [(None, 3.0), ("absent", 2.0)]:
+        (tmp_path / "config.json").write_text(json.dumps(
+            {k: v for k, v in stored.items() if k != "initializer_cutoff_factor"}
+            | ({} if value == "absent" else {"initializer_cutoff_factor": value})))
+        assert load_checkpoint(tmp_path).config.initializer_cutoff == expected
+
+    cut = Encoder(EncoderConfig.from_name("bert-tiny", num_layers=1, vocab_size=101, initializer_cutoff=1.5))
+    with pytest.raises(ValueError, match=r"initializer_cutoff=1.5 \(Bert has None\)"):
+        cut.save_pretrained(tmp_path / "bert", format="transformers")
+    assert Encoder.from_pretrained(cut.save_pretrained(tmp_path / "bert")).config == cut.config  # litbert's format
+
+
+def test_a_new_encoder_and_its_heads_start_cut_off_at_initializer_cutoff():
+    """initializer_cutoff cuts off the normals every new weight starts from, a new encoder's and its heads'."""
+    from tasks.base import EncoderSpec
+    from tasks.classification import SequenceClassification
+
+    torch.manual_seed(0)
+    task = SequenceClassification(num_labels=2, encoder=EncoderSpec(preset="bert-tiny", vocab_size=1000,
+                                                                    initializer_cutoff=1.5))
+    weights = [m.weight for m in task.modules() if isinstance(m, torch.nn.Linear | torch.nn.Embedding)]
+    assert len(weights) > 10 and all(weight.abs().max() <= 1.5 * 0.02 for weight in weights)
+    assert task.encoder.embeddings.word.weight.std().item() == pytest.approx(cut_normal_std(0.02, 1.5), rel=0.02)
+
+
 def test_modernbert_sliding_window_layers_match_transformers(tmp_path):
     """The published pattern (every third layer global, the others within `local_attention // 2` tokens, with their
     own RoPE base) loads with transformers' numbers; windows and bases small enough here to change the outputs. A
@@ -400,7 +449,8 @@ def test_modernbert_preset_exports_to_transformers_and_back(tmp_path):
         ours = head(encoder(ids, mask))
         assert max_diff_on_real_tokens(ours, theirs(input_ids=ids, attention_mask=mask).logits, mask) < 1e-5
         reloaded = Encoder.from_pretrained(tmp_path).eval()
-        assert reloaded.config == config
+        # new weights started uncut, which ModernBERT cannot state: its default cut-off comes back
+        assert reloaded.config == dataclasses.replace(config, initializer_cutoff=2.0)
         again = MaskedLMHead.from_pretrained(tmp_path, reloaded).eval()(reloaded(ids, mask))
         assert max_diff_on_real_tokens(again, ours, mask) < 1e-6
     classifier = SequenceClassificationHead(32, num_labels=2)
@@ -461,7 +511,7 @@ def test_a_modernbert_shaped_model_exports_as_transformers_modernbert(tmp_path, 
             ours, expected = (hidden, output.last_hidden_state) if head is None else (head(hidden), output.logits)
             assert max_diff_on_real_tokens(ours, expected, mask) < 1e-5
     reloaded = Encoder.from_pretrained(tmp_path)
-    assert reloaded.config == config
+    assert reloaded.config == dataclasses.replace(config, initializer_cutoff=2.0)  # uncut: ModernBERT's default
     pairs = [(reloaded, encoder)]
     if kind == "mlm":
         pairs.append((MaskedLMHead.from_pretrained(tmp_path, reloaded), head))
