@@ -88,9 +88,10 @@ class Layout:
     classifier_dropout: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(_BERT_CLASSIFIER_DROPOUT))
     # The sequence classifier's dropout also applies before its pooler (RobertaClassificationHead's).
     dropout_before_pooler: bool = False
-    # How transformers starts the family's new classifier heads where not from N(0, initializer_range): config.json
-    # and the encoder's config -> the heads' initialisation arguments (`encoders.heads`).
-    head_init: Callable[[dict[str, Any], EncoderConfig], dict[str, float]] | None = None
+    # How transformers starts the family's new heads where not from N(0, initializer_range): the encoder's config
+    # (as built: after a user's settings and a selection of layers) -> the standard deviations of a new head's dense
+    # layer (`initializer_range`) and classifier (`classifier_std`), `encoders.heads.new_head_stds`.
+    head_init: Callable[[EncoderConfig], dict[str, float]] | None = None
     # What config_keys cannot say: config.json -> further EncoderConfig values (raising ValueError for what litbert
     # cannot express), and EncoderConfig -> further config.json entries.
     read_keys: Callable[[dict[str, Any], str], dict[str, Any]] | None = None
@@ -154,9 +155,10 @@ def _modernbert_entries(config: EncoderConfig) -> dict[str, Any]:
             "global_rope_theta": config.rope_base, "local_rope_theta": local_base}
 
 
-def _modernbert_head_init(hf: dict[str, Any], config: EncoderConfig) -> dict[str, float]:
+def _modernbert_head_init(config: EncoderConfig) -> dict[str, float]:
     """ModernBERT's `_init_weights`: a new classifier from a normal of std hidden_size ** -0.5, a new head dense layer
-    of std initializer_range / sqrt(2 num_layers) (both cut off at `initializer_cutoff` stds)."""
+    (a classifier's or the MLM head's) of std initializer_range / sqrt(2 num_layers), of the layers the model has as
+    built (both cut off at `initializer_cutoff` stds)."""
     return {"initializer_range": config.initializer_range / math.sqrt(2.0 * config.num_layers),
             "classifier_std": config.hidden_size ** -0.5}
 
@@ -300,7 +302,7 @@ class Checkpoint:
     problem_type: str | None = None  # transformers' problem_type of its classifier, where stored (multi-label)
     classifier_dropout: dict[str, float] = field(default_factory=dict)  # head kind -> its family's rate, where stored
     dropout_before_pooler: bool = False  # its family's sequence classifier drops out before the pooler too (RoBERTa)
-    head_init: dict[str, float] = field(default_factory=dict)  # how its family starts new heads (Layout.head_init)
+    head_init: Callable[[EncoderConfig], dict[str, float]] | None = None  # its family's Layout.head_init
 
 
 # ----------------------------------------------------------------------------------------------------- reading
@@ -569,7 +571,7 @@ def _from_transformers(directory: Path) -> Checkpoint:
                       label_names=None if generic or not all(names) else names,
                       problem_type=hf_config.get("problem_type"), classifier_dropout=dropout,
                       dropout_before_pooler=layout.dropout_before_pooler,
-                      head_init=layout.head_init(hf_config, config) if layout.head_init is not None else {})
+                      head_init=layout.head_init)
 
 
 def _from_litbert(directory: Path) -> Checkpoint:

@@ -68,10 +68,11 @@ class MaskedLMHead(nn.Module):
     kind = "mlm"  # its name in checkpoints (encoders.checkpoints.HEAD_KINDS)
 
     def __init__(self, config: EncoderConfig, word_embeddings: nn.Embedding | None = None,
-                 activation: str | None = None) -> None:
+                 activation: str | None = None, initializer_range: float | None = None) -> None:
         """`activation`: the transform's, where the family fixes it (RoBERTa's LM head always applies GELU);
-        unset, the encoder's, as BERT's and DistilBERT's heads do. Its weights start cut off at the config's
-        `initializer_cutoff`."""
+        unset, the encoder's, as BERT's and DistilBERT's heads do. The transform's dense layer starts from
+        N(0, initializer_range) (the config's when None; ModernBERT's smaller, `new_head_stds`), cut off at the
+        config's `initializer_cutoff`."""
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
         self.mlm_activation = activation or config.activation
@@ -79,7 +80,8 @@ class MaskedLMHead(nn.Module):
         self.norm = build_norm(config)
         self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
-        normal_init_(self.dense.weight, config.initializer_range, config.initializer_cutoff)
+        dense_std = config.initializer_range if initializer_range is None else initializer_range
+        normal_init_(self.dense.weight, dense_std, config.initializer_cutoff)
         nn.init.zeros_(self.dense.bias)
         normal_init_(self.decoder.weight, config.initializer_range, config.initializer_cutoff)
         self.tied = word_embeddings is not None
@@ -263,6 +265,18 @@ class TokenClassificationHead(ClassifierHead):
         return self.classifier(self.dropout(hidden))
 
 
+def new_head_stds(checkpoint: Checkpoint | None, config: EncoderConfig) -> dict[str, float]:
+    """The standard deviations a new head over `checkpoint` (None: over a new encoder) starts at, as transformers
+    starts it: its dense layer's (`initializer_range`) and its classifier's (`classifier_std`), both the encoder's
+    initializer_range unless the checkpoint's family starts them otherwise (ModernBERT's `Layout.head_init`). From
+    `config`, the encoder's as built, as transformers' `_init_weights` reads the config of the model it builds: a
+    user's initializer_range and a selection of layers (`select_layers`) count."""
+    stds = {"initializer_range": config.initializer_range, "classifier_std": config.initializer_range}
+    if checkpoint is not None and checkpoint.head_init is not None:
+        stds |= checkpoint.head_init(config)
+    return stds
+
+
 def fine_tuning_head(cls: type[ClassifierHead], checkpoint: Checkpoint | None, config: EncoderConfig,
                      num_labels: int, label_names: Sequence[str] | None = None, **kwargs) -> ClassifierHead:
     """The head a fine-tune of the encoder configured by `config` starts from: the checkpoint's head of `cls.kind`
@@ -272,13 +286,9 @@ def fine_tuning_head(cls: type[ClassifierHead], checkpoint: Checkpoint | None, c
     DistilBERT's ReLU pooler, ModernBERT's GELU and norm (and its `classifier_pooling`) before either classifier. A
     `dropout` of None is the rate those classes take from the checkpoint's config.json (DistilBERT's
     seq_classif_dropout, 0.2; ModernBERT's classifier_dropout, 0), else `CLASSIFIER_DROPOUT`, applied where they
-    apply it (RoBERTa's also before its pooler, `dropout_before_pooler`). What the head holds
-    anew starts as those classes start it: from N(0, initializer_range) of the encoder's config (config.json's), or
-    as the checkpoint's family starts it (ModernBERT's `head_init`), cut off at its `initializer_cutoff`."""
-    if checkpoint is not None:
-        kwargs = checkpoint.head_init | kwargs
-    kwargs.setdefault("initializer_range", config.initializer_range)
-    kwargs.setdefault("init_cutoff", config.initializer_cutoff)
+    apply it (RoBERTa's also before its pooler, `dropout_before_pooler`). What the head holds anew starts as those
+    classes start it (`new_head_stds`)."""
+    kwargs = new_head_stds(checkpoint, config) | {"init_cutoff": config.initializer_cutoff} | kwargs
     if kwargs.get("dropout") is None:
         stored = checkpoint.classifier_dropout if checkpoint is not None else {}
         kwargs["dropout"] = stored.get(cls.kind, CLASSIFIER_DROPOUT)

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torchmetrics import MeanMetric
 
 from encoders import Kernels, MaskedLMHead
+from encoders.heads import new_head_stds
 from tasks.base import EncoderSpec, EncoderTask, Optimization, build_encoder, read_pretrained
 
 
@@ -111,9 +112,11 @@ class MaskedLM(EncoderTask):
         if checkpoint is not None and "mlm" in checkpoint.head_states:
             self.head = MaskedLMHead.from_pretrained(checkpoint, self.encoder)
         else:  # a new model, or a checkpoint without an MLM head (e.g. BertModel): the head starts fresh, with the
-            # activation of the checkpoint family's head (RoBERTa's GELU)
+            # activation of the checkpoint family's head (RoBERTa's GELU), as the family starts it
             activation = checkpoint.head_options.get("mlm_activation") if checkpoint is not None else None
-            self.head = MaskedLMHead(self.encoder.config, self.encoder.embeddings.word, activation=activation)
+            dense_std = new_head_stds(checkpoint, self.encoder.config)["initializer_range"]
+            self.head = MaskedLMHead(self.encoder.config, self.encoder.embeddings.word, activation=activation,
+                                     initializer_range=dense_std)
         self.val_loss = MeanMetric()
         self.val_accuracy = MeanMetric()
 

@@ -354,6 +354,36 @@ def cut_normal_std(std: float, cutoff: float) -> float:
     return std * math.sqrt(1 - 2 * cutoff * density / math.erf(cutoff / math.sqrt(2)))
 
 
+@pytest.mark.parametrize("kind", ["Sequence", "Token", "MaskedLM"])
+def test_a_new_modernbert_head_starts_at_the_scale_of_the_layers_it_is_built_over(kind, tmp_path):
+    """transformers' ModernBERT starts a new head's dense layer (a classifier's, or the MLM head's) at
+    initializer_range / sqrt(2 num_hidden_layers) of the model it builds, cut off at initializer_cutoff_factor: over
+    `model.pretrained_layers` the kept depth (2 of 4 layers here), not the checkpoint's (a std sqrt(2) smaller), and
+    an MLM head the checkpoint lacks as well as a classifier (not from BERT's N(0, initializer_range))."""
+    from tasks.classification import SequenceClassification, TokenClassification
+    from tasks.mlm import MaskedLM
+
+    four = dict(hidden_size=128, num_hidden_layers=4, layer_types=["full_attention"] * 4, initializer_cutoff_factor=1.5)
+    transformers.ModernBertModel(modernbert_config(**four)).save_pretrained(tmp_path)
+    kept = modernbert_config(**four | dict(num_hidden_layers=2, layer_types=["full_attention"] * 2))
+    torch.manual_seed(0)
+    if kind == "Sequence":
+        task = SequenceClassification(num_labels=3, pretrained=str(tmp_path), pretrained_layers="every_other")
+        dense, theirs = task.head.pooler[0], transformers.ModernBertForSequenceClassification(kept)
+    elif kind == "Token":
+        task = TokenClassification(label_names=["O", "B-X", "I-X"], pretrained=str(tmp_path),
+                                   pretrained_layers="every_other")
+        dense, theirs = task.head.transform[0], transformers.ModernBertForTokenClassification(kept)
+    else:  # all 4 layers: MaskedLM keeps them all
+        task = MaskedLM(pretrained=str(tmp_path))
+        dense, theirs = task.head.dense, transformers.ModernBertForMaskedLM.from_pretrained(tmp_path)
+    depth = task.encoder.config.num_layers
+    assert depth == (4 if kind == "MaskedLM" else 2)
+    for tensor in (dense.weight, theirs.head.dense.weight):
+        assert tensor.std().item() == pytest.approx(cut_normal_std(0.02 / (2 * depth) ** 0.5, 1.5), rel=0.05)
+        assert tensor.abs().max() <= 1.5 * 0.02 / (2 * depth) ** 0.5
+
+
 def test_a_modernbert_export_keeps_its_initializer_cutoff_factor(tmp_path):
     """ModernBERT's initializer_cutoff_factor (how far its new weights' normals reach) loads as initializer_cutoff
     (null: 3, as transformers 4 read it; absent: 2), is written back on export and reads back in transformers and
