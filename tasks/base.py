@@ -232,7 +232,8 @@ def _keeps_shapes(base: EncoderConfig, overrides: dict[str, typing.Any], shapes:
 def over_checkpoint(encoder: EncoderSpec | None, pretrained: Checkpoint, setting: str = "model.encoder") -> Checkpoint:
     """`pretrained` with the spec's overrides applied to its configuration. Overrides that leave every weight's
     name and shape unchanged (dropouts, `rope_base`, `norm_eps`, ...) apply; the others, and a preset, are refused:
-    the weights define those."""
+    the weights define those. `initializer_range` and `initializer_cutoff` set how the weights a task adds start
+    (a new classifier or MLM head), as transformers' `from_pretrained(..., initializer_range=...)` does."""
     if encoder is None:
         return pretrained
     base = pretrained.config
@@ -245,9 +246,6 @@ def over_checkpoint(encoder: EncoderSpec | None, pretrained: Checkpoint, setting
     overrides = encoder.overrides()
     if not overrides:
         return pretrained
-    if "initializer_range" in overrides:
-        raise ValueError(f"{setting}.initializer_range only sets how new weights start; the pretrained weights of "
-                         f"{pretrained.source} are loaded as they are. Remove the setting.")
     if overrides.get("pad_token_id", base.pad_token_id) != base.pad_token_id:
         raise ValueError(f"{setting}.pad_token_id={overrides['pad_token_id']}: the padding row of {pretrained.source} "
                          f"is {base.pad_token_id}, trained as such; remove the setting.")

@@ -354,6 +354,42 @@ def cut_normal_std(std: float, cutoff: float) -> float:
     return std * math.sqrt(1 - 2 * cutoff * density / math.erf(cutoff / math.sqrt(2)))
 
 
+def test_initializer_range_over_a_checkpoint_starts_new_heads_as_transformers_does(tmp_path):
+    """model.encoder.initializer_range over a checkpoint is transformers' `from_pretrained(..., initializer_range=x)`:
+    what the fine-tune adds starts from x (BERT's classifier and pooler from N(0, x); ModernBERT's head dense layer,
+    of a classifier or an MLM head, at its family's scale of x), and the encoder's config, so its export, carry x."""
+    from tasks.base import EncoderSpec
+    from tasks.classification import SequenceClassification
+    from tasks.mlm import MaskedLM
+
+    transformers.BertModel(hf_config("bert", hidden_size=128, num_attention_heads=2),
+                           add_pooling_layer=False).save_pretrained(tmp_path / "bert")
+    transformers.ModernBertModel(modernbert_config(hidden_size=128)).save_pretrained(tmp_path / "modernbert")
+    modernbert_dense = cut_normal_std(0.1 / 6 ** 0.5, 2.0)  # 3 layers, ModernBertConfig's cut-off
+    for family, x in [("bert", 0.2), ("modernbert", 0.1)]:
+        torch.manual_seed(0)
+        ours = SequenceClassification(num_labels=3, pretrained=str(tmp_path / family),
+                                      encoder=EncoderSpec(initializer_range=x))
+        theirs = transformers.AutoModelForSequenceClassification.from_pretrained(tmp_path / family, num_labels=3,
+                                                                                 initializer_range=x)
+        if family == "bert":
+            pairs = [(ours.head.classifier.weight, theirs.classifier.weight, x),
+                     (ours.head.pooler[0].weight, theirs.bert.pooler.dense.weight, x)]
+        else:
+            pairs = [(ours.head.pooler[0].weight, theirs.head.dense.weight, modernbert_dense)]
+        for weight, reference, std in pairs:
+            for tensor in (weight, reference):
+                assert tensor.std().item() == pytest.approx(std, rel=0.15), (family, tuple(tensor.shape))
+        assert ours.encoder.config.initializer_range == x
+        ours.encoder.save_pretrained(tmp_path / f"{family}-export", head=ours.head)
+        assert transformers.AutoConfig.from_pretrained(tmp_path / f"{family}-export").initializer_range == x
+        assert load_checkpoint(tmp_path / f"{family}-export").config.initializer_range == x
+    mlm = MaskedLM(pretrained=str(tmp_path / "modernbert"), encoder=EncoderSpec(initializer_range=0.1))
+    theirs = transformers.ModernBertForMaskedLM.from_pretrained(tmp_path / "modernbert", initializer_range=0.1)
+    for tensor in (mlm.head.dense.weight, theirs.head.dense.weight):
+        assert tensor.std().item() == pytest.approx(modernbert_dense, rel=0.05)
+
+
 @pytest.mark.parametrize("kind", ["Sequence", "Token", "MaskedLM"])
 def test_a_new_modernbert_head_starts_at_the_scale_of_the_layers_it_is_built_over(kind, tmp_path):
     """transformers' ModernBERT starts a new head's dense layer (a classifier's, or the MLM head's) at
