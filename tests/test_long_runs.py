@@ -270,6 +270,26 @@ def test_a_signal_saves_at_the_step_boundary_and_exits_non_zero(signum, env, tmp
     assert sorted(by_step(wandb_history(tmp_path, wandb_runs(tmp_path)[-1]), "train/loss")) == [step, step + 1]
 
 
+@pytest.mark.slow  # a train.py process, MiniLM: 30 s on 2 cores
+def test_ctrl_c_in_a_terminal_is_the_runs_to_handle_not_its_loader_workers(env, tmp_path):
+    """Ctrl+C in a terminal reaches every process of the job, the DataLoader workers that training forked with the
+    run's handlers too. Pressed twice, the run stops at once and says so once: the workers, which printed the run's
+    messages with their own step and checkpoint ("at step 0 ... no training state was saved"), leave the signal to
+    the run."""
+    run_env = dict(env, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tests"), env.get("PYTHONPATH", "")]))
+    callback = "{class_path: signalling.SignalAt, init_args: {when: second_batch, signum: 2, times: 2, group: true}}"
+    process = launch(GLUE, tmp_path, *glue_args(f"--trainer.callbacks+={callback}", "--data.num_workers", "2",
+                                                "--checkpoint.every_n_steps", "1"), env=run_env)
+    out, err = process.communicate(timeout=300)
+    last = tmp_path / "checkpoints" / LAST
+    assert process.returncode == 130, err[-3000:]
+    assert out.count("litbert: received SIGINT") == 1, out[-3000:]
+    assert err.count("stopped at once") == 1, err[-3000:]
+    assert (f"litbert: stopped at once by a second SIGINT at step 2, without saving; the newest training state is "
+            f"{last} (step 1)") in err
+    assert checkpoint_step(last) == 1
+
+
 def best_state(path: Path) -> dict:
     """The best checkpoint's callback state saved in the checkpoint at `path` (its best path and score)."""
     callbacks = torch.load(path, map_location="cpu", weights_only=True)["callbacks"]

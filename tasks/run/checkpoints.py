@@ -160,6 +160,7 @@ class LastCheckpoint(Checkpoint):
         self._pending_loaders: list[dict[str, Any]] | None = None
         self._signal: int | None = None
         self._previous_handlers: dict[int, Any] = {}
+        self._pid: int | None = None  # the training process's, where the handlers were installed
         self._agreement = HostAgreement()
 
     STATE_KEY = "LastCheckpoint"
@@ -310,6 +311,7 @@ class LastCheckpoint(Checkpoint):
     def _install_handlers(self, trainer: L.Trainer) -> None:
         self._saved_time = time.monotonic()
         self._signal = None
+        self._pid = os.getpid()
         if threading.current_thread() is not threading.main_thread():
             return
         for signum in stop_signals(trainer):
@@ -331,6 +333,11 @@ class LastCheckpoint(Checkpoint):
         self._previous_handlers = {}
 
     def _on_signal(self, signum: int, frame: Any) -> None:
+        if os.getpid() != self._pid:
+            # A DataLoader worker, forked during training with these handlers: Ctrl+C in a terminal, or a scheduler's
+            # SIGTERM to the whole job, reaches it too, and it would print the run's messages with its own copy of
+            # the step and checkpoint. The run saves, stops and ends it.
+            return
         if signum == signal.SIGINT and self._signal == signal.SIGINT:  # a second Ctrl+C: stop now, mid-step
             step = self._trainer.global_step if self._trainer is not None else 0
             raise StoppedAtOnce(signum, step, self.last_path, self.saved_step)
