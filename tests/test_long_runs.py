@@ -198,6 +198,27 @@ def test_a_signal_to_one_ddp_rank_stops_every_rank_at_the_same_step(env, tmp_pat
     assert not (tmp_path / "metrics.json").exists()
 
 
+@pytest.mark.slow  # two processes, MiniLM: 30 s on 2 cores
+def test_a_signal_to_one_ddp_rank_after_training_stops_every_rank(env, tmp_path):
+    """SIGTERM to rank 1 alone while the best checkpoint is evaluated after training: the ranks agree on it after the
+    evaluation and stop with 143 before writing their results. Lightning's own handler there broadcasts from rank 0,
+    a collective that rank 0 never joined: every rank waited for the others forever."""
+    run_env = dict(env, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tests"), env.get("PYTHONPATH", "")]))
+    callback = "{class_path: signalling.SignalAt, init_args: {when: last_eval_batch, signum: 15, rank: 1}}"
+    args = glue_args("--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy", "ddp",
+                     "--trainer.max_steps", "2", f"--trainer.callbacks+={callback}")
+    process = launch(GLUE, tmp_path, *args, env=run_env)
+    try:
+        out, err = process.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        kill_group(process)
+        pytest.fail("the ranks waited for each other: the run did not end in 4 minutes")
+    assert process.returncode == 143, err[-3000:]
+    assert "litbert: stopped by SIGTERM after training, in the evaluation" in err
+    assert checkpoint_step(tmp_path / "checkpoints" / LAST) == 2
+    assert not (tmp_path / "metrics.json").exists() and not (tmp_path / "model").exists()
+
+
 def rank_process(launcher: int, rank: int) -> int:
     """The pid of the DDP rank that Lightning's launcher (rank 0, pid `launcher`) started as `rank`."""
     for entry in Path("/proc").iterdir():

@@ -117,14 +117,31 @@ class RunSignals(L.Callback):
 
     def __exit__(self, *exc: object) -> None:
         self.restore()
-        if self.trainer is not None and self in self.trainer.callbacks:
-            self.trainer.callbacks.remove(self)
+        if self.trainer is not None:
+            vars(self.trainer._signal_connector).pop("_sigterm_notifier_fn", None)
+            if self in self.trainer.callbacks:
+                self.trainer.callbacks.remove(self)
 
     def attach(self, trainer: L.Trainer) -> None:
         """Also catch the requeue signal of a SLURM job that auto-requeues, and hold the signals once training ends."""
         self.trainer = trainer
         self._install(stop_signals(trainer))
         trainer.callbacks.append(self)
+        # Lightning puts its own SIGTERM handler in front of this one for each of its stages (the sanity check, the
+        # evaluation after training), and under several ranks it broadcasts from rank 0 there: a collective that only
+        # the ranks that received the signal join. A SIGTERM to one rank other than 0 (a node's processes) left every
+        # rank waiting for the others forever. It runs without the broadcast: the ranks agree in `check`.
+        vars(trainer._signal_connector)["_sigterm_notifier_fn"] = self._lightning_sigterm
+
+    def _lightning_sigterm(self, signum: int, frame: Any) -> None:
+        """Lightning's `_SignalConnector._sigterm_notifier_fn` without its broadcast: pass the signal on to the ranks
+        that this one started, and where one process runs, let Lightning stop an evaluation between batches."""
+        if os.getpid() != self.pid or self.trainer is None:  # a process forked from the run's: see `_on_signal`
+            return
+        if self.trainer.strategy.launcher is not None:
+            self.trainer.strategy.launcher.kill(signum)
+        if self.trainer.world_size == 1:
+            self.trainer._signal_connector.received_sigterm = True
 
     def _install(self, signums: list[int]) -> None:
         if threading.current_thread() is not threading.main_thread():
