@@ -109,17 +109,15 @@ def _run(cli: LitbertCLI, signals: RunSignals) -> dict[str, float]:
     signals.check(trainer)
     if trainer.is_global_zero:  # before predicting: the run's results are kept whatever prediction meets
         write_metrics(root / "metrics.json", metrics)
+    predictions = predict_test_sets(trainer, model, data) if predicts else None
+    config_dir = trainer.log_dir  # a collective call under DDP: every rank makes it
+    signals.finish(trainer)  # the last point where the ranks stop together; rank 0 writes the rest alone
     submission = []
-    if predicts:
-        predictions = predict_test_sets(trainer, model, data)
-        signals.check(trainer)
-        if predictions and trainer.is_global_zero:
-            submission = data.write_submission(predictions, root / "submission")
-
+    if predictions and trainer.is_global_zero:
+        submission = data.write_submission(predictions, root / "submission")
     pushed = None
     if config.push_to_hub and trainer.is_global_zero:  # last: a failed upload leaves every other result written
         pushed = push(export_path(config), config.push_to_hub, config.hub_private)
-    config_dir = trainer.log_dir  # a collective call under DDP: every rank makes it
     if trainer.is_global_zero:
         print_summary(trainer, Path(config_dir or root) / "config.yaml", best,
                       export_path(config) if config.export else None, submission, root / "metrics.json", pushed,

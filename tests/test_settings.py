@@ -748,6 +748,29 @@ def test_a_signal_after_the_last_step_never_ends_as_a_success(when, signum, asse
     assert (root / "checkpoints" / "last.ckpt").is_file()
 
 
+def test_a_signal_while_rank_0_writes_the_last_results_stops_it_at_once(assets, signal_env, tmp_path, monkeypatch,
+                                                                       capsys):
+    """SIGTERM as the submission files are written, after the last point where the ranks stop together: the run
+    stops there with 143 and says what is written and what is not. It once printed that the run would stop before
+    writing its results, wrote them all and exited 0."""
+    original = ClassificationDataModule.write_submission
+
+    def signalling(*args: Any, **kwargs: Any) -> Any:
+        os.kill(os.getpid(), signal.SIGTERM)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(ClassificationDataModule, "write_submission", signalling)
+    root = tmp_path / "run"
+    status, _ = signalled_run(assets, root, "never", signal.SIGTERM)
+    err = capsys.readouterr().err
+    assert status == 143, err[-3000:]
+    assert err.strip().splitlines()[-1] == (
+        "litbert: stopped by SIGTERM as the run finished: its metrics.json and export are written, but not every "
+        "submission file, the upload to the Hub or the summary. Resume with --ckpt_path last to write them (it "
+        "trains no step).")
+    assert (root / "metrics.json").is_file() and (root / "model").is_dir() and not (root / "submission").exists()
+
+
 @pytest.mark.slow  # trains two steps: 10 s on 2 cores
 def test_a_second_ctrl_c_stops_training_at_once_with_status_130(assets, signal_env, tmp_path, capsys):
     """Ctrl+C twice during training stops at once, without saving the step (not Lightning's exit status 1 for the

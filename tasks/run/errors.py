@@ -29,7 +29,7 @@ from data.sources import DataError
 from encoders.checkpoints import CheckpointError
 from tasks.base import DivergenceError
 from tasks.run.folders import RunFolderError
-from tasks.run.signals import RunInterrupted, StoppedAtOnce, StoppedBeforeTraining
+from tasks.run.signals import RunInterrupted, StoppedAfterTraining, StoppedAtOnce, StoppedBeforeTraining
 from tasks.run.tracking import finish_tracking
 
 # Errors about the user's configuration, data or files: shown as litbert's message, without a traceback. Lightning
@@ -67,6 +67,13 @@ def exit_status(error: BaseException, args: Sequence[str] | None) -> int | None:
         print(f"litbert: stopped by {signal.Signals(error.signum).name} before training began (while the run was "
               f"built, its data read and tokenised, or in Lightning's sanity check){_requeued(error)}; nothing was "
               f"trained or saved, and no metrics.json was written.{restart_hint(given)}", file=sys.stderr, flush=True)
+        return 128 + error.signum
+    if isinstance(error, StoppedAfterTraining) and error.finishing:
+        finish_tracking(1)
+        print(f"litbert: stopped by {signal.Signals(error.signum).name} as the run finished: its metrics.json and "
+              f"export are written, but not every submission file, the upload to the Hub or the summary. Resume "
+              f"with --ckpt_path last to write them (it trains no step){_requeued(error)}.", file=sys.stderr,
+              flush=True)
         return 128 + error.signum
     if isinstance(error, SIGTERMException):  # after training (Lightning's own: from the evaluation loops)
         finish_tracking(1)

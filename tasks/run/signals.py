@@ -62,12 +62,13 @@ class StoppedBeforeTraining(SIGTERMException):
 
 
 class StoppedAfterTraining(SIGTERMException):
-    """A signal stopped the run after training (the evaluation, export and predictions), before its results were
-    written. `tasks.run.errors` turns it into a message and the exit status 128 + `signum`; Lightning's own
+    """A signal stopped the run after training: in the evaluation, export and predictions, before its results were
+    written, or (`finishing`) once they were, while rank 0 wrote the submission files, uploaded the export or printed
+    the summary. `tasks.run.errors` turns it into a message and the exit status 128 + `signum`; Lightning's own
     SIGTERMException (from the evaluation loops after training) is read as SIGTERM."""
 
-    def __init__(self, signum: int, requeued: bool = False) -> None:
-        self.signum, self.requeued = signum, requeued
+    def __init__(self, signum: int, requeued: bool = False, finishing: bool = False) -> None:
+        self.signum, self.requeued, self.finishing = signum, requeued, finishing
         super().__init__(128 + signum)
 
 
@@ -101,12 +102,14 @@ class RunSignals(L.Callback):
     Before training (until `on_train_end`, or `hold` once fit has returned) there is nothing to save, and a signal
     stops the run at once with `StoppedBeforeTraining`. After it, while the run validates, tests and exports, a signal
     is held, and `check` stops the run, on every rank at once, before its results are written (a second Ctrl+C stops
-    at once). Lightning's evaluation handlers call the handler too. A process forked from the run's (a DataLoader
-    worker, a tokenising process) leaves the stopping to the run: it ignores them, but ends on SIGTERM."""
+    at once). After the last check (`finish`) only rank 0's writing is left, and a signal stops it at once.
+    Lightning's evaluation handlers call the handler too. A process forked from the run's (a DataLoader worker, a
+    tokenising process) leaves the stopping to the run: it ignores them, but ends on SIGTERM."""
 
     def __init__(self) -> None:
         self.received = 0
         self.holding = False
+        self.finishing = False
         self.trainer: L.Trainer | None = None
         self.previous: dict[int, Any] = {}
         self.pid = os.getpid()
@@ -162,9 +165,10 @@ class RunSignals(L.Callback):
                 signal.signal(signum, signal.SIG_DFL)
                 signal.raise_signal(signum)
             return
-        if not self.holding:
+        if not self.holding or self.finishing:
             requeued = self.trainer is not None and requeue_on(self.trainer, signum)
-            raise StoppedBeforeTraining(signum, requeued)
+            raise (StoppedAfterTraining(signum, requeued, finishing=True) if self.finishing
+                   else StoppedBeforeTraining(signum, requeued))
         if signum == signal.SIGINT and self.received == signal.SIGINT:
             raise StoppedAfterTraining(signum)
         self.received = signum
@@ -178,6 +182,12 @@ class RunSignals(L.Callback):
                                              reduce_op="max"))
         if agreed:
             raise StoppedAfterTraining(agreed, requeue_on(trainer, agreed))
+
+    def finish(self, trainer: L.Trainer) -> None:
+        """The last `check`. What follows is rank 0's alone (the submission files, the upload, the summary): a signal
+        there stops it at once, where holding it would print that the run stops and then let it finish."""
+        self.check(trainer)
+        self.finishing = True
 
     def restore(self) -> None:
         for signum, handler in self.previous.items():
