@@ -110,7 +110,6 @@ def _run(cli: LitbertCLI, signals: RunSignals) -> dict[str, float]:
     if trainer.is_global_zero:  # before predicting: the run's results are kept whatever prediction meets
         write_metrics(root / "metrics.json", metrics)
     predictions = predict_test_sets(trainer, model, data) if predicts else None
-    config_dir = trainer.log_dir  # a collective call under DDP: every rank makes it
     signals.finish(trainer)  # the last point where the ranks stop together; rank 0 writes the rest alone
     submission = []
     if predictions and trainer.is_global_zero:
@@ -119,7 +118,7 @@ def _run(cli: LitbertCLI, signals: RunSignals) -> dict[str, float]:
     if config.push_to_hub and trainer.is_global_zero:  # last: a failed upload leaves every other result written
         pushed = push(export_path(config), config.push_to_hub, config.hub_private)
     if trainer.is_global_zero:
-        print_summary(trainer, Path(config_dir or root) / "config.yaml", best,
+        print_summary(trainer, root / "config.yaml", best,
                       export_path(config) if config.export else None, submission, root / "metrics.json", pushed,
                       stopped[1] if stopped is not None else None)
     return metrics

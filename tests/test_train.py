@@ -768,6 +768,25 @@ def test_limit_predict_batches_is_a_trainer_setting_like_the_others(env, minilm,
     assert cli.trainer.limit_predict_batches == 0.5
 
 
+def test_a_csv_logger_needs_no_folder_and_the_config_stays_in_the_run_folder(env, minilm, tmp_path):
+    """`--trainer.logger CSVLogger` as docs/training.md gives it: Lightning's CSVLogger requires `save_dir`, which
+    the run folder fills as it does for W&B; and the resolved config is `<default_root_dir>/config.yaml`, where
+    `train.py predict --config <run>/config.yaml` and the run-folder checks look, not the logger's `version_0/`."""
+    rows = tmp_path / "train.csv"
+    rows.write_text("text,label\ngood movie,pos\nbad movie,neg\n")
+    root = tmp_path / "run"
+    cli = run("configs/sentiment/imdb.yaml", root, "--model.pretrained", minilm, "--data.train_files", str(rows),
+              "--data.val_files", str(rows), "--data.max_length", "16", "--trainer.max_steps", "1",
+              "--export", "false", "--trainer.logger", "CSVLogger")
+    assert type(cli.trainer.logger).__name__ == "CSVLogger"
+    (log,) = root.rglob("metrics.csv")
+    assert "val/accuracy" in log.read_text()
+    assert [path.relative_to(root) for path in root.rglob("config.yaml")] == [Path("config.yaml")]
+    saved = yaml.safe_load((root / "config.yaml").read_text())
+    assert saved["trainer"]["logger"]["init_args"]["save_dir"] == str(root)
+    assert saved["data"]["init_args"]["train_files"] == str(rows)
+
+
 def test_own_files_train_under_a_logger(env, minilm, tmp_path):
     """A logger logs the task's and the datamodule's settings together and refuses one key with two values: the
     datamodule's multi_label and metrics (unset) are the task's (linked), logged once, by the task."""

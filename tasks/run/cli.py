@@ -51,7 +51,7 @@ from tasks.run.precision import choose_precision
 from tasks.run.progress import ProgressBar
 from tasks.run.publish import check_push
 from tasks.run.throughput import Throughput
-from tasks.run.tracking import WANDB_LOGGER, LogConfigCallback, configure_wandb
+from tasks.run.tracking import WANDB_LOGGER, LogConfigCallback, configure_wandb, default_logger_folders
 
 # (datamodule attribute, task argument, transform). A link whose attribute the datamodule lacks, or whose argument
 # the task lacks, does not apply: MLM data has no labels, and token classification takes label names, not a count.
@@ -91,7 +91,15 @@ class LitbertCLI(LightningCLI):
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         self.args = list(args) if isinstance(args, Sequence) and not isinstance(args, str) else []
-        super().parse_arguments(parser, args)
+        # Parsed, then validated once the loggers without a folder have the run's (`default_logger_folders`), so
+        # that `--trainer.logger CSVLogger` needs no `save_dir`. `_skip_validation` is jsonargparse's own switch
+        # for this (a private keyword); the errors are raised as its `parse_args` raises them.
+        self.config = parser.parse_args(args, _skip_validation=True)
+        default_logger_folders(self.config.trainer.logger, run_root(self.config))
+        try:
+            parser.validate(self.config)
+        except (TypeError, KeyError) as error:
+            parser.error(str(error), error)
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument("--ckpt_path", type=str | None, default=None,
@@ -396,7 +404,7 @@ def make_cli(args: Sequence[str] | None = None) -> LitbertCLI:
         subclass_mode_data=True,
         # A prediction leaves the run's config.yaml as it is (Lightning's callback would write over it).
         save_config_callback=LogConfigCallback if command == "fit" else None,
-        save_config_kwargs={"overwrite": True},
+        save_config_kwargs={"overwrite": True, "save_to_log_dir": False},  # into the run folder, whatever the logger
         # One way to set the optimizer: the task's `optimization` (AdamW groups, warmup, decay). LightningCLI's own
         # --optimizer / --lr_scheduler would replace configure_optimizers and silently void it.
         auto_configure_optimizers=False,

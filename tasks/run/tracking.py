@@ -3,7 +3,9 @@
 Online when the user is logged in (an API key in `WANDB_API_KEY` or in the netrc file that `wandb login` writes),
 otherwise offline into the run folder, with one line on how to upload the run later. `WANDB_MODE` set by the user
 wins over both. Lightning creates the run on rank 0 only. A run can track with CSV instead
-(`--trainer.logger CSVLogger`) or not at all (`--trainer.logger false`).
+(`--trainer.logger CSVLogger`) or not at all (`--trainer.logger false`); a logger that writes files and is given no
+`save_dir` writes them into the run folder, as the W&B logger does. The resolved config is saved as
+`<default_root_dir>/config.yaml` whatever the logger.
 """
 
 from __future__ import annotations
@@ -104,14 +106,21 @@ def run_name(root: Path) -> str:
     return "-".join(parts) if parts and not root.is_absolute() else root.name or "run"
 
 
+def default_logger_folders(loggers: Any, root: Path) -> None:
+    """Give every configured logger that takes a `save_dir` and names none the run folder, before the config is
+    validated: CSVLogger and TensorBoardLogger require one, so `--trainer.logger CSVLogger` alone would be refused."""
+    for logger in loggers if isinstance(loggers, list) else [loggers]:
+        init_args = getattr(logger, "init_args", None)
+        if init_args is not None and "save_dir" in init_args and init_args.save_dir is None:
+            init_args.save_dir = str(root)
+
+
 def configure_wandb(loggers: Any, root: Path, resumed_id: str | None) -> None:
-    """Fill in the parsed config's W&B loggers: files in the run folder, the run named after it, and a resumed run
-    continuing the W&B run its checkpoint was saved by."""
+    """Fill in the parsed config's W&B loggers (their files are in the run folder: `default_logger_folders`): the
+    run named after the folder, and a resumed run continuing the W&B run its checkpoint was saved by."""
     for logger in loggers if isinstance(loggers, list) else [loggers]:
         if getattr(logger, "class_path", None) != WANDB_LOGGER:
             continue
-        if logger.init_args.save_dir is None:
-            logger.init_args.save_dir = str(root)
         if logger.init_args.name is None:
             logger.init_args.name = run_name(root)
         if logger.init_args.id is None and resumed_id:
@@ -126,10 +135,18 @@ def finish_tracking(exit_code: int) -> None:
 
 
 class LogConfigCallback(SaveConfigCallback):
-    """Saves the resolved config beside the run (Lightning's `config.yaml`) and logs it to the tracker."""
+    """Saves the resolved config as `<default_root_dir>/config.yaml` and logs it to the tracker.
+
+    Lightning's callback saves it into `trainer.log_dir`, a logger's own folder (`<save_dir>/version_0` for a
+    CSVLogger), where neither the run-folder checks (`tasks.run.folders`) nor `train.py predict --config
+    <run>/config.yaml` look; litbert builds it with `save_to_log_dir=False`."""
 
     def save_config(self, trainer, pl_module, stage: str) -> None:
         # Runs on rank 0 only: nothing here may communicate (`trainer.log_dir` broadcasts, so it is not used).
+        root = Path(trainer.default_root_dir)
+        root.mkdir(parents=True, exist_ok=True)
+        self.parser.save(self.config, root / self.config_filename, skip_none=False, overwrite=self.overwrite,
+                         multifile=self.multifile)
         for logger in trainer.loggers:
             logger.log_hyperparams({"config": self.config.as_dict()})
 
