@@ -15,14 +15,16 @@ is sized to it), so the budget fits this machine. Dev accuracy is train.py's fin
 checkpoint (`metrics.json`). Speed is inference as a user meets it: the two exported classifiers encode the 872 dev
 sentences in the datamodule's evaluation batches, same precision (fp32), eval mode, alternating, medians.
 
-    LITBERT_DATA=../shared/data python -m bench.distill --seeds 0 1 2 --write BENCHMARKS.md README.md
-    python -m bench.distill --from-json bench/results/distill-sst2.json --write BENCHMARKS.md README.md
+    LITBERT_DATA=../shared/data python -m bench.distill --seeds 0 1 2 --students kd no-teacher --section sst2-lr5e-5 \
+        --student-args '--model.optimization.learning_rate 5e-5' --write BENCHMARKS.md docs/distillation.md
+    python -m bench.distill --from-json bench/results/distill-sst2-lr5e-5.json \
+        --write BENCHMARKS.md docs/distillation.md
 
 `--task mrpc` runs the same on a pair task at configs/glue/mrpc.yaml's budget (every training batch, 5 epochs),
 with the distilled student from configs/distill/mrpc.yaml, and reports accuracy and F1:
 
     LITBERT_DATA=../shared/data python -m bench.distill --task mrpc --seeds 0 1 2 --students kd no-teacher \
-        --student-args '--model.optimization.learning_rate 5e-5' --write BENCHMARKS.md README.md
+        --student-args '--model.optimization.learning_rate 5e-5' --write BENCHMARKS.md docs/distillation.md
 
 Results go to `bench/results/distill-<section>.json` (`--json` elsewhere). `--write` replaces the text between the
 `distill-<section>` markers of each file (`--section`, the task by default) with the table and the command.
@@ -36,7 +38,8 @@ run here, W&B in a user's run); then the teacher, the distilled student and the 
 distillation (`--model.pretrained_layers every_other` of the teacher) are each fine-tuned with
 `configs/quickstart-sst2.yaml` on SST-2 (1 epoch) and STS-B (3 epochs), random batches, seed by seed:
 
-    LITBERT_DATA=../shared/data python -m bench.distill --general --seeds 0 --write BENCHMARKS.md README.md
+    LITBERT_DATA=../shared/data python -m bench.distill --general --seeds 0 1 2 \
+        --write BENCHMARKS.md docs/distillation.md
 """
 
 from __future__ import annotations
