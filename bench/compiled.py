@@ -135,7 +135,7 @@ def table_lines(records: dict[str, dict]) -> list[str]:
 def main(argv: list[str] | None = None) -> None:
     from bench.glue import TASKS, run_device
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mode", choices=MODES, required=True)
     parser.add_argument("--task", choices=TASKS, default="stsb")
     parser.add_argument("--steps", type=int, default=150, help="training steps (the schedule is fitted to them)")

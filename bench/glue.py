@@ -301,7 +301,7 @@ def refuse_other_machines(records: list[dict], machine: dict, path: Path | None)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--runs", nargs="+", choices=RUNS, default=["litbert", "transformers"])

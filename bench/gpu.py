@@ -321,7 +321,7 @@ def _installed_minilm() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("pack", help="write what the GPU run needs into --to (here, where pip and the data are)")
     p.add_argument("--to", type=Path, default=PACK)

@@ -111,7 +111,7 @@ def measure(encode: dict[str, Callable], corpus: list[dict[str, torch.Tensor]], 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpora", nargs="+", choices=sorted(CORPORA), default=sorted(CORPORA, reverse=True))
     parser.add_argument("--texts", type=int, nargs=2, default=[872, 128], metavar=("SST2", "IMDB"),
                         help="texts taken from SST-2 dev and from IMDB test")

@@ -149,7 +149,7 @@ def run_case(case: Case, args: argparse.Namespace, tokenizer, peaks: dict[str, f
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", nargs="+", default=["bert-mini", "bert-base"])
     parser.add_argument("--seq", nargs="+", type=int, default=[128, 512])
     parser.add_argument("--precision", nargs="+", choices=PRECISIONS, default=list(PRECISIONS))

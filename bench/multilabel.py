@@ -215,7 +215,7 @@ def report(records: list[dict], write: Path | None, source: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--runs", nargs="+", choices=RUNS, default=["litbert", "transformers"])
     parser.add_argument("--epochs", type=int, default=1, help="training epochs (both libraries)")

@@ -247,7 +247,7 @@ def run_in_fresh_process(run: str, seed: int, args: argparse.Namespace) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--runs", nargs="+", choices=RUNS, default=["litbert", "transformers"])
     parser.add_argument("--max-train-examples", type=int, default=None,
