@@ -26,7 +26,6 @@ import bisect
 import inspect
 import itertools
 import logging
-import os
 import random
 import re
 import tempfile
@@ -58,6 +57,7 @@ from data.sources import (
     local_split_file,
     read_table,
     read_text_documents,
+    replaced_when_whole,
 )
 from data.streaming import PackedStream, StreamingLoader, fetched_ahead
 from data.tokenizers import SpecialTokenTemplate, TokenizerTraining, ensure_trained
@@ -206,25 +206,23 @@ def write_blocks(documents: datasets.Dataset, path: Path, packer: BlockPacker, c
     if packer.documents:
         features["document_ids"] = datasets.Sequence(datasets.Value("int16"))
     features["example_index"] = datasets.Value("int64")
-    scratch = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    writer = ArrowWriter(path=str(scratch), features=features)
     blocks = 0
+    with replaced_when_whole(path) as scratch:
+        writer = ArrowWriter(path=str(scratch), features=features)
 
-    def write(table: pa.Table) -> None:
-        nonlocal blocks
-        index = pa.array(np.arange(blocks, blocks + table.num_rows, dtype=np.int64))
-        writer.write_table(table.append_column("example_index", index))
-        blocks += table.num_rows
+        def write(table: pa.Table) -> None:
+            nonlocal blocks
+            index = pa.array(np.arange(blocks, blocks + table.num_rows, dtype=np.int64))
+            writer.write_table(table.append_column("example_index", index))
+            blocks += table.num_rows
 
-    try:
-        for batch in documents.data.table.select(["input_ids"]).to_batches(max_chunksize=chunk):
-            write(packer.add(batch.column("input_ids")))
-        write(packer.finish())
-        writer.finalize()
-        os.replace(scratch, path)
-    finally:
-        writer.close()
-        scratch.unlink(missing_ok=True)
+        try:
+            for batch in documents.data.table.select(["input_ids"]).to_batches(max_chunksize=chunk):
+                write(packer.add(batch.column("input_ids")))
+            write(packer.finish())
+            writer.finalize()
+        finally:
+            writer.close()
     return datasets.Dataset.from_file(str(path))
 
 

@@ -224,18 +224,24 @@ def describe_files(files: Mapping[str, Any]) -> str:
 
 
 @contextlib.contextmanager
-def written_whole(path: str | os.PathLike[str], newline: str | None = None) -> Iterator[io.TextIOBase]:
-    """A UTF-8 text file to write at `path`, in place only once it is whole: written beside it and renamed over it
-    when the block ends, removed if the block fails (a signal, a full disk), leaving any earlier file whole."""
+def replaced_when_whole(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """A path beside `path` to write its new file to, renamed over `path` when the block ends and removed if the
+    block fails (a signal, a full disk): readers see the earlier file or the new one, never a part."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        with partial.open("w", encoding="utf-8", newline=newline) as handle:
-            yield handle
+        yield partial
         os.replace(partial, path)
     finally:
         partial.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def written_whole(path: str | os.PathLike[str], newline: str | None = None) -> Iterator[io.TextIOBase]:
+    """A UTF-8 text file to write at `path`, in place only once it is whole (`replaced_when_whole`)."""
+    with replaced_when_whole(path) as partial, partial.open("w", encoding="utf-8", newline=newline) as handle:
+        yield handle
 
 
 def read_text(path: str | os.PathLike[str]) -> str:

@@ -18,6 +18,7 @@ import torch
 from lightning.fabric.utilities.cloud_io import get_filesystem
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
+from data.sources import replaced_when_whole
 from encoders.checkpoints import CheckpointError
 
 LAST = "last.ckpt"  # the newest training state of a run, in <default_root_dir>/checkpoints
@@ -70,14 +71,11 @@ class SafeCheckpointIO(TorchCheckpointIO):
         if storage_options is not None:
             raise TypeError("SafeCheckpointIO.save_checkpoint takes no storage_options for local files.")
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
         try:
-            with temporary.open("wb") as handle:
+            with replaced_when_whole(path) as temporary, temporary.open("wb") as handle:
                 torch.save(checkpoint, handle)
                 handle.flush()
                 os.fsync(handle.fileno())
-            os.replace(temporary, path)  # atomic: readers see the old file or the new one, never a part
         except RuntimeError as error:
             # torch reports a failed write (a full disk) as its own RuntimeError, the OSError as its context.
             if isinstance(error.__context__, OSError):
@@ -85,8 +83,6 @@ class SafeCheckpointIO(TorchCheckpointIO):
                 raise OSError(cause.errno, f"{cause.strerror}; the checkpoint was not written (the previous one at "
                                            f"that path, if any, is whole)", str(path)) from error
             raise
-        finally:
-            temporary.unlink(missing_ok=True)
         directory = os.open(path.parent, os.O_RDONLY)
         try:
             os.fsync(directory)  # the rename itself survives a power loss
