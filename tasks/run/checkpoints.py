@@ -161,7 +161,7 @@ class LastCheckpoint(Checkpoint):
         self._signal: int | None = None
         self._previous_handlers: dict[int, Any] = {}
         self._pid: int | None = None  # the training process's, where the handlers were installed
-        self._agreement = HostAgreement()
+        self._agreement: HostAgreement | None = None  # built in setup, once the ranks exist
 
     STATE_KEY = "LastCheckpoint"
 
@@ -177,7 +177,7 @@ class LastCheckpoint(Checkpoint):
         self._trainer = trainer
         if self.dirpath is None:
             self.dirpath = os.path.join(trainer.default_root_dir, "checkpoints")
-        if self._agreement.group is None:  # the ranks exist now (a collective: every rank sets up at this point)
+        if self._agreement is None:  # a collective: every rank sets up at this point
             self._agreement = HostAgreement()
 
     # ---- saving -------------------------------------------------------------------------------------------------
