@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
 from data.base import TokenizedDataModule
@@ -43,14 +44,21 @@ from tasks.run.folders import export_path
 from tasks.run.predict import check_trained_head, predict_file, predict_test_sets
 from tasks.run.publish import push, write_card
 from tasks.run.results import print_summary, remove_earlier_metrics, write_metrics
-from tasks.run.signals import RunSignals
+from tasks.run.signals import RunSignals, StoppedAtOnce, StoppedBeforeTraining
 
 
 def run(cli: LitbertCLI) -> dict[str, float]:
     """Fit, evaluate the best checkpoint, export, write metrics.json and predict. Returns the final metrics."""
     with RunSignals() as signals:
         signals.attach(cli.trainer)
-        return _run(cli, signals)
+        try:
+            return _run(cli, signals)
+        except SIGTERMException as error:
+            if not isinstance(error, StoppedBeforeTraining | StoppedAtOnce):  # after training: the message names
+                # the checkpoint with the final training state, or says there is none (checkpointing off)
+                last = next((c for c in cli.trainer.callbacks if isinstance(c, LastCheckpoint)), None)
+                error.checkpoint = last.last_path if last is not None and last.saving else None
+            raise
 
 
 def _run(cli: LitbertCLI, signals: RunSignals) -> dict[str, float]:

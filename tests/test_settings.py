@@ -748,6 +748,23 @@ def test_a_signal_after_the_last_step_never_ends_as_a_success(when, signum, asse
     assert (root / "checkpoints" / "last.ckpt").is_file()
 
 
+def test_a_signal_after_training_without_checkpointing_says_the_run_must_start_again(assets, signal_env, tmp_path,
+                                                                                      capsys):
+    """With trainer.enable_checkpointing false no checkpoint holds the final training state: a SIGTERM in the final
+    validation stops the run with 143 and says it must run again, not to resume with --ckpt_path last (which would
+    find nothing and train from the start)."""
+    root = tmp_path / "run"
+    status, _ = signalled_run(assets, root, "last_eval_batch", signal.SIGTERM, "--trainer.enable_checkpointing",
+                              "false")
+    err = capsys.readouterr().err
+    assert status == 143, err[-3000:]
+    assert err.strip().splitlines()[-1].endswith(
+        "No checkpoint holds its final training state (trainer.enable_checkpointing is false): run it again to "
+        "evaluate, export and predict.")
+    assert "--ckpt_path last" not in err.strip().splitlines()[-1]
+    assert list(root.rglob("*.ckpt")) == [] and not (root / "metrics.json").exists()
+
+
 def test_a_signal_while_rank_0_writes_the_last_results_stops_it_at_once(assets, signal_env, tmp_path, monkeypatch,
                                                                        capsys):
     """SIGTERM as the submission files are written, after the last point where the ranks stop together: the run
@@ -765,9 +782,9 @@ def test_a_signal_while_rank_0_writes_the_last_results_stops_it_at_once(assets, 
     err = capsys.readouterr().err
     assert status == 143, err[-3000:]
     assert err.strip().splitlines()[-1] == (
-        "litbert: stopped by SIGTERM as the run finished: its metrics.json and export are written, but not every "
-        "submission file, the upload to the Hub or the summary. Resume with --ckpt_path last to write them (it "
-        "trains no step).")
+        f"litbert: stopped by SIGTERM as the run finished: its metrics.json and export are written, but not every "
+        f"submission file, the upload to the Hub or the summary. It has its final training state in "
+        f"{root / 'checkpoints' / LAST}: resume with --ckpt_path last to write them (it trains no step).")
     assert (root / "metrics.json").is_file() and (root / "model").is_dir() and not (root / "submission").exists()
 
 

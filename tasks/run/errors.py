@@ -71,17 +71,17 @@ def exit_status(error: BaseException, args: Sequence[str] | None) -> int | None:
     if isinstance(error, StoppedAfterTraining) and error.finishing:
         finish_tracking(1)
         print(f"litbert: stopped by {signal.Signals(error.signum).name} as the run finished: its metrics.json and "
-              f"export are written, but not every submission file, the upload to the Hub or the summary. Resume "
-              f"with --ckpt_path last to write them (it trains no step){_requeued(error)}.", file=sys.stderr,
-              flush=True)
+              f"export are written, but not every submission file, the upload to the Hub or the summary. "
+              f"{_after_training_resume(error, 'write them (it trains no step)')}{_requeued(error)}.",
+              file=sys.stderr, flush=True)
         return 128 + error.signum
     if isinstance(error, SIGTERMException):  # after training (Lightning's own: from the evaluation loops)
         finish_tracking(1)
         signum = getattr(error, "signum", signal.SIGTERM)
         print(f"litbert: stopped by {signal.Signals(signum).name} after training, in the evaluation, export or test "
               f"predictions{_requeued(error)}; the run did not finish (metrics.json is written after the evaluation "
-              f"and export, the predictions after it). It has its final state in the run's checkpoints/last.ckpt: "
-              f"resume with --ckpt_path last to evaluate, export and predict.", file=sys.stderr, flush=True)
+              f"and export, the predictions after it). "
+              f"{_after_training_resume(error, 'evaluate, export and predict')}.", file=sys.stderr, flush=True)
         return 128 + signum
     if isinstance(error, DivergenceError):
         finish_tracking(1)
@@ -159,6 +159,16 @@ def condense_parse_error(message: str) -> str:
     value = f"={given}" if given is not None and not given.startswith("NestedArg") else ""
     return (f"{setting}{value}: {'; '.join(problems) or 'not a valid value'}. `python train.py --config <config> "
             f"--print_config` shows every setting and its current value; `--help` lists them.")
+
+
+def _after_training_resume(error: BaseException, to: str) -> str:
+    """How a run stopped after training gets its results: resumed from the checkpoint of its final training state
+    (`train.run` sets `error.checkpoint`), or, where checkpointing was off and there is none, run again."""
+    checkpoint = getattr(error, "checkpoint", None)
+    if checkpoint is None:
+        return (f"No checkpoint holds its final training state (trainer.enable_checkpointing is false): run it again "
+                f"to {to}")
+    return f"It has its final training state in {checkpoint}: resume with --ckpt_path last to {to}"
 
 
 def _requeued(error: BaseException) -> str:
