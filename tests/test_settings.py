@@ -521,8 +521,10 @@ def test_a_used_run_folder_is_never_silently_reused(glue, tmp_path):
     (root / "checkpoints" / LAST).write_bytes(b"the earlier run's")
     with pytest.raises(RunFolderError, match=rf"Resume it with --ckpt_path {root / 'checkpoints' / LAST}, choose"):
         glue(root=root)
+    (root / "lightning_logs" / "version_0").mkdir(parents=True)  # the earlier run's CSVLogger
     glue("--overwrite", "true", root=root)
     assert not (root / "metrics.json").exists() and not (root / "checkpoints").exists()
+    assert not (root / "lightning_logs").exists()  # or the new run's logs go beside the old ones, as version_1
     with pytest.raises(ValueError, match="--ckpt_path resumes one in place"):
         glue("--overwrite", "true", "--ckpt_path", str(root / "last.ckpt"), root=root)
     with pytest.raises(ValueError, match="--export is false"):
