@@ -379,7 +379,7 @@ class ClassificationDataModule(TokenizedDataModule):
         else:  # the label set comes from the training data, so it is known before setup() for the model
             train = self._read("train")
             found = {label for row in train.labels or () for label in row} if self.multi_label \
-                else set(train.labels or ())
+                else set(train.labels or ()) - self.skip_labels  # (rows left out bring no class)
             self.label_values = train.class_names or _sort_labels(found)
             self.label_names = list(self.label_values)
             log.info("labels found in the training data: %s", self.label_values)

@@ -75,7 +75,7 @@ def test_jsonl_string_labels_mapping_and_state(tmp_path, caplog):
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
     dm = ClassificationDataModule(MINILM, train_files=str(path), val_files=str(path), text_columns=["review"],
                              label_column="stars", skip_labels=["unlabelled"], cache_dir=str(tmp_path))
-    assert dm.label_names == ["bad", "good", "meh", "unlabelled"]  # known before setup, sorted
+    assert dm.label_names == ["bad", "good", "meh"]  # known before setup, sorted; skipped rows bring no class
     dm = ClassificationDataModule(MINILM, train_files=str(path), val_files=str(path), text_columns=["review"],
                              label_column="stars", label_names=["meh", "bad", "good"], skip_labels=["unlabelled"],
                              cache_dir=str(tmp_path))
