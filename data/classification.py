@@ -538,7 +538,9 @@ class ClassificationDataModule(TokenizedDataModule):
                     raise DataError(f"{where}, line {line}: {self.label_column}={value!r} is not a label; each row "
                                     f"holds one class (a string or an integer), or a list of them with "
                                     f"data.multi_label true.")
-            return [str(v) for v in values]
+                if not self.is_regression:  # (a score's own checks name what is wrong with it)
+                    self._check_class(value, f"{where}, line {line}: {self.label_column}={value!r}")
+            return [_label_text(v) for v in values]
         rows = []
         for value, line in zip(values, lines, strict=True):
             if delimited and isinstance(value, str):
@@ -546,8 +548,24 @@ class ClassificationDataModule(TokenizedDataModule):
             if not isinstance(value, (list, tuple)) or not all(isinstance(v, (str, int)) for v in value):
                 raise DataError(f"{where}, line {line}: {self.label_column}={value!r} is not a list of labels; "
                                 f"multi-label rows hold a list such as [\"PER\", \"LOC\"] (or [] for none).")
-            rows.append([str(v) for v in value])
+            for label in value:
+                self._check_class(label, f"{where}, line {line}: label {label!r} in column {self.label_column!r}")
+            rows.append([_label_text(v) for v in value])
         return rows
+
+    def _check_class(self, value: Any, where: str) -> None:
+        """Refuse a value that would silently become a class of its own: an empty cell (class ''), a label with
+        spaces around it (' pos' beside 'pos'), a JSON NaN (class 'nan'). A value in skip_labels is left out later."""
+        if isinstance(value, float) and not math.isfinite(value):
+            raise DataError(f"{where} is not a class; fix the row.")
+        if not isinstance(value, str) or value in self.skip_labels:
+            return
+        if not value.strip():
+            skip = "" if self.multi_label else f" (or leave such rows out with data.skip_labels ['{value}'])"
+            raise DataError(f"{where} is empty, not a class. Fill it in or remove it{skip}.")
+        if value != value.strip():
+            raise DataError(f"{where} has spaces around it, which would make it a class apart from "
+                            f"{value.strip()!r}; remove them.")
 
     def _from_file(self, path: Path, needed: list[str], labelled: bool, quoting: bool,
                    headerless: tuple[str, ...] | None, id_column: str | None = "") -> Rows:
@@ -848,6 +866,11 @@ class ClassificationDataModule(TokenizedDataModule):
                 record.update(labels=[name for name, _ in chosen], scores=[score for _, score in chosen])
                 handle.write(json.dumps(record, ensure_ascii=False) + "\n")
         return path
+
+
+def _label_text(value: Any) -> str:
+    """A label as the string it is mapped by: a JSON 1.0 is the class of 1 and of a CSV's "1"."""
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
 
 
 def _zero_one(value: Any, column: str, where: str, line: int) -> int:

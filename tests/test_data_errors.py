@@ -103,6 +103,17 @@ def test_columns_that_leave_no_text_or_label(settings, message, tmp_path):
                  r"null.jsonl, line 2: label=None is not a label", id="null-label"),
     pytest.param("list.jsonl", '{"text": "a", "label": "pos"}\n{"text": "b", "label": ["neg"]}\n', {},
                  r"list.jsonl, line 2: label=\['neg'\] is not a label; .* data.multi_label true", id="list-label"),
+    pytest.param("empty.csv", "text,label\ngood,pos\nbad,neg\nmeh,\n", {},
+                 r"empty.csv, line 4: label='' is empty, not a class. Fill it in or remove it \(or leave such rows "
+                 r"out with data.skip_labels \[''\]\)", id="empty-cell"),
+    pytest.param("spaced.csv", "text,label\ngood,pos\nfine, pos\nbad,neg\n", {},
+                 r"spaced.csv, line 3: label=' pos' has spaces around it, which would make it a class apart from "
+                 r"'pos'", id="spaces-around-a-label"),
+    pytest.param("nan.jsonl", '{"text": "a", "label": "pos"}\n{"text": "b", "label": NaN}\n', {},
+                 r"nan.jsonl, line 2: label=nan is not a class", id="json-nan"),
+    pytest.param("sets.jsonl", '{"text": "a", "label": ["x", ""]}\n{"text": "b", "label": ["y"]}\n',
+                 {"multi_label": True}, r"sets.jsonl, line 1: label '' in column 'label' is empty, not a class. Fill "
+                                        r"it in or remove it\.$", id="multi-label-empty-label"),
     pytest.param("one.csv", "text,label\ngood,pos\nfine,pos\n", {},
                  r"data.label_column='label' of .*one.csv holds one class, \['pos'\]: classification needs at "
                  r"least two", id="one-class-in-the-file"),
@@ -110,13 +121,26 @@ def test_columns_that_leave_no_text_or_label(settings, message, tmp_path):
                  r"data.label_names holds one class, \['pos'\]", id="one-class-named"),
 ])
 def test_labels_that_are_not_a_class_label(name, content, settings, message, tmp_path):
-    """A label that is no class (null, a list) would become a class named 'None' or "['neg']", and one class alone
-    failed deep in torchmetrics after setup."""
+    """A label that is no class (null, a list) would become a class named 'None' or "['neg']", an empty cell, a JSON
+    NaN or a label with a space around it a class '', 'nan' or ' pos' beside the others, and one class alone failed
+    deep in torchmetrics after setup."""
     path = tmp_path / name
     path.write_text(content, encoding="utf-8")
     with pytest.raises(DataError, match=message):
         ClassificationDataModule(MINILM, train_files=str(path), val_files=str(path), cache_dir=str(tmp_path),
                                  **settings).setup("fit")
+
+
+def test_empty_labels_are_left_out_by_skip_labels_and_json_floats_are_their_integers(tmp_path):
+    """skip_labels [''] is the way on the empty-label error names; a JSON 1.0 is the class of 1, not one of its own."""
+    path = tmp_path / "train.jsonl"
+    path.write_text('{"text": "a", "label": 1}\n{"text": "b", "label": 0}\n{"text": "c", "label": 1.0}\n'
+                    '{"text": "d", "label": ""}\n', encoding="utf-8")
+    dm = ClassificationDataModule(MINILM, train_files=str(path), val_files=str(path), cache_dir=str(tmp_path),
+                                  skip_labels=[""])
+    dm.setup("fit")
+    assert dm.label_names == ["0", "1"]
+    assert dm.datasets["train"]["labels"] == [1, 0, 1]
 
 
 # One malformed file each, read by the reader its format goes through.
