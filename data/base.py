@@ -79,7 +79,12 @@ class TokenizedDataModule(L.LightningDataModule):
         if max_length <= self.template.num_special(pair=True):
             raise DataError(f"max_length={max_length} leaves no room for text beside the special tokens; raise it.")
         if batch_size <= 0:
-            raise DataError(f"batch_size={batch_size} must be positive.")
+            raise DataError(f"data.batch_size={batch_size} must be positive.")
+        if eval_batch_size is not None and eval_batch_size <= 0:  # (0 would silently read as unset)
+            raise DataError(f"data.eval_batch_size={eval_batch_size} must be positive; leave it unset to evaluate "
+                            f"with data.batch_size.")
+        if num_workers < 0:
+            raise DataError(f"data.num_workers={num_workers} must be 0 (load in the training process) or more.")
         self.max_length = max_length
         self.batch_size = batch_size
         self.eval_batch_size = eval_batch_size or batch_size

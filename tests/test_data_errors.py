@@ -143,6 +143,22 @@ def test_empty_labels_are_left_out_by_skip_labels_and_json_floats_are_their_inte
     assert dm.datasets["train"]["labels"] == [1, 0, 1]
 
 
+@pytest.mark.parametrize("settings, message", [
+    ({"batch_size": 0}, r"^data.batch_size=0 must be positive"),
+    ({"eval_batch_size": 0}, r"^data.eval_batch_size=0 must be positive; leave it unset"),
+    ({"eval_batch_size": -1}, r"^data.eval_batch_size=-1 must be positive"),
+    ({"num_workers": -1}, r"^data.num_workers=-1 must be 0"),
+])
+def test_loader_settings_out_of_range_are_named(settings, message, tmp_path):
+    """An eval_batch_size of 0 read as unset (the training batch size), -1 and a negative num_workers failed in
+    torch's loader, after the model was built, without the setting's name."""
+    path = tmp_path / "train.csv"
+    path.write_text("text,label\ngood,pos\nbad,neg\n", encoding="utf-8")
+    with pytest.raises(DataError, match=message):
+        ClassificationDataModule(MINILM, train_files=str(path), val_files=str(path), cache_dir=str(tmp_path),
+                                 **settings)
+
+
 # One malformed file each, read by the reader its format goes through.
 @pytest.mark.parametrize("name, content, read, message", [
     pytest.param("empty.tsv", b"\n  \n", lambda path: read_delimited(path, "\t", ["sentence"]),
