@@ -244,13 +244,18 @@ def written_whole(path: str | os.PathLike[str], newline: str | None = None) -> I
         yield handle
 
 
-def read_text(path: str | os.PathLike[str]) -> str:
-    """A whole UTF-8 file as text (a leading BOM removed); errors for missing, empty or non-UTF-8 files."""
-    path = Path(path)
+def check_file(path: Path) -> None:
+    """Errors for a data file that is missing or not a file (a folder)."""
     if not path.exists():
         raise FileNotFoundError(f"Data file {path} does not exist; check the path (and ${DATA_ROOT_ENV}).")
     if not path.is_file():
         raise DataError(f"Data file {path} is not a regular file; pass the file itself, not a folder.")
+
+
+def read_text(path: str | os.PathLike[str]) -> str:
+    """A whole UTF-8 file as text (a leading BOM removed); errors for missing, empty or non-UTF-8 files."""
+    path = Path(path)
+    check_file(path)
     raw = path.read_bytes()
     if not raw.strip():
         raise DataError(f"Data file {path} is empty; it holds no rows. Fill it or remove it from the config.")
@@ -374,6 +379,7 @@ TABLE_READERS: dict[str, Callable[[Path, Sequence[str]], dict[str, list[Any]]]] 
 def read_table(path: str | os.PathLike[str], required: Sequence[str]) -> dict[str, list[Any]]:
     """Columns `required` of a CSV, TSV, JSON or JSONL file, chosen by suffix; `_line` holds each row's line."""
     path = Path(path)
+    check_file(path)  # before its suffix: a folder or a mistyped path has none of the readers'
     reader = TABLE_READERS.get(path.suffix.lower())
     if reader is None:
         raise DataError(f"{path}: unknown table format {path.suffix!r}; use one of {sorted(TABLE_READERS)}.")

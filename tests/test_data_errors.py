@@ -159,6 +159,17 @@ def test_loader_settings_out_of_range_are_named(settings, message, tmp_path):
                                  **settings)
 
 
+@pytest.mark.parametrize("name, make, error, message", [
+    ("folder", lambda path: path.mkdir(), DataError, r"folder is not a regular file; pass the file itself"),
+    ("nowhere", lambda path: None, FileNotFoundError, r"nowhere does not exist; check the path"),
+])
+def test_a_table_path_without_a_suffix_is_named_for_what_it_is(name, make, error, message, tmp_path):
+    """A folder or a mistyped path was refused as an 'unknown table format' ''."""
+    make(tmp_path / name)
+    with pytest.raises(error, match=message):
+        read_table(tmp_path / name, ["text"])
+
+
 # One malformed file each, read by the reader its format goes through.
 @pytest.mark.parametrize("name, content, read, message", [
     pytest.param("empty.tsv", b"\n  \n", lambda path: read_delimited(path, "\t", ["sentence"]),
