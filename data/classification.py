@@ -592,7 +592,7 @@ class ClassificationDataModule(TokenizedDataModule):
         else:
             hub, config, name, columns, label_column = self.dataset, self.dataset_config, split, self.text_columns, \
                 self.label_column
-        table = load_hub_split(hub, config, name)  # type: ignore[arg-type]
+        table = load_hub_split(hub, config, name, root=data_root(self.data_root))  # type: ignore[arg-type]
         label_fields = self.label_fields if spec is None else [label_column]
         wanted = [*columns, *label_fields] if labelled else columns
         missing = [c for c in wanted if c not in table.column_names]

@@ -455,7 +455,8 @@ class MLMDataModule(TokenizedDataModule):
         local = local_split_file(self.dataset, self.dataset_config, split, data_root(self.data_root))
         if local is not None:
             return [file_identity(local)], [str(local)]
-        hub = load_hub_split(self.dataset, self.dataset_config, split, streaming=streaming)
+        hub = load_hub_split(self.dataset, self.dataset_config, split, streaming=streaming,
+                             root=data_root(self.data_root))
         if hub.column_names is not None and self.text_column not in hub.column_names:
             raise DataError(f"Dataset {self.dataset!r} split {split!r} has no column {self.text_column!r}; "
                             f"its columns are {hub.column_names}. Set text_column.")

@@ -164,18 +164,25 @@ def local_split_file(name: str, config: str | None, split: str, root: Path | Non
     return path
 
 
-def load_hub_split(name: str, config: str | None, split: str,
-                   streaming: bool = False) -> datasets.Dataset | datasets.IterableDataset:
+def load_hub_split(name: str, config: str | None, split: str, streaming: bool = False,
+                   root: Path | None = None) -> datasets.Dataset | datasets.IterableDataset:
     """One split from the Hugging Face hub (streamed as it is read with `streaming`), with an error that says how
-    to run offline when it fails."""
+    to run offline when it fails: for a name with a local layout, where under the data root `root` its copy was
+    looked for."""
     try:
         return datasets.load_dataset(name, config, split=split, **({"streaming": True} if streaming else {}))
     except Exception as error:  # any hub, network or format failure gets the same advice
-        known = sorted(LOCAL_COPIES)
+        copy = LOCAL_COPIES.get(name)
+        if root is not None and copy is not None and (copy.configs is None or config in copy.configs):
+            folder = copy.folder.format(config=copy.configs[config]) if copy.configs else copy.folder
+            offline = (f"Its local copy was looked for at {root / folder}, which is not a folder: point "
+                       f"${DATA_ROOT_ENV} (or data_root) at the folder that holds {folder}/")
+        else:
+            offline = (f"Without network access, set ${DATA_ROOT_ENV} (or data_root) to a folder holding a local "
+                       f"copy (names with a local layout: {sorted(LOCAL_COPIES)})")
         raise DataError(
             f"Could not load {name!r} (config {config!r}, split {split!r}) with datasets.load_dataset: {error}. "
-            f"Without network access, set ${DATA_ROOT_ENV} (or data_root) to a folder holding a local copy "
-            f"(names with a local layout: {known}), or pass local files instead."
+            f"{offline}, or pass local files instead."
         ) from error
 
 

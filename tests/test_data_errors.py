@@ -240,6 +240,23 @@ def test_hub_name_without_network_or_local_copy(monkeypatch):
         load_hub_split("someone/reviews", None, "train")
 
 
+@pytest.mark.parametrize("module, name, hub", [(ClassificationDataModule, "imdb", "stanfordnlp/imdb"),
+                                               (TokenClassificationDataModule, "conll2003", "conll2003")])
+def test_a_data_root_without_the_datasets_copy_says_where_it_looked(module, name, hub, monkeypatch, tmp_path):
+    """$LITBERT_DATA set to the wrong folder: the error said to set $LITBERT_DATA, which was set."""
+    import datasets
+
+    def offline(name, config, split, **kwargs):
+        raise ConnectionError(f"Couldn't reach '{name}' on the Hub (LocalEntryNotFoundError)")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    monkeypatch.setenv("LITBERT_DATA", str(tmp_path))
+    with pytest.raises(DataError, match=rf"Could not load '{hub}' .* Its local copy was looked for at "
+                                        rf"{tmp_path / name}, which is not a folder: point \$LITBERT_DATA \(or "
+                                        rf"data_root\) at the folder that holds {name}/, or pass local files"):
+        module(MINILM, dataset=name, cache_dir=str(tmp_path)).setup("fit")
+
+
 @pytest.mark.parametrize(("setting", "value"), [("mlm_probability", 0.0), ("mlm_probability", 1.0),
                                                 ("mlm_probability", 1.5), ("val_mlm_probability", 0.0)])
 def test_a_masking_rate_outside_0_1_is_named_before_a_tokenizer_is_trained(setting, value, tmp_path):
