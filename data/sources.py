@@ -469,6 +469,7 @@ def read_conll(path: str | os.PathLike[str], word_column: int = 0,
 
 def file_identity(path: str | os.PathLike[str]) -> dict[str, Any]:
     """What identifies a file's contents for caching: its path, size and modification time."""
+    check_file(Path(path))  # (MLM asks before it reads the file)
     stat = Path(path).stat()
     return {"path": str(Path(path).resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
 

@@ -170,6 +170,18 @@ def test_a_table_path_without_a_suffix_is_named_for_what_it_is(name, make, error
         read_table(tmp_path / name, ["text"])
 
 
+@pytest.mark.parametrize("train_files", ["nope.txt", ["corpus.txt", "nope.txt"]])
+def test_a_missing_pretraining_file_is_named(train_files, tmp_path):
+    """MLM fingerprints its files before reading them: a missing one failed in pathlib's stat with a bare errno."""
+    from data import MLMDataModule
+
+    (tmp_path / "corpus.txt").write_text("some words\n", encoding="utf-8")
+    files = [str(tmp_path / name) for name in train_files] if isinstance(train_files, list) else \
+        str(tmp_path / train_files)
+    with pytest.raises(FileNotFoundError, match=rf"^Data file {tmp_path / 'nope.txt'} does not exist; check the path"):
+        MLMDataModule(MINILM, train_files=files, cache_dir=str(tmp_path)).setup("fit")
+
+
 # One malformed file each, read by the reader its format goes through.
 @pytest.mark.parametrize("name, content, read, message", [
     pytest.param("empty.tsv", b"\n  \n", lambda path: read_delimited(path, "\t", ["sentence"]),
