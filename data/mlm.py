@@ -99,6 +99,8 @@ def iter_documents(path: str | Path, text_column: str = "text", blank_line_docum
     try:
         with open(path, encoding="utf-8-sig") as handle:
             for line in handle:
+                if "\x00" in line:
+                    read_documents(path)  # raises the error that names the line of the NUL byte
                 yield from (part for part in line.splitlines() if part.strip())
     except UnicodeDecodeError:
         read_documents(path)  # raises the error that names the line and bytes

@@ -266,6 +266,11 @@ def read_text(path: str | os.PathLike[str]) -> str:
     raw = path.read_bytes()
     if not raw.strip():
         raise DataError(f"Data file {path} is empty; it holds no rows. Fill it or remove it from the config.")
+    if (nul := raw.find(b"\x00")) >= 0:  # valid UTF-8, but no text: UTF-16 without a BOM, Parquet, gzip
+        line, column = raw.count(b"\n", 0, nul) + 1, nul - raw.rfind(b"\n", 0, nul)
+        raise DataError(f"{path}, line {line}, column {column}: a NUL byte, which UTF-8 text does not hold: the file "
+                        f"is binary (Parquet, gzip?) or UTF-16 text. Give a UTF-8 text file, e.g. `iconv -f utf-16 "
+                        f"-t utf-8 {path.name} > fixed`.")
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as error:

@@ -6,6 +6,7 @@ import pytest
 from runs import MINILM
 
 from data import ClassificationDataModule, DataError, GLUEDataModule, TokenClassificationDataModule, check_max_length
+from data.mlm import iter_documents
 from data.sources import read_conll, read_delimited, read_table, read_text
 from encoders import EncoderConfig
 
@@ -190,6 +191,11 @@ def test_a_missing_pretraining_file_is_named(train_files, tmp_path):
                  r"header.csv has a header but no data rows", id="header-only"),
     pytest.param("latin1.csv", "text,label\nfine,1\ncaf\u00e9 cr\u00e8me,0\n".encode("latin-1"), read_text,
                  r"latin1.csv, line 3, column 4: invalid UTF-8 \(bytes e9", id="invalid-utf8"),
+    pytest.param("utf16.txt", "EU B-ORG\nrejects O\n".encode("utf-16-le"), read_conll,
+                 r"utf16.txt, line 1, column 2: a NUL byte, which UTF-8 text does not hold: the file is binary "
+                 r"\(Parquet, gzip\?\) or UTF-16 text", id="utf16-without-bom"),
+    pytest.param("corpus.txt", b"PAR1 text\nmore\x00\x00", lambda path: list(iter_documents(path)),
+                 r"corpus.txt, line 2, column 5: a NUL byte", id="binary-read-line-by-line"),
     pytest.param("data.jsonl", b'{"text": "a", "label": 1}\n{"text": "b", label: 0}\n',
                  lambda path: read_table(path, ["text", "label"]), r"data.jsonl, line 2: not valid JSON",
                  id="invalid-jsonl-line"),
