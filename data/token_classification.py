@@ -220,16 +220,18 @@ class TokenClassificationDataModule(TokenizedDataModule):
         F1 into per-token accuracy (`tasks.metrics.is_chunk_tagging`)."""
         if self.tag_scheme == "none":
             return
-        chunk = [tag for tag in self.label_names if tag[:2] in CHUNK_PREFIXES]
-        other = next((tag for tag in self.label_names if tag != "O" and tag[:2] not in CHUNK_PREFIXES), None)
+        chunk = [tag for tag in self.label_names if tag[:2] in CHUNK_PREFIXES and tag[2:]]
+        # (a prefix without a type, `B-`, is no chunk tag either)
+        other = next((tag for tag in self.label_names if tag != "O" and tag not in chunk), None)
         if not chunk or other is None:
             return
         where = "data.label_names" if given else next(
             self._at("train", sentence.lines[sentence.tags.index(other)]) for sentence in self._sentences("train")
             if other in sentence.tags)
-        raise DataError(f"{where}: tag {other!r} is neither O nor a chunk tag ({', '.join(CHUNK_PREFIXES)}), but "
-                        f"tags such as {chunk[0]!r} are chunks, scored by entity F1. Fix the tag, or set "
-                        f"data.tag_scheme none to score every tag as a single token's, by accuracy.")
+        raise DataError(f"{where}: tag {other!r} is neither O nor a chunk tag (a type after "
+                        f"{', '.join(CHUNK_PREFIXES)}), but tags such as {chunk[0]!r} are chunks, scored by entity "
+                        f"F1. Fix the tag, or set data.tag_scheme none to score every tag as a single token's, by "
+                        f"accuracy.")
 
     # ---- reading ----------------------------------------------------------------------------------------------
 

@@ -82,6 +82,10 @@ def test_a_tag_that_is_no_chunk_among_chunk_tags_is_refused(tmp_path):
                                       cache_dir=str(tmp_path))
     tagged = TokenClassificationDataModule(MINILM, train_files=str(path), tag_scheme="none", cache_dir=str(tmp_path))
     assert "X-PER" in tagged.label_names
+    untyped = tmp_path / "untyped.txt"  # a prefix without its type, which scored as an entity type ''
+    untyped.write_text("EU B-\nrejects O\n\nPeter B-PER\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"untyped.txt, line 1: tag 'B-' is neither O nor a chunk tag \(a type after "):
+        TokenClassificationDataModule(MINILM, train_files=str(untyped), cache_dir=str(tmp_path))
 
 
 def test_a_single_tag_is_refused_with_its_file(tmp_path):
