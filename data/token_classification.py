@@ -281,10 +281,16 @@ class TokenClassificationDataModule(TokenizedDataModule):
                 sentence, i = opening
                 raise DataError(f"{self._at(split, sentence.lines[i])}: tag {sentence.tags[i]!r} opens a chunk, which "
                                 f"IOB2 forbids; the data looks like IOB1: set tag_scheme='iob1' (or 'auto').")
+            if self.tag_scheme == "auto" and opening is not None:
+                # A warning, as it changes the tags read (also an evaluation file's): in an IOB2 file, an I- tag
+                # after O is a mistake that the conversion makes into an entity's start.
+                sentence, i = opening
+                log.warning("%s: tags converted from IOB1 to IOB2, as tag %r opens a chunk (which IOB2 forbids); "
+                            "set data.tag_scheme iob2 to refuse such tags instead", self._at(split, sentence.lines[i]),
+                            sentence.tags[i])
             if self.tag_scheme == "iob1" or opening is not None:
                 for sentence in sentences:
                     sentence.tags = iob1_to_iob2(sentence.tags)
-                log.info("%s: tags converted from IOB1 to IOB2", self._where(split))
         self.sentences[split] = sentences
         return sentences
 

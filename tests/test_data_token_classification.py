@@ -88,6 +88,21 @@ def test_a_tag_that_is_no_chunk_among_chunk_tags_is_refused(tmp_path):
         TokenClassificationDataModule(MINILM, train_files=str(untyped), cache_dir=str(tmp_path))
 
 
+def test_a_converted_evaluation_file_is_a_warning_naming_the_tag(tmp_path, caplog):
+    """An IOB2 file with a stray I- after O is converted as IOB1 under tag_scheme auto, which changes its gold
+    entities: said at warning level (which a run prints), with the line, not only in the info log."""
+    train, dev = tmp_path / "train.txt", tmp_path / "dev.txt"
+    train.write_text("EU B-ORG\nrejects O\n\nPeter B-PER\nBlack I-PER\n", encoding="utf-8")
+    dev.write_text("EU B-ORG\nsaid O\nPeter I-PER\n", encoding="utf-8")
+    dm = TokenClassificationDataModule(MINILM, train_files=str(train), val_files=str(dev), cache_dir=str(tmp_path))
+    with caplog.at_level(logging.WARNING):
+        dm.setup("validate")
+    assert [(r.levelno, r.getMessage()) for r in caplog.records if "IOB1" in r.getMessage()] == [
+        (logging.WARNING, f"{dev}, line 3: tags converted from IOB1 to IOB2, as tag 'I-PER' opens a chunk (which "
+                          f"IOB2 forbids); set data.tag_scheme iob2 to refuse such tags instead")]
+    assert dm.sentences["validation"][0].tags == ["B-ORG", "O", "B-PER"]
+
+
 def test_a_single_tag_is_refused_with_its_file(tmp_path):
     path = tmp_path / "plain.txt"
     path.write_text("EU O\nrejects O\n\nPeter O\n", encoding="utf-8")
