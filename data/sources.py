@@ -366,6 +366,8 @@ def read_json_records(path: str | os.PathLike[str], required: Sequence[str]) -> 
             loaded = json.loads(text)
         except json.JSONDecodeError as error:
             raise DataError(f"{path}, line {error.lineno}: not valid JSON ({error.msg}).") from None
+        if not loaded:  # else the split had no examples, which failed later inside datasets
+            raise DataError(f"Data file {path} holds an empty JSON list; it needs at least one example.")
         records = list(enumerate(loaded, start=1))
         where = "record"
     columns: dict[str, list[Any]] = {name: [] for name in required}

@@ -196,6 +196,8 @@ def test_a_missing_pretraining_file_is_named(train_files, tmp_path):
                  r"\(Parquet, gzip\?\) or UTF-16 text", id="utf16-without-bom"),
     pytest.param("corpus.txt", b"PAR1 text\nmore\x00\x00", lambda path: list(iter_documents(path)),
                  r"corpus.txt, line 2, column 5: a NUL byte", id="binary-read-line-by-line"),
+    pytest.param("empty.json", b"[]\n", lambda path: read_table(path, ["text", "label"]),
+                 r"empty.json holds an empty JSON list; it needs at least one example", id="empty-json-list"),
     pytest.param("data.jsonl", b'{"text": "a", "label": 1}\n{"text": "b", label: 0}\n',
                  lambda path: read_table(path, ["text", "label"]), r"data.jsonl, line 2: not valid JSON",
                  id="invalid-jsonl-line"),
