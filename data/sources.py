@@ -302,7 +302,8 @@ def read_delimited(
 ) -> dict[str, list[str]]:
     """Columns of a CSV/TSV file. The header gives the column names unless `column_names` names a headerless file.
 
-    `quoting=False` reads the way GLUE's processors do (`quotechar=None`): a quote is an ordinary character.
+    `quoting=False` reads the way GLUE's processors do (`quotechar=None`): a quote is an ordinary character. A TSV
+    that is no valid quoted TSV is read so too, with a warning, when its rows then agree with the header.
     Every row must have as many fields as the header; blank lines hold no data and are passed over.
     """
     path = Path(path)
@@ -333,7 +334,17 @@ def read_delimited(
     except csv.Error as error:
         kind = "CSV" if delimiter == "," else "TSV"
         unclosed = " (a quote opened there is never closed)" if "end of data" in str(error) else ""
-        raise DataError(f"{path}, line {read + 1}: malformed {kind}: {error}{unclosed}; fix the quoting.") from None
+        shown = str(error).replace("\t", "\\t")  # (the delimiter, shown)
+        problem = f"{path}, line {read + 1}: malformed {kind}: {shown}{unclosed}"
+        if delimiter == "\t" and quoting:
+            # Many TSVs (GLUE's, and sets made like them) have no quoting: a quote is text, as in `"Yes," he said`.
+            # A file that is not valid quoted TSV is read so, if its rows then agree with the header.
+            with contextlib.suppress(DataError):
+                columns = read_delimited(path, delimiter, required, quoting=False, column_names=column_names)
+                log.warning("%s under quoting; read with quotes as ordinary characters, as GLUE's TSVs are",
+                            problem)
+                return columns
+        raise DataError(f"{problem}; fix the quoting.") from None
     if header is None or not rows:
         raise DataError(f"Data file {path} has a header but no data rows; it needs at least one example.")
     _check_columns(path, header, required, "header")

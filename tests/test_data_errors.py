@@ -1,5 +1,6 @@
 """Every kind of bad input raises one clear error naming the file, line or field, the value, and the fix."""
 
+import logging
 import shutil
 
 import pytest
@@ -221,6 +222,22 @@ def test_malformed_file(name, content, read, message, tmp_path):
     path.write_bytes(content)
     with pytest.raises(DataError, match=message):
         read(path)
+
+
+def test_a_tsv_with_quotes_as_text_is_read_as_glue_reads_it(tmp_path, caplog):
+    """A TSV whose texts start with a quote (`"Yes," he said`, as GLUE's do) is no valid quoted TSV: it was refused,
+    with no setting to read it. It is read with quotes as text, and says so; one that is malformed either way is
+    still refused."""
+    path = tmp_path / "train.tsv"
+    path.write_text('text\tlabel\n"Yes," he said.\tpos\nno "quote" here\tneg\n', encoding="utf-8")
+    with caplog.at_level(logging.WARNING):
+        columns = read_delimited(path, "\t", ["text", "label"])
+    assert columns["text"] == ['"Yes," he said.', 'no "quote" here'] and columns["_line"] == [2, 3]
+    assert "train.tsv, line 2: malformed TSV: '\\t' expected after '\"' under quoting; read with quotes as ordinary " \
+           "characters" in caplog.text
+    path.write_text('text\tlabel\n"Yes," he said.\tpos\tmore\n', encoding="utf-8")
+    with pytest.raises(DataError, match=r"train.tsv, line 2: malformed TSV: .*; fix the quoting"):
+        read_delimited(path, "\t", ["text", "label"])
 
 
 @pytest.mark.parametrize("label_column", [-1, 1])
