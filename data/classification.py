@@ -374,6 +374,9 @@ class ClassificationDataModule(TokenizedDataModule):
         elif label_names is not None:
             self.label_values = [str(v) for v in label_names]
             self.label_names = list(self.label_values)
+            repeated = sorted({name for name in self.label_names if self.label_names.count(name) > 1})
+            if repeated:  # (the first id of each would be an output never trained)
+                raise DataError(f"data.label_names lists {repeated} more than once; each class needs one id.")
         elif spec is not None:
             self.label_values, self.label_names = list(spec.labels or ()), list(spec.label_names)
         else:  # the label set comes from the training data, so it is known before setup() for the model

@@ -119,6 +119,8 @@ def test_columns_that_leave_no_text_or_label(settings, message, tmp_path):
     pytest.param("one.csv", "text,label\ngood,pos\nfine,pos\n", {},
                  r"data.label_column='label' of .*one.csv holds one class, \['pos'\]: classification needs at "
                  r"least two", id="one-class-in-the-file"),
+    pytest.param("twice.csv", "text,label\ngood,pos\nbad,neg\n", {"label_names": ["pos", "neg", "pos"]},
+                 r"data.label_names lists \['pos'\] more than once; each class needs one id", id="repeated-name"),
     pytest.param("two.csv", "text,label\ngood,pos\nbad,neg\n", {"label_names": ["pos"]},
                  r"data.label_names holds one class, \['pos'\]", id="one-class-named"),
 ])
