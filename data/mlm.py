@@ -422,6 +422,9 @@ class MLMDataModule(TokenizedDataModule):
         self.data_root = data_root
         if num_proc < 1:
             raise DataError(f"data.num_proc={num_proc} must be at least 1 (the processes that tokenize the text).")
+        for name, value in (("max_documents", max_documents), ("max_val_documents", max_val_documents)):
+            if value is not None and value < 1:  # (0 failed deep in the packing, a negative one in islice)
+                raise DataError(f"data.{name}={value} must be at least 1; leave it unset to read every document.")
         self.num_proc = num_proc
         if train_tokenizer is not None:
             if tokenizer is None:
@@ -453,7 +456,8 @@ class MLMDataModule(TokenizedDataModule):
         if files:
             return [file_identity(f) for f in files], [str(f) for f in files]
         if self.dataset is None:
-            raise DataError(f"No {split!r} data: give {split}_files or a dataset name.")
+            raise DataError(f"No {split!r} data: give data.{'val' if split == 'validation' else split}_files or a "
+                            f"dataset name.")
         local = local_split_file(self.dataset, self.dataset_config, split, data_root(self.data_root))
         if local is not None:
             return [file_identity(local)], [str(local)]

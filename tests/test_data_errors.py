@@ -296,6 +296,19 @@ def test_a_data_root_without_the_datasets_copy_says_where_it_looked(module, name
         module(MINILM, dataset=name, cache_dir=str(tmp_path)).setup("fit")
 
 
+@pytest.mark.parametrize(("setting", "value"), [("max_documents", 0), ("max_documents", -1),
+                                                ("max_val_documents", 0)])
+def test_a_document_limit_below_1_is_named(setting, value, tmp_path):
+    """0 failed inside the packing (no 'input_ids' in an empty table), -1 inside itertools.islice."""
+    from data import MLMDataModule
+
+    text = tmp_path / "train.txt"
+    text.write_text("some words to train on\nand more\n")
+    with pytest.raises(DataError, match=rf"^data.{setting}={value} must be at least 1; leave it unset"):
+        MLMDataModule(MINILM, train_files=str(text), val_files=str(text), cache_dir=str(tmp_path),
+                      **{setting: value})
+
+
 @pytest.mark.parametrize(("setting", "value"), [("mlm_probability", 0.0), ("mlm_probability", 1.0),
                                                 ("mlm_probability", 1.5), ("val_mlm_probability", 0.0)])
 def test_a_masking_rate_outside_0_1_is_named_before_a_tokenizer_is_trained(setting, value, tmp_path):
