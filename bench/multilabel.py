@@ -5,9 +5,9 @@ exact match on the dev set, and the training time.
 
 Both train on the same token ids (the `Trainer` reads the dataset litbert tokenized, its 0/1 targets as floats, as
 its BCE loss needs) with the config's hyper-parameters (learning rate, batch size, warmup, weight decay, AdamW betas
-and epsilon, no gradient clipping, classifier dropout) in the precision train.py resolves on this machine, with the
+and epsilon, gradient clipping, classifier dropout) in the precision train.py resolves on this machine, with the
 epochs and max length given here (the same for both). Both draw random batches padded per batch (the config's, and
-the `Trainer`'s `DataCollatorWithPadding`); the config does not clip gradients, so the `Trainer` here does not either.
+the `Trainer`'s `DataCollatorWithPadding`); both clip the gradients' norm at the config's 1.0 (`max_grad_norm`).
 Both evaluate once after training, with the final weights, at the threshold 0.5: litbert through its validation
 loop (torchmetrics), the `Trainer` through `predict` and scikit-learn. The time is the training alone (`fit` /
 `train()`). Every run trains in a fresh Python process, and the runs alternate, the order rotating from seed to seed,
