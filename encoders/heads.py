@@ -343,6 +343,8 @@ def _classifier_state(
     if num_labels is None:
         raise ValueError(f"{checkpoint.source} holds no {description}; pass num_labels to build a new one.")
     if stored_labels is not None and stored_labels != num_labels:
+        log.warning("%s: its %s has %d output%s, the data %d: a new %s is trained", checkpoint.source, description,
+                    stored_labels, "s" if stored_labels != 1 else "", num_labels, description)
         state = _without_classifier(state)
     return state, num_labels
 

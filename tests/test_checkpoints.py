@@ -1058,6 +1058,30 @@ def test_a_stored_classifier_is_used_in_the_datas_label_order(tmp_path, caplog):
                                teacher=str(tmp_path / "teacher"))
 
 
+def test_a_stored_classifier_of_another_size_is_replaced_with_a_warning(tmp_path, caplog):
+    """A classifier whose config names no labels, of another size than the data's (3 classes, or a regression's one
+    score, against 2), is not used; the new one is announced, as transformers' size-mismatch warning announces it,
+    and the pooler before it is kept."""
+    from tasks.classification import SequenceClassification, TokenClassification
+
+    for name, model, labels in (("three", transformers.BertForSequenceClassification, 3),
+                                ("score", transformers.BertForSequenceClassification, 1),
+                                ("tags", transformers.BertForTokenClassification, 5)):
+        stored = random_weights(model(hf_config("bert", num_labels=labels)))
+        stored.save_pretrained(tmp_path / name)
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            task = (TokenClassification(label_names=["O", "B-X"], pretrained=str(tmp_path / name))
+                    if model is transformers.BertForTokenClassification
+                    else SequenceClassification(num_labels=2, pretrained=str(tmp_path / name)))
+        assert task.head.classifier.weight.shape[0] == 2
+        head = "token classifier" if model is transformers.BertForTokenClassification else "classifier"
+        assert f"{tmp_path / name}: its {head} has {labels} output{'s' * (labels != 1)}, the data 2: a new {head} " \
+               f"is trained" in caplog.text, name
+        if model is transformers.BertForSequenceClassification:
+            torch.testing.assert_close(task.head.pooler[0].weight, stored.bert.pooler.dense.weight)
+
+
 def test_corrupt_or_unsafe_files_name_the_file(tmp_path):
     """Truncated safetensors and .bin files, a broken config.json and a .bin that would run code on unpickling
     each give one CheckpointError naming the file, never a library's bare message or an executed payload."""
