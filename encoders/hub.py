@@ -1,9 +1,10 @@
 """Checkpoints and tokenizers named by a Hugging Face Hub id, as transformers' `from_pretrained` takes them.
 
-A name is a local folder (or file) when one of that name exists, as in transformers; otherwise `org/name`, with an
-optional revision after `@` (a branch, tag or commit: `org/name@v1.0`, the form of the hub's own `hf://` paths), is
-the hub model of that id, downloaded by `huggingface_hub.snapshot_download` into the hub cache (`HF_HUB_CACHE`, by
-default `$HF_HOME/hub`). Once cached, the same id loads without a network under `HF_HUB_OFFLINE=1`.
+A name is a local folder (or file) when one of that name exists, as in transformers; otherwise `org/name` (or a bare
+`name`, as the hub's first models such as `bert-base-uncased` have it), with an optional revision after `@` (a
+branch, tag or commit: `org/name@v1.0`, the form of the hub's own `hf://` paths), is the hub model of that id,
+downloaded by `huggingface_hub.snapshot_download` into the hub cache (`HF_HUB_CACHE`, by default `$HF_HOME/hub`).
+Once cached, the same id loads without a network under `HF_HUB_OFFLINE=1`.
 
 Deliberate deviations from a plain `snapshot_download`: only the files litbert reads are fetched (JSON configs,
 vocabularies, safetensors weights, and `pytorch_model*.bin` only where a model has no safetensors), not a repo's
@@ -39,10 +40,12 @@ class HubError(FileNotFoundError):
     """A name that is neither a local path nor a hub model litbert can have. The message names it and the way on."""
 
 
-def parse_id(name: str) -> tuple[str, str | None] | None:
-    """`org/name[@revision]` as (repo id, revision or None); None where `name` is not of that form."""
+def parse_id(name: str, bare: bool = False) -> tuple[str, str | None] | None:
+    """`org/name[@revision]` as (repo id, revision or None); None where `name` is not of that form. `bare` also takes
+    a name without its `org/`, as the hub's first models have it (`bert-base-uncased`): the hub redirects it to the
+    organisation's copy, transformers loads it, and the hub caches of transformers' users hold it by that name."""
     repo, at, revision = str(name).partition("@")
-    if repo.count("/") != 1 or (at and not revision):
+    if repo.count("/") not in ((0, 1) if bare else (1,)) or (at and not revision):
         return None
     try:
         validate_repo_id(repo)
@@ -59,10 +62,11 @@ def local_path(name: str | os.PathLike[str], weights: bool = True, setting: str 
     path = Path(name).expanduser()
     if path.exists():
         return path
-    parsed = parse_id(str(name))
+    parsed = parse_id(str(name), bare=True)
     if parsed is None:
         raise HubError(f"{label} does not exist (relative to {Path.cwd()}). Give a local folder, or a Hugging Face "
-                       f"Hub id: org/name, or org/name@revision for a branch, tag or commit.")
+                       f"Hub id: org/name (or a bare name such as bert-base-uncased), or org/name@revision for a "
+                       f"branch, tag or commit.")
     repo, revision = parsed
     try:
         folder = _snapshot(repo, revision, TOKENIZER_FILES + WEIGHT_FILES if weights else TOKENIZER_FILES,

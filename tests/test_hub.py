@@ -75,6 +75,23 @@ def test_ids_parse_and_paths_are_not_ids():
     assert parse_id("org/name@refs/pr/3") == ("org/name", "refs/pr/3")  # a revision may hold slashes
     for path in ("name", "runs/quickstart/model", "/abs/path", "./org/name", "~/model", "org/name@", "a b/c"):
         assert parse_id(path) is None, path
+    assert parse_id("bert-base-uncased", bare=True) == ("bert-base-uncased", None)  # the hub's first models
+    assert parse_id("bert-base-uncased@v1", bare=True) == ("bert-base-uncased", "v1")
+    for path in ("runs/quickstart/model", "/abs/path", "./name", "~/model", "name@", "a b"):
+        assert parse_id(path, bare=True) is None, path
+
+
+def test_a_bare_hub_name_loads_from_the_cache_or_says_it_is_not_there(hub):
+    """`bert-base-uncased`, as transformers takes it: read from the hub cache that transformers fills under that
+    name; not cached, the offline message, never "not a hub id"."""
+    bare = hub.parent / "models--minilm"
+    bare.symlink_to(hub, target_is_directory=True)
+    same_weights(Encoder.from_pretrained("minilm"), Encoder.from_pretrained(MINILM))
+    assert load_tokenizer("minilm@v2").get_vocab() == load_tokenizer(MINILM).get_vocab()
+    with pytest.raises(HubError, match=r"^model.pretrained=bert-base-uncased: no local folder of that name, and the "
+                                       r"Hugging Face Hub model bert-base-uncased is not in the hub cache .*"
+                                       r"HF_HUB_OFFLINE is set.*`hf download bert-base-uncased`"):
+        local_path("bert-base-uncased", setting="model.pretrained")
 
 
 def test_a_hub_id_loads_the_same_weights_and_tokenizer_as_the_folder(hub):

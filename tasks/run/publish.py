@@ -160,9 +160,9 @@ def _model_rows(model: EncoderTask, init: Any, directory: Path) -> list[tuple[st
 
 def _hub_id(name: str | None) -> str | None:
     """The hub id (without its revision) that `name` names, where it names one rather than a local path."""
-    if name is None or Path(name).expanduser().exists() or parse_id(name) is None:
+    if name is None or Path(name).expanduser().exists() or parse_id(name, bare=True) is None:
         return None
-    return parse_id(name)[0]
+    return parse_id(name, bare=True)[0]
 
 
 def _link(name: str) -> str:
