@@ -79,6 +79,11 @@ class Teacher(nn.Module):
             # (a pretrained BERT's or ModernBERT's pooler alone is no classifier)
             raise ValueError(f"The teacher {directory} holds no sequence-classification head; logit distillation "
                              f"needs a fine-tuned classifier (e.g. the `model` folder a GLUE run exports).")
+        if checkpoint.problem_type == "multi_label_classification":
+            # its logits are a sigmoid's per label; a softmax over them (the soft targets) teaches other scores
+            raise ValueError(f"The teacher {directory} is a multi-label classifier (problem_type "
+                             f"multi_label_classification in its config), whose logits are scored per label, not as "
+                             f"one class; logit distillation needs a teacher fine-tuned on the same single-label task.")
         teacher = cls(Encoder.from_pretrained(checkpoint, kernels),
                       SequenceClassificationHead.from_pretrained(checkpoint))
         teacher.label_names = checkpoint.label_names

@@ -314,6 +314,19 @@ def test_prediction_refuses_an_export_of_the_other_kind(exports):
             check_trained_head(task)
 
 
+def test_a_multi_label_teacher_is_refused_for_a_single_label_student(exports):
+    """Its logits are scored per label (a sigmoid each); the student's soft targets, a softmax over them, would
+    teach other scores than the teacher's: refused in either format, as a single-label teacher of the labels is
+    taken."""
+    for export in (exports["multi"], exports["litbert"]):
+        with pytest.raises(ValueError, match=rf"^The teacher {export} is a multi-label classifier \(problem_type "
+                                             rf"multi_label_classification in its config\)"):
+            SequenceClassification(num_labels=4, label_names=TYPES, encoder=TINY, vocab_size=120,
+                                   teacher=str(export))
+    SequenceClassification(num_labels=4, label_names=TYPES, encoder=TINY, vocab_size=120,
+                           teacher=str(exports["single"]))
+
+
 def test_predictions_write_the_labels_above_the_threshold_with_their_scores(tmp_path):
     train = write_jsonl(tmp_path / "train.jsonl", [{"text": "a", "y": ["LOC", "PER"]}, {"text": "b", "y": ["ORG"]},
                                                     {"text": "c", "y": ["MISC"]}])
