@@ -479,6 +479,20 @@ def _split_prefix(state: dict[str, torch.Tensor], layout: Layout) -> tuple[dict,
     return base, top
 
 
+# The LayerNorm names of the first BERT checkpoints (TensorFlow's), which transformers still renames on load: the
+# .bin files of bert-base-uncased and of many models fine-tuned from it hold them.
+LEGACY_NAMES = {"LayerNorm.gamma": "LayerNorm.weight", "LayerNorm.beta": "LayerNorm.bias"}
+
+
+def _legacy_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    renamed = {}
+    for name, value in state.items():
+        for old, new in LEGACY_NAMES.items():
+            name = name.replace(old, new)
+        renamed[name] = value
+    return renamed
+
+
 def _from_transformers(directory: Path) -> Checkpoint:
     hf_config = read_json(directory / "config.json")
     try:
@@ -487,7 +501,7 @@ def _from_transformers(directory: Path) -> Checkpoint:
         raise CheckpointError(f"{directory / 'config.json'} lacks the field {error}; it is not a complete "
                               f"{hf_config.get('model_type')} config.") from None
     layout = LAYOUTS[hf_config["model_type"]]
-    base, top = _split_prefix(read_weights(directory), layout)
+    base, top = _split_prefix(_legacy_names(read_weights(directory)), layout)
 
     encoder: dict[str, torch.Tensor] = {}
     names = list(base)

@@ -812,6 +812,24 @@ def test_bin_checkpoint_loads_with_weights_only(tmp_path):
     assert diff < 1e-5
 
 
+def test_a_bin_checkpoint_with_tensorflows_layernorm_names_loads_as_transformers_loads_it(tmp_path):
+    """The first BERT checkpoints (bert-base-uncased's pytorch_model.bin, and models fine-tuned from it) name the
+    LayerNorm parameters gamma and beta; transformers renames them on load, and so does litbert."""
+    reference = random_weights(transformers.BertForMaskedLM(hf_config("bert")))
+    reference.config.save_pretrained(tmp_path)
+    state = {k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): v
+             for k, v in reference.state_dict().items()}
+    assert "bert.embeddings.LayerNorm.gamma" in state and "cls.predictions.transform.LayerNorm.beta" in state
+    torch.save(state, tmp_path / "pytorch_model.bin")
+    encoder = Encoder.from_pretrained(tmp_path).eval()
+    head = MaskedLMHead.from_pretrained(tmp_path, encoder).eval()
+    ids, mask, types = inputs("bert", 0)
+    with torch.no_grad():
+        expected = transformers.BertForMaskedLM.from_pretrained(tmp_path).eval()(ids, mask, types).logits
+        torch.testing.assert_close(expected, reference(ids, mask, types).logits)
+        assert max_diff_on_real_tokens(head(encoder(ids, mask, types)), expected, mask) < 1e-5
+
+
 def test_sharded_checkpoint(tmp_path):
     reference = random_weights(transformers.BertModel(hf_config("bert", hidden_size=64, intermediate_size=128)))
     reference.save_pretrained(tmp_path, max_shard_size="50KB")
