@@ -255,7 +255,7 @@ def _recipe_settings_of(tokenizer: Tokenizer) -> dict[str, Any]:
 def load_tokenizer(path: str | os.PathLike[str], setting: str | None = None) -> PreTrainedTokenizerFast:
     """A transformers tokenizer folder (e.g. MiniLM's, or one from `save_tokenizer`), a bare `tokenizer.json`, or
     a Hugging Face Hub id (`encoders.hub`); errors name `setting` (`data.tokenizer`) where given."""
-    path = local_path(path, weights=False, setting=setting)
+    given, path = path, local_path(path, weights=False, setting=setting)
     if path.is_file():
         if path.suffix != ".json":
             raise DataError(f"Tokenizer file {path} is not a tokenizer.json; pass the folder that holds it instead.")
@@ -263,7 +263,14 @@ def load_tokenizer(path: str | os.PathLike[str], setting: str | None = None) -> 
         return PreTrainedTokenizerFast(tokenizer_object=backend, **_recipe_settings_of(backend))
     known = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json")
     if not any((path / name).is_file() for name in known):
-        raise DataError(f"Tokenizer folder {path} holds none of {list(known)}; is it a tokenizer folder?")
+        if setting is None:
+            raise DataError(f"Tokenizer folder {path} holds none of {list(known)}; is it a tokenizer folder?")
+        # data.tokenizer defaults to model.pretrained's folder, which a model saved without its tokenizer (transformers'
+        # `model.save_pretrained` alone) leaves without one
+        raise DataError(f"{setting}={given}: the folder {path} holds none of {list(known)}, so no tokenizer (unset, "
+                        f"{setting} is model.pretrained's folder; a model saved without its tokenizer has none). "
+                        f"Set {setting} to the tokenizer the model was trained with: a folder, a tokenizer.json or "
+                        f"a hub id.")
     tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     if not tokenizer.is_fast:
         raise DataError(f"Tokenizer {path} loaded as a slow (Python) tokenizer; litbert needs a fast one.")

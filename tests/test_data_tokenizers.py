@@ -157,6 +157,24 @@ def test_unknown_tokenizer_paths_are_errors(tmp_path):
         train_tokenizer(["a"], "unigram")  # type: ignore[arg-type]
 
 
+def test_a_model_saved_without_its_tokenizer_names_data_tokenizer(tmp_path, shared_data, monkeypatch):
+    """transformers' `model.save_pretrained` alone leaves no tokenizer in the folder data.tokenizer defaults to: the
+    error names the setting and the way on, not "is it a tokenizer folder?"."""
+    import transformers
+
+    import train as train_py
+
+    monkeypatch.setenv("LITBERT_DATA", str(shared_data))
+    config = transformers.BertConfig(vocab_size=99, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=8)
+    transformers.BertModel(config).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=rf"data.tokenizer={tmp_path}: the folder {tmp_path} holds none of .* "
+                                         r"\(unset, data.tokenizer is model.pretrained's folder.* Set data.tokenizer "
+                                         r"to the tokenizer the model was trained with"):
+        train_py.make_cli(["--config", str(REPO / "configs/glue/rte.yaml"), "--model.pretrained", str(tmp_path),
+                           "--trainer.logger", "false", "--trainer.default_root_dir", str(tmp_path / "run")])
+
+
 def test_ensure_trained_trains_once_reuses_and_refuses_a_different_recipe(tmp_path):
     from data.tokenizers import TokenizerTraining, ensure_trained
 
