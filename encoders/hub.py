@@ -17,7 +17,7 @@ import functools
 import os
 from pathlib import Path
 
-from huggingface_hub import constants, errors, snapshot_download
+from huggingface_hub import HfApi, constants, errors, snapshot_download
 from huggingface_hub.errors import (
     GatedRepoError,
     HfHubHTTPError,
@@ -84,8 +84,10 @@ def _snapshot(repo: str, revision: str | None, patterns: tuple[str, ...], cache:
     fetch = f"`hf download {repo}{f' --revision {revision}' if revision else ''}`"
     way_on = (f"Download it on a machine with a network ({fetch}) and copy its hub cache here, pointing HF_HOME "
               f"(or HF_HUB_CACHE) at the copy; or give the folder of a local copy instead of the id.")
+    unanswered = None if offline else _unanswered(repo, revision)  # then only the cache is read
     try:
-        return Path(snapshot_download(repo, revision=revision, allow_patterns=list(patterns), cache_dir=cache))
+        return Path(snapshot_download(repo, revision=revision, allow_patterns=list(patterns), cache_dir=cache,
+                                      local_files_only=unanswered is not None))
     except GatedRepoError:
         raise HubError(f"{repo} is a gated model on the Hugging Face Hub: accept its terms on "
                        f"https://huggingface.co/{repo} and log in (`hf auth login`, or set HF_TOKEN).") from None
@@ -97,8 +99,8 @@ def _snapshot(repo: str, revision: str | None, patterns: tuple[str, ...], cache:
                        f"Check the part after '@'.") from None
     except LocalEntryNotFoundError as error:  # not cached (or cached in part), and the hub was not asked or reached
         reason = ("HF_HUB_OFFLINE is set, so litbert looks only in the cache" if offline else
-                  f"the Hugging Face Hub cannot be reached ({type(error.__cause__ or error).__name__}: check the "
-                  f"network; with HF_HUB_OFFLINE=1 litbert looks only in the cache)")
+                  f"the Hugging Face Hub cannot be reached ({type(unanswered or error.__cause__ or error).__name__}: "
+                  f"check the network; with HF_HUB_OFFLINE=1 litbert looks only in the cache)")
         cached = f"is not in the hub cache {cache}"
         if isinstance(error, IncompleteSnapshotError):  # e.g. its tokenizer was fetched alone, or a download cut
             cached = f"is only partly in the hub cache {cache} ({str(error).split(': ', 1)[-1].split('. ')[0]})"
@@ -107,3 +109,16 @@ def _snapshot(repo: str, revision: str | None, patterns: tuple[str, ...], cache:
     except HfHubHTTPError as error:
         raise HubError(f"the Hugging Face Hub refused the download of {repo} ({str(error).splitlines()[0]}). "
                        f"{way_on}") from None
+
+
+def _unanswered(repo: str, revision: str | None) -> Exception | None:
+    """The error where the hub does not answer about `repo` within HF_HUB_ETAG_TIMEOUT seconds (10), else None.
+    snapshot_download asks with no time limit: a network that drops packets, or a proxy that never answers, would
+    hold the run there for minutes or for ever, where transformers gives up after that timeout."""
+    try:
+        HfApi().repo_info(repo, revision=revision, timeout=constants.HF_HUB_ETAG_TIMEOUT)
+    except HfHubHTTPError:  # it answered: snapshot_download asks again and says what (not found, gated, ...)
+        return None
+    except Exception as error:  # no answer: httpx's and the OS's connection errors share no base class here
+        return error
+    return None

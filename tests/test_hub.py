@@ -148,7 +148,7 @@ def test_only_the_files_litbert_reads_are_downloaded(tmp_path, monkeypatch):
     the model has no safetensors, and no weights at all for a tokenizer."""
     asked = []
 
-    def snapshot_download(repo, revision, allow_patterns, cache_dir):
+    def snapshot_download(repo, revision, allow_patterns, cache_dir, local_files_only):
         asked.append((repo, revision, allow_patterns))
         folder = tmp_path / repo.replace("/", "--")
         folder.mkdir(exist_ok=True)
@@ -157,6 +157,7 @@ def test_only_the_files_litbert_reads_are_downloaded(tmp_path, monkeypatch):
         return str(folder)
 
     monkeypatch.setattr(hub_module, "snapshot_download", snapshot_download)
+    monkeypatch.setattr(hub_module, "_unanswered", lambda repo, revision: None)  # the hub answers
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     local_path("org/new@v1")
@@ -168,6 +169,29 @@ def test_only_the_files_litbert_reads_are_downloaded(tmp_path, monkeypatch):
                      ("org/tokenizer", None, ["*.json", "*.txt", "*.model"])]
     local_path("org/new@v1")
     assert len(asked) == 4  # resolved once a process
+
+
+def test_a_hub_that_does_not_answer_is_given_up_after_the_etag_timeout(hub, monkeypatch):
+    """A network that drops packets, or a proxy that never answers (here a socket that is never read): the id is
+    read from the cache within HF_HUB_ETAG_TIMEOUT, or named as unreachable, not waited on for ever."""
+    import socket
+    import threading
+    import time
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # connections are queued and never answered
+    threading.Timer(20, silent.close).start()  # without a timeout, the test fails after 20 s rather than hanging
+    monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{silent.getsockname()[1]}")
+    monkeypatch.setattr(constants, "HF_HUB_ETAG_TIMEOUT", 1)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    start = time.monotonic()
+    with pytest.raises(HubError, match=r"^model.pretrained=org/silent: no local folder of that name, and the Hugging "
+                                       r"Face Hub model org/silent is not in the hub cache .*: the Hugging Face Hub "
+                                       r"cannot be reached \(ReadTimeout: check the network"):
+        local_path("org/silent", setting="model.pretrained")
+    assert local_path("org/minilm@v2") == hub / "snapshots" / V2  # cached: read from there
+    assert time.monotonic() - start < 10
 
 
 # ----------------------------------------------------------------------------------------------------- push
