@@ -113,7 +113,7 @@ def _run(cli: LitbertCLI, signals: RunSignals) -> dict[str, float]:
     signals.check(trainer)
     if config.export:
         export(trainer, model, export_path(config), data.tokenizer, config.export_format,
-               card=lambda exported: write_card(export_path(config), exported, cli, metrics, trainer))
+               card=lambda exported, folder: write_card(folder, exported, cli, metrics, trainer))
     signals.check(trainer)
     if trainer.is_global_zero:  # before predicting: the run's results are kept whatever prediction meets
         write_metrics(root / "metrics.json", metrics)

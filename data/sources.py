@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import re
+import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -232,16 +233,25 @@ def describe_files(files: Mapping[str, Any]) -> str:
 
 @contextlib.contextmanager
 def replaced_when_whole(path: str | os.PathLike[str]) -> Iterator[Path]:
-    """A path beside `path` to write its new file to, renamed over `path` when the block ends and removed if the
-    block fails (a signal, a full disk): readers see the earlier file or the new one, never a part."""
+    """A path beside `path` to write its new file (or folder) to, renamed over `path` when the block ends and removed
+    if the block fails (a signal, a full disk): readers see the earlier file or the new one, never a part."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    earlier = path.with_name(f".{path.name}.old-{os.getpid()}")
     try:
         yield partial
+        if partial.is_dir() and path.is_dir():  # a rename replaces no folder that holds files: moved aside first
+            os.replace(path, earlier)
         os.replace(partial, path)
     finally:
-        partial.unlink(missing_ok=True)
+        if earlier.exists() and not path.exists():  # the new one never took its place: the earlier one goes back
+            os.replace(earlier, path)
+        for leftover in (partial, earlier):
+            if leftover.is_dir():
+                shutil.rmtree(leftover, ignore_errors=True)
+            else:
+                leftover.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager

@@ -550,6 +550,43 @@ def test_an_export_format_the_model_cannot_take_is_refused_before_training(glue,
         glue("--export", "false", "--export_format", "litbert")
 
 
+class _FullDisk:
+    """A tokenizer whose files cannot be written: the export fails after the weights, as a kill or a full disk
+    would stop it."""
+
+    def save_pretrained(self, directory: str) -> None:
+        raise OSError(28, "No space left on device", directory)
+
+
+def test_an_export_that_stops_half_way_leaves_no_half_written_model_folder(glue, tmp_path):
+    """The export is written beside its folder and renamed into place once whole: stopped after the weights (a kill,
+    a full disk), it leaves no model folder that holds weights without their tokenizer and card, and a resumed
+    finished run's earlier export stays whole. The card names the export's place, not where it was written."""
+    from tasks.run.export import export
+    from tasks.run.folders import export_path
+    from tasks.run.publish import write_card
+
+    cli = glue()
+    target = export_path(cli.config)
+    with pytest.raises(OSError, match="No space left"):
+        export(cli.trainer, cli.model, target, _FullDisk())
+    assert not target.exists() and os.listdir(target.parent) == []
+    export(cli.trainer, cli.model, target, cli.datamodule.tokenizer,
+           card=lambda model, folder: write_card(folder, model, cli, {}, cli.trainer))
+    earlier = {path.name: path.read_bytes() for path in target.iterdir()}
+    assert {"model.safetensors", "tokenizer.json", "README.md"} <= set(earlier)
+    assert f"from_pretrained({str(target)!r})" in earlier["README.md"].decode()
+    with torch.no_grad():
+        next(cli.model.parameters()).add_(1.0)  # the resumed run's weights, another export
+    with pytest.raises(OSError, match="No space left"):
+        export(cli.trainer, cli.model, target, _FullDisk())
+    assert {path.name: path.read_bytes() for path in target.iterdir()} == earlier
+    assert os.listdir(target.parent) == [target.name]
+    export(cli.trainer, cli.model, target, cli.datamodule.tokenizer)
+    assert (target / "model.safetensors").read_bytes() != earlier["model.safetensors"]
+    assert "README.md" not in os.listdir(target)  # replaced whole, not written over the earlier files
+
+
 def test_a_run_never_removes_or_writes_over_its_own_input(glue, tmp_path):
     """--overwrite removes the earlier run's files: where the checkpoint it fine-tunes (or its tokenizer) is the
     earlier run's export, the run is refused before anything is removed, as is an export into the input folder."""

@@ -15,6 +15,7 @@ import torch
 from lightning.pytorch.strategies import FSDPStrategy
 from torch.distributed.fsdp import FullyShardedDataParallel
 
+from data.sources import replaced_when_whole
 from encoders.checkpoints import export_layout
 from tasks.base import DivergenceError, EncoderTask
 
@@ -31,10 +32,13 @@ def check_export_format(model: EncoderTask, format: ExportFormat) -> None:
 
 
 def export(trainer: L.Trainer, model: EncoderTask, directory: Path, tokenizer: Any,
-           format: ExportFormat = "auto", card: Callable[[EncoderTask], Any] | None = None) -> None:
-    """`model.export` in `format` on rank 0, then `card(model)` (the model card, which counts the full parameters).
-    Under FSDP each rank holds a shard of every parameter: every rank takes part in gathering the full weights, which
-    rank 0 alone receives, and the task's parameters are those weights while it exports (`summon_full_params`)."""
+           format: ExportFormat = "auto", card: Callable[[EncoderTask, Path], Any] | None = None) -> None:
+    """`model.export` in `format` on rank 0, then `card(model, folder)` (the model card, which counts the full
+    parameters). Under FSDP each rank holds a shard of every parameter: every rank takes part in gathering the full
+    weights, which rank 0 alone receives, and the task's parameters are those weights while it exports
+    (`summon_full_params`). The export is written beside `directory` and renamed into place once whole: a run killed
+    while it exports leaves no folder of weights without their tokenizer or card, and a resumed finished run's
+    earlier export stays whole until the new one replaces it."""
     # Gathered into host memory, so that rank 0's GPU need not hold a second copy; on the CPU they are there already
     # (and torch 2.13's FSDP, asked to move them there, frees the storage it was to move).
     offload = trainer.strategy.root_device.type != "cpu"
@@ -44,9 +48,20 @@ def export(trainer: L.Trainer, model: EncoderTask, directory: Path, tokenizer: A
     with gathered:
         if trainer.is_global_zero:
             check_finite(model)
-            model.export(directory, tokenizer, format)
-            if card is not None:
-                card(model)
+            root = Path(trainer.default_root_dir).resolve()
+            if directory.resolve() == root or directory.resolve() in root.parents:
+                # `--export_dir` holds the run itself: replacing the folder would remove its checkpoints.
+                _export(model, directory, tokenizer, format, card)
+                return
+            with replaced_when_whole(directory) as partial:
+                _export(model, partial, tokenizer, format, card)
+
+
+def _export(model: EncoderTask, directory: Path, tokenizer: Any, format: ExportFormat,
+            card: Callable[[EncoderTask, Path], Any] | None) -> None:
+    model.export(directory, tokenizer, format)
+    if card is not None:
+        card(model, directory)
 
 
 def check_finite(model: EncoderTask) -> None:

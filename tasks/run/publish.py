@@ -21,7 +21,7 @@ from huggingface_hub.errors import HfHubHTTPError
 from encoders.checkpoints import LITBERT_CONFIG
 from encoders.hub import OLD_WEIGHT_FILES, TOKENIZER_FILES, WEIGHT_FILES, HubError, parse_id
 from tasks.base import EncoderTask
-from tasks.run.folders import run_root
+from tasks.run.folders import export_path, run_root
 
 README = "README.md"
 PIPELINE_TAGS = {"mlm": "fill-mask", "sequence_classification": "text-classification",
@@ -88,7 +88,8 @@ def push(directory: Path, target: str, private: bool | None) -> str:
 
 
 def write_card(directory: Path, model: EncoderTask, cli: Any, metrics: dict[str, float], trainer: Any) -> Path:
-    """README.md in the export folder (see the module docstring). `model` is the exported task, unsharded."""
+    """README.md in the export folder `directory` (see the module docstring). `model` is the exported task,
+    unsharded."""
     config = cli.config
     init = config.model.init_args
     kind = getattr(model.head, "kind", None)
@@ -121,7 +122,9 @@ def write_card(directory: Path, model: EncoderTask, cli: Any, metrics: dict[str,
         "",
         "| Metric | Value |", "|---|---|", *(f"| {key} | {_value(value)} |" for key, value in metrics.items()), "",
         "## Use", "",
-        *_loading(directory, config.push_to_hub.partition("@")[0] if config.push_to_hub else str(directory)), "",
+        # The export's own place, not `directory`: the export is written beside it and renamed into place.
+        *_loading(directory, config.push_to_hub.partition("@")[0] if config.push_to_hub
+                  else str(export_path(config))), "",
     ])
     path = directory / README
     path.write_text(text, encoding="utf-8")
