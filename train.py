@@ -27,7 +27,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import LambdaCallback, ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
@@ -80,8 +80,12 @@ def _run(cli: LitbertCLI, signals: RunSignals) -> dict[str, float]:
         data.setup("test")
     if predicts:
         data.setup("predict")
-    if cli.resume_path and trainer.is_global_zero:
-        remove_earlier_metrics(root / "metrics.json")
+    resumed = cli.resume_path is not None and trainer.is_global_zero
+    if resumed:
+        # Once the checkpoint is loaded and checked, before the first step: a resume refused for a changed setting
+        # leaves the finished run's metrics.json. (A finished run trains no step: removed after fit.)
+        trainer.callbacks.append(
+            LambdaCallback(on_train_start=lambda *_: remove_earlier_metrics(root / "metrics.json")))
     try:
         trainer.fit(model, datamodule=data, ckpt_path=cli.resume_path)
     except DivergenceError as error:
@@ -91,6 +95,8 @@ def _run(cli: LitbertCLI, signals: RunSignals) -> dict[str, float]:
                  else "No checkpoint was saved before it.")
         raise DivergenceError(f"{error}\n{saved}") from None
     signals.hold()  # (already, where training ran) a signal now stops the run before its results are written
+    if resumed:
+        remove_earlier_metrics(root / "metrics.json")
     # Read now: evaluating the best checkpoint below restores the callbacks' state as it was saved there.
     early = next((c for c in trainer.callbacks if isinstance(c, EarlyStopping) and c.stopped_step is not None), None)
     stopped = (early.stopped_step, early.summary()) if early is not None else None

@@ -550,6 +550,21 @@ def test_an_export_format_the_model_cannot_take_is_refused_before_training(glue,
         glue("--export", "false", "--export_format", "litbert")
 
 
+def test_a_refused_resume_leaves_the_finished_run_as_it_was(glue, tmp_path):
+    """A resume refused for a changed setting (here the batch size) stops before it trains: the finished run's
+    metrics.json, the mark that it finished, stays. The removal waits for the checkpoint to be loaded and checked."""
+    args = ("--trainer.max_steps", "2", "--trainer.limit_val_batches", "1", "--export", "false", "--predict", "false")
+    train.run(glue(*args))
+    metrics = tmp_path / "run" / "metrics.json"
+    finished = metrics.read_text()
+    with pytest.raises(DataError, match="data.batch_size: 32 in the checkpoint, 16 now"):
+        train.run(glue(*args, "--data.batch_size", "16", "--ckpt_path", "last"))
+    assert metrics.read_text() == finished
+    with pytest.raises(ValueError, match="model.optimization.optimizer: 'adamw' in the checkpoint, 'adam' now"):
+        train.run(glue(*args, "--model.optimization.optimizer", "adam", "--ckpt_path", "last"))
+    assert metrics.read_text() == finished
+
+
 class _FullDisk:
     """A tokenizer whose files cannot be written: the export fails after the weights, as a kill or a full disk
     would stop it."""
