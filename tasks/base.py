@@ -484,6 +484,7 @@ class EncoderTask(L.LightningModule):
         A distillation resumes with the teacher it started with (the checkpoint holds its hash, not its weights)."""
         self._check_optimizer(checkpoint)
         self._check_accumulation(checkpoint)
+        self._check_steps(checkpoint)
         self._resume_with_own_rates(checkpoint)
         teacher = getattr(self, "teacher", None)
         state = checkpoint.get("state_dict")
@@ -523,6 +524,18 @@ class EncoderTask(L.LightningModule):
                              f"{saved} batches a step; this run's is {self.trainer.accumulate_grad_batches}. Resume "
                              f"with --trainer.accumulate_grad_batches {saved}, or start a new run from its weights "
                              f"(--model.pretrained on its export).")
+
+    def _check_steps(self, checkpoint: dict[str, typing.Any]) -> None:
+        """A resume to a trainer.max_steps below the checkpoint's step would train no step, and evaluate and export
+        weights trained for more steps than the run was given."""
+        step = checkpoint.get("global_step")
+        if step is None or self._trainer is None or self.trainer.state.fn != "fit":
+            return
+        if 0 < self.trainer.max_steps < step:
+            raise ValueError(f"trainer.max_steps={self.trainer.max_steps}, but the checkpoint to resume is at step "
+                             f"{step}: its weights were trained for more steps than that. Resume with "
+                             f"--trainer.max_steps {step} or more, or fine-tune an earlier checkpoint's weights in a "
+                             f"new run.")
 
     def _check_optimizer(self, checkpoint: dict[str, typing.Any]) -> None:
         """A resumed run restores the optimizer's state: it must be the same optimizer, with the same parameter

@@ -551,8 +551,9 @@ def test_an_export_format_the_model_cannot_take_is_refused_before_training(glue,
 
 
 def test_a_refused_resume_leaves_the_finished_run_as_it_was(glue, tmp_path):
-    """A resume refused for a changed setting (here the batch size) stops before it trains: the finished run's
-    metrics.json, the mark that it finished, stays. The removal waits for the checkpoint to be loaded and checked."""
+    """A resume refused for a changed setting (the batch size, the optimizer, fewer steps than the checkpoint's)
+    stops before it trains: the finished run's metrics.json, the mark that it finished, stays. The removal waits for
+    the checkpoint to be loaded and checked."""
     args = ("--trainer.max_steps", "2", "--trainer.limit_val_batches", "1", "--export", "false", "--predict", "false")
     train.run(glue(*args))
     metrics = tmp_path / "run" / "metrics.json"
@@ -562,6 +563,11 @@ def test_a_refused_resume_leaves_the_finished_run_as_it_was(glue, tmp_path):
     assert metrics.read_text() == finished
     with pytest.raises(ValueError, match="model.optimization.optimizer: 'adamw' in the checkpoint, 'adam' now"):
         train.run(glue(*args, "--model.optimization.optimizer", "adam", "--ckpt_path", "last"))
+    assert metrics.read_text() == finished
+    # Fewer steps than the checkpoint's would export its weights as a shorter run's.
+    with pytest.raises(ValueError, match=r"trainer.max_steps=1, but the checkpoint to resume is at step 2: .* Resume "
+                                         r"with --trainer.max_steps 2 or more"):
+        train.run(glue(*args, "--trainer.max_steps", "1", "--ckpt_path", "last"))
     assert metrics.read_text() == finished
 
 
