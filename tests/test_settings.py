@@ -552,12 +552,12 @@ def test_an_export_format_the_model_cannot_take_is_refused_before_training(glue,
 
 def test_a_refused_resume_leaves_the_finished_run_as_it_was(glue, tmp_path):
     """A resume refused for a changed setting (the batch size, the optimizer, fewer steps than the checkpoint's)
-    stops before it trains: the finished run's metrics.json, the mark that it finished, stays. The removal waits for
-    the checkpoint to be loaded and checked."""
+    stops before it trains: the finished run's metrics.json, the mark that it finished, stays, and so does its
+    config.yaml (not the refused settings). Both wait for the checkpoint to be loaded and checked."""
     args = ("--trainer.max_steps", "2", "--trainer.limit_val_batches", "1", "--export", "false", "--predict", "false")
     train.run(glue(*args))
-    metrics = tmp_path / "run" / "metrics.json"
-    finished = metrics.read_text()
+    metrics, config = tmp_path / "run" / "metrics.json", tmp_path / "run" / "config.yaml"
+    finished, settings = metrics.read_text(), config.read_text()
     with pytest.raises(DataError, match="data.batch_size: 32 in the checkpoint, 16 now"):
         train.run(glue(*args, "--data.batch_size", "16", "--ckpt_path", "last"))
     assert metrics.read_text() == finished
@@ -568,7 +568,7 @@ def test_a_refused_resume_leaves_the_finished_run_as_it_was(glue, tmp_path):
     with pytest.raises(ValueError, match=r"trainer.max_steps=1, but the checkpoint to resume is at step 2: .* Resume "
                                          r"with --trainer.max_steps 2 or more"):
         train.run(glue(*args, "--trainer.max_steps", "1", "--ckpt_path", "last"))
-    assert metrics.read_text() == finished
+    assert metrics.read_text() == finished and config.read_text() == settings
 
 
 class _FullDisk:

@@ -139,7 +139,16 @@ class LogConfigCallback(SaveConfigCallback):
 
     Lightning's callback saves it into `trainer.log_dir`, a logger's own folder (`<save_dir>/version_0` for a
     CSVLogger), where neither the run-folder checks (`tasks.run.folders`) nor `train.py predict --config
-    <run>/config.yaml` look; litbert builds it with `save_to_log_dir=False`."""
+    <run>/config.yaml` look; litbert builds it with `save_to_log_dir=False`. A resume writes it once its checkpoint
+    is loaded and checked (`on_fit_start`): one refused for a changed setting leaves the run's config.yaml as it was,
+    not claiming the setting the run never trained with."""
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if not self.config.get("ckpt_path"):
+            super().setup(trainer, pl_module, stage)
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().setup(trainer, pl_module, "fit")  # nothing where `setup` saved it
 
     def save_config(self, trainer, pl_module, stage: str) -> None:
         # Runs on rank 0 only: nothing here may communicate (`trainer.log_dir` broadcasts, so it is not used).
