@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import glob
 import hashlib
 import io
 import json
@@ -232,11 +233,18 @@ def describe_files(files: Mapping[str, Any]) -> str:
 
 
 @contextlib.contextmanager
-def replaced_when_whole(path: str | os.PathLike[str]) -> Iterator[Path]:
+def replaced_when_whole(path: str | os.PathLike[str], sole_writer: bool = False) -> Iterator[Path]:
     """A path beside `path` to write its new file (or folder) to, renamed over `path` when the block ends and removed
-    if the block fails (a signal, a full disk): readers see the earlier file or the new one, never a part."""
+    if the block fails (a signal, a full disk): readers see the earlier file or the new one, never a part.
+    `sole_writer` (one process writes `path`: a checkpoint, an export) also removes the parts that processes of this
+    host killed while they wrote it (`kill -9` runs no clean-up) left: a checkpoint's may be gigabytes."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    if sole_writer:
+        for leftover in path.parent.glob(f".{glob.escape(path.name)}.*-*"):
+            kind, _, pid = leftover.name[len(path.name) + 2:].partition("-")
+            if kind in ("tmp", "old") and pid.isdigit() and not _alive(int(pid)):
+                _remove(leftover)
     partial = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     earlier = path.with_name(f".{path.name}.old-{os.getpid()}")
     try:
@@ -247,11 +255,25 @@ def replaced_when_whole(path: str | os.PathLike[str]) -> Iterator[Path]:
     finally:
         if earlier.exists() and not path.exists():  # the new one never took its place: the earlier one goes back
             os.replace(earlier, path)
-        for leftover in (partial, earlier):
-            if leftover.is_dir():
-                shutil.rmtree(leftover, ignore_errors=True)
-            else:
-                leftover.unlink(missing_ok=True)
+        _remove(partial)
+        _remove(earlier)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
 
 
 @contextlib.contextmanager

@@ -675,6 +675,12 @@ def test_an_interrupted_save_leaves_the_previous_checkpoint_whole(tmp_path, monk
     monkeypatch.undo()
     assert io.load_checkpoint(path)["global_step"] == 1
     assert os.listdir(path.parent) == [LAST]  # the partial file is gone too
+    # One that `kill -9` left (no clean-up ran) goes at the next save; a live process's stays.
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (path.parent / f".{LAST}.tmp-{int(dead.stdout)}").write_bytes(b"half a checkpoint")
+    (path.parent / f".{LAST}.tmp-{os.getppid()}").write_bytes(b"being written")
+    io.save_checkpoint({"global_step": 3}, path)
+    assert sorted(os.listdir(path.parent)) == sorted([LAST, f".{LAST}.tmp-{os.getppid()}"])
 
 
 def test_a_full_disk_at_a_save_ends_in_litberts_message_naming_the_checkpoint(tmp_path, monkeypatch, capsys):

@@ -582,7 +582,8 @@ class _FullDisk:
 def test_an_export_that_stops_half_way_leaves_no_half_written_model_folder(glue, tmp_path):
     """The export is written beside its folder and renamed into place once whole: stopped after the weights (a kill,
     a full disk), it leaves no model folder that holds weights without their tokenizer and card, and a resumed
-    finished run's earlier export stays whole. The card names the export's place, not where it was written."""
+    finished run's earlier export stays whole; what a run killed there left goes. The card names the export's place,
+    not where it was written."""
     from tasks.run.export import export
     from tasks.run.folders import export_path
     from tasks.run.publish import write_card
@@ -592,6 +593,8 @@ def test_an_export_that_stops_half_way_leaves_no_half_written_model_folder(glue,
     with pytest.raises(OSError, match="No space left"):
         export(cli.trainer, cli.model, target, _FullDisk())
     assert not target.exists() and os.listdir(target.parent) == []
+    killed = target.with_name(f".{target.name}.tmp-{2**22 + 1}")  # what a run killed in its export left (no such pid)
+    killed.mkdir()
     export(cli.trainer, cli.model, target, cli.datamodule.tokenizer,
            card=lambda model, folder: write_card(folder, model, cli, {}, cli.trainer))
     earlier = {path.name: path.read_bytes() for path in target.iterdir()}

@@ -72,7 +72,7 @@ class SafeCheckpointIO(TorchCheckpointIO):
             raise TypeError("SafeCheckpointIO.save_checkpoint takes no storage_options for local files.")
         path = Path(path)
         try:
-            with replaced_when_whole(path) as temporary, temporary.open("wb") as handle:
+            with replaced_when_whole(path, sole_writer=True) as temporary, temporary.open("wb") as handle:
                 torch.save(checkpoint, handle)
                 handle.flush()
                 os.fsync(handle.fileno())

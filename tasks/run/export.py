@@ -53,7 +53,7 @@ def export(trainer: L.Trainer, model: EncoderTask, directory: Path, tokenizer: A
                 # `--export_dir` holds the run itself: replacing the folder would remove its checkpoints.
                 _export(model, directory, tokenizer, format, card)
                 return
-            with replaced_when_whole(directory) as partial:
+            with replaced_when_whole(directory, sole_writer=True) as partial:
                 _export(model, partial, tokenizer, format, card)
 
 
