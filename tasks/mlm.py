@@ -6,6 +6,8 @@ There is no next-sentence prediction. The MLM head projects only the masked posi
 
 from __future__ import annotations
 
+import logging
+
 import torch
 import torch.nn.functional as F
 from torchmetrics import MeanMetric
@@ -13,6 +15,8 @@ from torchmetrics import MeanMetric
 from encoders import Kernels, MaskedLMHead
 from encoders.heads import new_head_stds
 from tasks.base import EncoderSpec, EncoderTask, Optimization, build_encoder, read_pretrained
+
+log = logging.getLogger(__name__)
 
 
 class _VocabCrossEntropy(torch.autograd.Function):
@@ -115,6 +119,8 @@ class MaskedLM(EncoderTask):
             # activation of the checkpoint family's head (RoBERTa's GELU), as the family starts it
             activation = checkpoint.head_options.get("mlm_activation") if checkpoint is not None else None
             dense_std = new_head_stds(checkpoint, self.encoder.config)["initializer_range"]
+            if checkpoint is not None:  # a loss that starts high is the new head's, not a broken checkpoint's
+                log.warning("%s holds no masked-LM head: a new one is trained", checkpoint.source)
             self.head = MaskedLMHead(self.encoder.config, self.encoder.embeddings.word, activation=activation,
                                      initializer_range=dense_std)
         self.val_loss = MeanMetric()

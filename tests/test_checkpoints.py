@@ -1142,3 +1142,20 @@ class _Payload:
 
     def __reduce__(self):
         return (open, (self.path, "w"))
+
+
+def test_masked_lm_over_a_checkpoint_without_its_head_says_the_head_is_new(tmp_path, caplog):
+    """Continued pretraining of a checkpoint saved without an MLM head (a BertModel, a sentence encoder) starts a new
+    head, whose first losses are far above the checkpoint's own: the run says so, as transformers does; one with
+    the head loads it without a word."""
+    from tasks.mlm import MaskedLM
+
+    transformers.BertModel(hf_config("bert")).save_pretrained(tmp_path / "base")
+    transformers.BertForMaskedLM(hf_config("bert")).save_pretrained(tmp_path / "mlm")
+    with caplog.at_level("WARNING"):
+        MaskedLM(pretrained=str(tmp_path / "base"))
+    assert f"{tmp_path / 'base'} holds no masked-LM head: a new one is trained" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        MaskedLM(pretrained=str(tmp_path / "mlm"))
+    assert "masked-LM head" not in caplog.text
