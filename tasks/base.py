@@ -463,9 +463,27 @@ class EncoderTask(L.LightningModule):
             config.pop("max_position_embeddings")
         return {"encoder": config, "head": dict(getattr(self.head, "options", {}))}
 
+    def resumable_settings(self) -> dict[str, typing.Any]:
+        """The settings a resumed run may change without changing what the weights compute, by their names on the
+        command line: the dropouts, and the task's own (`objective_settings`). Stored in every training checkpoint;
+        a resume that changes one says so, as it does for a changed learning rate."""
+        config = self.encoder.config
+        settings = {f"{self.encoder_setting}.hidden_dropout": config.hidden_dropout,
+                    f"{self.encoder_setting}.attention_dropout": config.attention_dropout}
+        head_dropout = getattr(getattr(self.head, "dropout", None), "p", None)  # a classifier's
+        if head_dropout is not None:
+            settings["model.classifier_dropout"] = head_dropout
+        return settings | self.objective_settings()
+
+    def objective_settings(self) -> dict[str, typing.Any]:
+        """The training objective's settings that a resume may change (a distillation's temperature and loss
+        weights), by their names on the command line."""
+        return {}
+
     def on_save_checkpoint(self, checkpoint: dict[str, typing.Any]) -> None:
         self.check_divergence()  # no checkpoint of a run that diverged (its weights stay finite, but it failed)
         checkpoint["litbert_architecture"] = self.architecture()
+        checkpoint["litbert_resumable"] = self.resumable_settings()
         if self._trainer is not None:  # with the data's batch size, what one optimizer step averages over
             checkpoint["litbert_accumulate_grad_batches"] = self.trainer.accumulate_grad_batches
         teacher = getattr(self, "teacher", None)
@@ -486,6 +504,7 @@ class EncoderTask(L.LightningModule):
         self._check_accumulation(checkpoint)
         self._check_steps(checkpoint)
         self._resume_with_own_rates(checkpoint)
+        self._say_changed_settings(checkpoint)
         teacher = getattr(self, "teacher", None)
         state = checkpoint.get("state_dict")
         if teacher is not None and state is not None:
@@ -536,6 +555,17 @@ class EncoderTask(L.LightningModule):
                              f"{step}: its weights were trained for more steps than that. Resume with "
                              f"--trainer.max_steps {step} or more, or fine-tune an earlier checkpoint's weights in a "
                              f"new run.")
+
+    def _say_changed_settings(self, checkpoint: dict[str, typing.Any]) -> None:
+        """A resume may change the dropouts and the objective's settings (`resumable_settings`): they apply from its
+        next step, and the run names them."""
+        saved = checkpoint.get("litbert_resumable")  # none in checkpoints from before they were kept
+        if saved is None or self._trainer is None or self.trainer.state.fn != "fit":
+            return
+        changed = [f"{name}={value!r} (the checkpoint's: {saved[name]!r})"
+                   for name, value in self.resumable_settings().items() if name in saved and saved[name] != value]
+        if changed:
+            print(f"litbert: resuming with {', '.join(changed)}; from its next step.", flush=True)
 
     def _check_optimizer(self, checkpoint: dict[str, typing.Any]) -> None:
         """A resumed run restores the optimizer's state: it must be the same optimizer, with the same parameter

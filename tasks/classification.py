@@ -8,7 +8,7 @@ it; a label is predicted where its probability exceeds `threshold`."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -152,6 +152,12 @@ class SequenceClassification(EncoderTask):
 
     def export_labels(self) -> Sequence[str] | None:
         return self.label_names
+
+    def objective_settings(self) -> dict[str, Any]:
+        settings = {"model.threshold": self.threshold} if self.multi_label else {}
+        if self.teacher is not None:
+            settings |= {"model.temperature": self.temperature, "model.alpha_kd": self.alpha_kd}
+        return settings
 
     @property
     def problem_type(self) -> str | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import typing
 
 import torch
 import torch.nn.functional as F
@@ -223,6 +224,10 @@ class Distillation(EncoderTask):
             activation = None if student.preset or head_activation == teacher_config.activation else head_activation
             self.head = MaskedLMHead(config, self.encoder.embeddings.word, activation=activation)
         self.val_loss = MeanMetric()
+
+    def objective_settings(self) -> dict[str, typing.Any]:
+        return {"model.temperature": self.temperature, "model.alpha_kd": self.alphas["kl"],
+                "model.alpha_mlm": self.alphas["mlm"], "model.alpha_cos": self.alphas["cosine"]}
 
     def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         mask, types, documents = batch.get("attention_mask"), batch.get("token_type_ids"), batch.get("document_ids")

@@ -321,6 +321,22 @@ def test_a_resume_with_another_schedule_says_so(tmp_path, capsys):
     assert [resumed.seen[step][0][0] for step in (4, 5, 6, 7)] == pytest.approx([5e-4, 1e-3, 1e-3, 1e-3])
 
 
+def test_a_resume_with_other_dropouts_says_so(tmp_path, capsys):
+    """Dropouts (and a distillation's temperature and loss weights) may change on resuming, as the learning rate
+    may: they apply from the next step, and the run names them; unchanged ones are not named."""
+    first = trainer(8, callbacks=[StopAt(4)])
+    first.fit(classifier(), DataLoader(batches(8), batch_size=None))
+    first.save_checkpoint(tmp_path / "step4.ckpt")
+    capsys.readouterr()
+    torch.manual_seed(0)
+    resumed = SequenceClassification(num_labels=2, encoder=dataclasses.replace(TINY, hidden_dropout=0.2),
+                                     vocab_size=64, classifier_dropout=0.3,
+                                     optimization=Optimization(learning_rate=1e-3, warmup=0, schedule="constant"))
+    trainer(8).fit(resumed, DataLoader(batches(8), batch_size=None), ckpt_path=tmp_path / "step4.ckpt")
+    assert ("litbert: resuming with model.encoder.hidden_dropout=0.2 (the checkpoint's: 0.0), "
+            "model.classifier_dropout=0.3 (the checkpoint's: 0.0); from its next step.") in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("layer_decay", [None, 0.5])
 def test_a_resumed_run_takes_its_own_learning_rate_weight_decay_and_betas(tmp_path, capsys, layer_decay):
     """Resuming with a lower learning rate (and another weight decay and betas) trains at them from the next step,
