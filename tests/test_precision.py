@@ -68,6 +68,23 @@ def test_a_set_bf16_precision_is_kept_with_a_warning_on_emulating_hardware(cpu, 
     assert cli.trainer.precision == "bf16-mixed"
 
 
+@pytest.mark.parametrize("precision", ["16-mixed", "16"])
+@pytest.mark.parametrize("accelerator", ["cpu", "auto"])
+def test_fp16_mixed_precision_on_the_cpu_is_refused_not_replaced(precision, accelerator, tmp_path, capsys):
+    """Lightning runs bf16-mixed instead of 16-mixed on the CPU, with only a warning: the run would train in another
+    precision than the one set."""
+    if accelerator == "auto" and accelerator_type("auto") != "cpu":
+        pytest.skip("a GPU is visible: auto is not the CPU")
+    status = train.cli_main(["--config", "configs/glue/rte.yaml", "--model.pretrained", MINILM, "--trainer.logger",
+                             "false", "--trainer.accelerator", accelerator, "--trainer.precision", precision,
+                             "--trainer.default_root_dir", str(tmp_path), "--trainer.max_steps", "1",
+                             "--trainer.limit_val_batches", "1", "--export", "false", "--predict", "false"])
+    assert status == 2
+    err = capsys.readouterr().err
+    assert f"trainer.precision={precision} on the CPU" in err and "Set 32-true, bf16-mixed" in err
+    assert not (tmp_path / "config.yaml").exists()
+
+
 def test_the_shipped_configs_leave_precision_to_the_machine():
     from pathlib import Path
 

@@ -16,6 +16,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 BF16 = ("bf16-mixed", "bf16-true", "bf16")
+FP16_MIXED = ("16-mixed", "16")
 
 
 def accelerator_type(accelerator: Any) -> str:
@@ -63,8 +64,15 @@ def bf16_warning(precision: Any, device_type: str) -> str | None:
 
 def choose_precision(trainer: Any) -> None:
     """An unset `trainer.precision` (of the parsed config) becomes the machine's fast one, said in one line; a bf16
-    precision set for hardware without bf16 units is kept, with a warning."""
+    precision set for hardware without bf16 units is kept, with a warning; fp16 mixed precision on the CPU, which
+    Lightning would replace with bf16, is refused."""
     device_type = accelerator_type(trainer.accelerator)
+    if device_type == "cpu" and str(trainer.precision) in FP16_MIXED:
+        # Lightning would run bf16-mixed instead, with a warning: another precision than the one set (and on a CPU
+        # without bf16 units, one many times slower than fp32).
+        raise ValueError(f"trainer.precision={trainer.precision} on the CPU: torch has no fp16 mixed precision "
+                         f"there. Set 32-true, bf16-mixed (fast where the CPU multiplies bf16 natively), or leave "
+                         f"trainer.precision unset to let litbert choose.")
     if trainer.precision is None:
         trainer.precision, reason = default_precision(device_type)
         rank_zero_info(f"litbert: trainer.precision={trainer.precision}: {reason}. Set trainer.precision to choose "
