@@ -115,6 +115,15 @@ def _run(cli: LitbertCLI, signals: RunSignals) -> dict[str, float]:
     if stopped is not None:  # a finished run that stopped on its metric, not a failure
         metrics["early_stopping/stopped_at_step"] = stopped[0]
     metrics = {key: float(value) for key, value in sorted(metrics.items())}
+    if trainer.fast_dev_run:
+        # A check of the code path on a batch or a few, not a run: an export, metrics.json or submission from it
+        # would look like a trained model's results.
+        signals.finish(trainer)
+        if trainer.is_global_zero:
+            print(f"litbert: trainer.fast_dev_run: trained and evaluated on "
+                  f"{int(trainer.fast_dev_run)} batch(es) of each set to check the code path; no checkpoint, export, "
+                  f"metrics.json or submission was written. Remove trainer.fast_dev_run to train.", flush=True)
+        return metrics
 
     signals.check(trainer)
     if config.export:

@@ -383,6 +383,17 @@ def test_every_run_tracks_to_wandb_by_default_named_after_its_folder(env, minilm
     assert cli.trainer.loggers == []
 
 
+def test_fast_dev_run_checks_the_path_and_writes_no_results(env, minilm, tmp_path, capsys):
+    """Lightning's fast_dev_run trains and evaluates on one batch to find bugs: no checkpoint, export, metrics.json
+    or submission comes of it that would look like a trained model's."""
+    root = tmp_path / "run"
+    cli = run("configs/glue/wnli.yaml", root, "--model.encoder.preset", "bert-tiny", "--data.tokenizer", minilm,
+              "--trainer.accelerator", "cpu", "--trainer.precision", "32", "--trainer.fast_dev_run", "true")
+    assert cli.trainer.global_step == 1 and set(cli.metrics) == {"val/accuracy", "val/loss"}
+    assert [p for p in root.rglob("*") if p.is_file()] == []
+    assert "trainer.fast_dev_run: trained and evaluated on 1 batch(es) of each set" in capsys.readouterr().out
+
+
 def test_validation_prefixes():
     assert validation_prefixes(["validation"]) == ["val"]
     assert validation_prefixes(["validation_matched", "validation_mismatched"]) == ["val", "val_mismatched"]

@@ -289,6 +289,10 @@ class LitbertCLI(LightningCLI):
         elif not any(isinstance(callback, ModelCheckpoint) for callback in callbacks):
             metric, mode = self.model.monitor
             callbacks.append(BestCheckpoint(metric, mode, dirpath=str(root / "checkpoints")))
+        if trainer_config.get("fast_dev_run"):
+            # Lightning's check of the code path "suppresses logging and checkpointing": its ModelCheckpoint saves
+            # nothing then, and neither does litbert's last.ckpt (train.py writes no results either).
+            self.config_init.checkpoint.saving = False
         early_stopping = self.config_init.early_stopping
         if early_stopping.requested:  # on the task's metric, the one BestCheckpoint picks by
             callbacks.append(early_stopping)
