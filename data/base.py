@@ -234,7 +234,8 @@ class TokenizedDataModule(L.LightningDataModule):
 
     def distributed(self) -> dict[str, int] | None:
         """{num_replicas, rank} when the trainer shards data across processes (DDP, FSDP), else None. With
-        `Trainer(use_distributed_sampler=False)` the user shards the data, so the loaders do not."""
+        `Trainer(use_distributed_sampler=False)` the loaders do not shard (train.py refuses it over several
+        processes)."""
         trainer = self.trainer
         if trainer is None or not getattr(trainer._accelerator_connector, "use_distributed_sampler", True):
             return None

@@ -458,6 +458,16 @@ def test_checkpointing_off_writes_nothing_and_refuses_a_model_checkpoint(glue):
              "--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint")
 
 
+def test_unsharded_data_over_several_processes_is_refused(glue):
+    """litbert's datamodules shard themselves: without `use_distributed_sampler` two ranks would train on the same
+    batches and predict every test example twice (a submission of 292 lines for WNLI's 146), found only after
+    training. One process has nothing to shard."""
+    unsharded = ["--trainer.accelerator", "cpu", "--trainer.use_distributed_sampler", "false"]
+    with pytest.raises(ValueError, match=r"trainer.use_distributed_sampler=false with 2 processes: .* Remove the "):
+        glue(*unsharded, "--trainer.devices", "2", "--trainer.strategy", "ddp")
+    assert glue(*unsharded, "--trainer.devices", "1").trainer.world_size == 1
+
+
 def test_encoder_overrides_over_a_pretrained_checkpoint(glue):
     cli = glue("--model.encoder.hidden_dropout", "0.3", "--model.encoder.attention_dropout", "0.25")
     config = cli.model.encoder.config

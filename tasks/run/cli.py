@@ -311,6 +311,13 @@ class LitbertCLI(LightningCLI):
         kwargs["plugins"] = plugins
         trainer = super().instantiate_trainer(**kwargs)
         check_strategy(trainer.strategy)
+        if not trainer._accelerator_connector.use_distributed_sampler and trainer.world_size > 1:
+            # litbert's datamodules shard their loaders themselves (`TokenizedDataModule.distributed`) and leave no
+            # way to shard them otherwise: without it every rank would train on the same batches, count every dev
+            # example once per rank, and predict each test example once per rank (a submission of twice the lines).
+            raise ValueError(f"trainer.use_distributed_sampler=false with {trainer.world_size} processes: litbert's "
+                             f"datamodules give each rank its shard of the data, and without it every rank would "
+                             f"train and evaluate on all of it. Remove the setting.")
         return trainer
 
 
