@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import signal
 from pathlib import Path
 
@@ -118,6 +119,17 @@ def test_predicting_needs_a_trained_head_and_training_refuses_a_prediction_file(
         train.main(["--config", classifier["config"], "--model.pretrained", classifier["model"],
                     "--data.predict_file", inputs, "--trainer.default_root_dir", str(tmp_path / "run")])
     assert not (tmp_path / "out.jsonl").exists() and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(("setting", "named"), [
+    (["--trainer.limit_predict_batches", "1"], "trainer.limit_predict_batches=1"),  # one batch (an int), not 1.0
+    (["--trainer.fast_dev_run", "true"], "trainer.fast_dev_run=True"),
+    (["--trainer.limit_predict_batches", "0.5"], "trainer.limit_predict_batches=0.5")])
+def test_predicting_a_part_of_the_file_is_refused_by_name(setting, named, classifier, tmp_path):
+    inputs = write_csv(tmp_path / "new.csv", ["text"], [[s] for s in SENTENCES])
+    with pytest.raises(ValueError, match=rf"{re.escape(named)} limits the batches predicted of .*new.csv, and "):
+        predict(classifier["config"], classifier["model"], inputs, tmp_path / "out.jsonl", *setting)
+    assert not (tmp_path / "out.jsonl").exists()
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
