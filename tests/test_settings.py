@@ -458,6 +458,14 @@ def test_checkpointing_off_writes_nothing_and_refuses_a_model_checkpoint(glue):
              "--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint")
 
 
+@pytest.mark.parametrize("unit", ["epochs", "steps"])
+def test_a_minimum_above_the_maximum_is_refused(unit, glue):
+    """Lightning stops at max_epochs (max_steps) and leaves a larger min_epochs (min_steps) unmet, without a word."""
+    with pytest.raises(ValueError, match=rf"trainer.min_{unit}=4 is above trainer.max_{unit}=3, which stops the run "):
+        glue(f"--trainer.min_{unit}", "4", f"--trainer.max_{unit}", "3")
+    assert glue(f"--trainer.min_{unit}", "3", f"--trainer.max_{unit}", "3").trainer is not None
+
+
 def test_unsharded_data_over_several_processes_is_refused(glue):
     """litbert's datamodules shard themselves: without `use_distributed_sampler` two ranks would train on the same
     batches and predict every test example twice (a submission of 292 lines for WNLI's 146), found only after

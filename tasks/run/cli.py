@@ -273,6 +273,12 @@ class LitbertCLI(LightningCLI):
                              f"clips nothing).")
         if accumulate is not None and accumulate < 1:
             raise ValueError(f"trainer.accumulate_grad_batches={accumulate} must be >= 1 (1: a step every batch).")
+        # Lightning stops at the maximum whatever the minimum: a minimum above it would go unmet without a word.
+        for unit in ("epochs", "steps"):
+            least, most = trainer_config.get(f"min_{unit}"), trainer_config.get(f"max_{unit}")
+            if least is not None and most is not None and most >= 0 and least > most:
+                raise ValueError(f"trainer.min_{unit}={least} is above trainer.max_{unit}={most}, which stops the "
+                                 f"run first; lower min_{unit} or raise max_{unit}.")
         callbacks = trainer_config.get("callbacks") or []
         callbacks = list(callbacks) if isinstance(callbacks, list) else [callbacks]
         root = run_root(self.config)
