@@ -752,10 +752,16 @@ class EncoderTask(L.LightningModule):
         return self.encoder.flops(sequence_lengths(batch), training=True)
 
     def log_training(self, loss: torch.Tensor, batch: dict[str, torch.Tensor], **metrics: torch.Tensor) -> None:
-        """Loss, learning rate and the task's own metrics. Tokens/s and MFU come from `tasks.run.throughput`."""
-        self.log("train/loss", loss)  # shown by the progress bar at its refresh (tasks.run.progress)
-        for name, value in metrics.items():
-            self.log(f"train/{name}", value)
+        """Loss, learning rate and the task's own metrics. Tokens/s and MFU come from `tasks.run.throughput`.
+        Under several processes, the values of a step that logs are the mean over the ranks (the whole batch's, as
+        the `Trainer` logs them), not rank 0's share: one all-reduce a logging window, none in the steps between."""
+        values = {"train/loss": loss} | {f"train/{name}": value for name, value in metrics.items()}
+        trainer = self._trainer
+        if trainer is not None and trainer.world_size > 1 and trainer._logger_connector.should_update_logs:
+            # (reduced here: Lightning's sync_dist may not change from one step to the next)
+            values = {key: trainer.strategy.reduce(value.detach(), reduce_op="mean") for key, value in values.items()}
+        for key, value in values.items():
+            self.log(key, value)  # the loss shown by the progress bar at its refresh (tasks.run.progress)
         if self.trainer is not None and self.trainer.optimizers:
             self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"])
 

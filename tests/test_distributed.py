@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from runs import MINILM, REPO, environment, train, wandb_runs
+from runs import MINILM, REPO, by_step, environment, train, wandb_history, wandb_runs
 from safetensors.torch import load_file
 
 from tasks.run.checkpoint_io import LAST
@@ -44,7 +44,7 @@ def args(*extra: str) -> list[str]:
             "--trainer.accelerator", "cpu", "--trainer.precision", "32", "--model.optimization.learning_rate", "1e-3",
             "--model.optimization.schedule", "constant", "--model.optimization.warmup", "0",
             "--model.optimization.weight_decay", "1.0", "--checkpoint.every_n_steps", "3", "--trainer.max_steps", "6",
-            *extra]
+            "--trainer.log_every_n_steps", "2", *extra]
 
 
 def two_ranks(strategy: str, *extra: str) -> list[str]:
@@ -91,6 +91,10 @@ def test_two_processes_train_and_export_what_one_process_does(strategy, single, 
     assert (tmp_path / "submission" / "WNLI.tsv").read_text() == (single / "submission" / "WNLI.tsv").read_text()
     assert len(wandb_runs(tmp_path)) == 1
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["best-6.ckpt", LAST]
+    # The logged training loss is the whole batch's (the mean of the ranks' halves), not rank 0's half.
+    losses, expected_losses = (by_step(wandb_history(root), "train/loss") for root in (tmp_path, single))
+    assert sorted(losses) == sorted(expected_losses) == [1, 3, 5]  # logged every 2 steps: steps 2, 4 and 6
+    assert losses == pytest.approx(expected_losses, rel=1e-5)
 
 
 @pytest.mark.slow  # two train.py runs of two processes, beside the single one: minutes on 2 cores
