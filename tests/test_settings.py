@@ -466,6 +466,19 @@ def test_a_minimum_above_the_maximum_is_refused(unit, glue):
     assert glue(f"--trainer.min_{unit}", "3", f"--trainer.max_{unit}", "3").trainer is not None
 
 
+def test_evaluating_part_of_a_set_says_its_metrics_are_of_that_part(glue, recwarn):
+    """limit_val_batches / limit_test_batches below the whole set (an int counts batches, so 1 is one batch) make
+    the dev and test metrics, and metrics.json, those of a part; the run says so. The whole set (1.0) is silent."""
+    glue("--trainer.limit_val_batches", "2", "--trainer.limit_test_batches", "0.5")
+    said = [str(w.message) for w in recwarn]
+    assert any(m.startswith("trainer.limit_val_batches=2 evaluates part of the set: its val/ metrics") for m in said)
+    assert any(m.startswith("trainer.limit_test_batches=0.5 evaluates part of the set: its test/ metrics")
+               for m in said)
+    recwarn.clear()
+    glue("--trainer.limit_val_batches", "1.0")
+    assert not [w for w in recwarn if "evaluates part of the set" in str(w.message)]
+
+
 def test_unsharded_data_over_several_processes_is_refused(glue):
     """litbert's datamodules shard themselves: without `use_distributed_sampler` two ranks would train on the same
     batches and predict every test example twice (a submission of 292 lines for WNLI's 146), found only after

@@ -279,6 +279,12 @@ class LitbertCLI(LightningCLI):
             if least is not None and most is not None and most >= 0 and least > most:
                 raise ValueError(f"trainer.min_{unit}={least} is above trainer.max_{unit}={most}, which stops the "
                                  f"run first; lower min_{unit} or raise max_{unit}.")
+        for name, results in (("limit_val_batches", "val/ metrics, the best checkpoint they pick"),
+                              ("limit_test_batches", "test/ metrics")):
+            limit = trainer_config.get(name)  # an int counts batches (1: one), a float is a fraction (1.0: all)
+            if limit is not None and (isinstance(limit, int) and limit > 0 or isinstance(limit, float) and limit < 1):
+                rank_zero_warn(f"trainer.{name}={limit} evaluates part of the set: its {results} and metrics.json "
+                               f"are of those batches only.")
         callbacks = trainer_config.get("callbacks") or []
         callbacks = list(callbacks) if isinstance(callbacks, list) else [callbacks]
         root = run_root(self.config)
