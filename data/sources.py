@@ -78,6 +78,12 @@ class LocalCopy:
     def split_files(self, config: str | None) -> Mapping[str, str]:
         return self.config_splits.get(config or "", self.splits)
 
+    def folder_of(self, config: str | None) -> str | None:
+        """The folder of `config`'s copy under the data root; None for a config that has no local copy."""
+        if self.configs is None:
+            return self.folder
+        return self.folder.format(config=self.configs[config]) if config in self.configs else None
+
 
 _GLUE = LocalCopy(
     "glue/{config}", {"train": "train.tsv", "validation": "dev.tsv", "test": "test.tsv"},
@@ -121,16 +127,14 @@ def local_copy_folder(name: str, config: str | None, root: Path | None) -> Path 
     copy = LOCAL_COPIES.get(name)
     if copy is None or root is None:
         return None
-    folder = copy.folder
     if copy.configs is None and config is not None and config not in copy.hub_configs:
-        raise DataError(f"Dataset {name!r} has one version here (its local copy under {root / folder}); "
+        raise DataError(f"Dataset {name!r} has one version here (its local copy under {root / copy.folder}); "
                         f"dataset_config={config!r} names none of {list(copy.hub_configs)}. Remove dataset_config.")
-    if copy.configs is not None:
-        if config not in copy.configs:  # e.g. wikitext-103: not copied locally, so it comes from the hub
-            log.info("%s: config %r has no local copy (local configs: %s); loading it from the hub", name, config,
-                     sorted(copy.configs))
-            return None
-        folder = folder.format(config=copy.configs[config])
+    folder = copy.folder_of(config)
+    if folder is None:  # e.g. wikitext-103: not copied locally, so it comes from the hub
+        log.info("%s: config %r has no local copy (local configs: %s); loading it from the hub", name, config,
+                 sorted(copy.configs))
+        return None
     path = root / folder
     if not path.is_dir():
         return None
@@ -174,9 +178,8 @@ def load_hub_split(name: str, config: str | None, split: str, streaming: bool = 
     try:
         return datasets.load_dataset(name, config, split=split, **({"streaming": True} if streaming else {}))
     except Exception as error:  # any hub, network or format failure gets the same advice
-        copy = LOCAL_COPIES.get(name)
-        if root is not None and copy is not None and (copy.configs is None or config in copy.configs):
-            folder = copy.folder.format(config=copy.configs[config]) if copy.configs else copy.folder
+        folder = LOCAL_COPIES[name].folder_of(config) if name in LOCAL_COPIES else None
+        if root is not None and folder is not None:
             offline = (f"Its local copy was looked for at {root / folder}, which is not a folder: point "
                        f"${DATA_ROOT_ENV} (or data_root) at the folder that holds {folder}/")
         else:
@@ -244,7 +247,7 @@ def replaced_when_whole(path: str | os.PathLike[str], sole_writer: bool = False)
         for leftover in path.parent.glob(f".{glob.escape(path.name)}.*-*"):
             kind, _, pid = leftover.name[len(path.name) + 2:].partition("-")
             if kind in ("tmp", "old") and pid.isdigit() and not _alive(int(pid)):
-                _remove(leftover)
+                remove_path(leftover)
     partial = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     earlier = path.with_name(f".{path.name}.old-{os.getpid()}")
     try:
@@ -255,11 +258,12 @@ def replaced_when_whole(path: str | os.PathLike[str], sole_writer: bool = False)
     finally:
         if earlier.exists() and not path.exists():  # the new one never took its place: the earlier one goes back
             os.replace(earlier, path)
-        _remove(partial)
-        _remove(earlier)
+        remove_path(partial)
+        remove_path(earlier)
 
 
-def _remove(path: Path) -> None:
+def remove_path(path: Path) -> None:
+    """Remove a file or a folder with what it holds; nothing where neither is."""
     if path.is_dir():
         shutil.rmtree(path, ignore_errors=True)
     else:
