@@ -7,10 +7,10 @@ run never removes or writes over its own input (a checkpoint or tokenizer inside
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
+from data.sources import remove_path
 from tasks.run.checkpoint_io import LAST
 
 # What a run writes into its folder; any of them there means the folder holds a run.
@@ -32,14 +32,6 @@ def export_path(config: Any) -> Path:
     return Path(config.export_dir) if config.export_dir else run_root(config) / "model"
 
 
-def _remove(paths: list[Path]) -> None:
-    for path in paths:  # every rank of a job may get here: what another removed is gone
-        if path.is_dir():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink(missing_ok=True)
-
-
 def check_run_folder(config: Any, resume_path: str | None) -> None:
     """Refuse a run into a folder that holds another, or clear it for `--overwrite`; nothing when resuming."""
     if resume_path is not None:
@@ -56,7 +48,8 @@ def check_run_folder(config: Any, resume_path: str | None) -> None:
             for path in used):
         # A relaunch (a requeued job) of a run that stopped before its first checkpoint: nothing to resume and
         # nothing of value to keep, so it starts afresh instead of being refused for its own config.yaml.
-        _remove(used)
+        for path in used:  # every rank of a job may get here: what another removed is gone
+            remove_path(path)
         print(f"litbert: --ckpt_path last: the earlier attempt in {root} stopped before its first checkpoint; "
               f"starting afresh", flush=True)
         return
@@ -80,6 +73,7 @@ def check_run_folder(config: Any, resume_path: str | None) -> None:
             f"trainer.default_root_dir={root} already holds a run ({listing}). {resume}choose another "
             f"--trainer.default_root_dir, or pass --overwrite true to replace it.")
     used += [root / name for name in LOG_FOLDERS if (root / name).exists()]
-    _remove(used)
+    for path in used:  # every rank of a job may get here: what another removed is gone
+        remove_path(path)
     print(f"litbert: --overwrite: removed the earlier run's {', '.join(p.name for p in used)} from {root}",
           flush=True)
