@@ -503,8 +503,10 @@ class EncoderTask(L.LightningModule):
         self._check_optimizer(checkpoint)
         self._check_accumulation(checkpoint)
         self._check_steps(checkpoint)
-        self._resume_with_own_rates(checkpoint)
-        self._say_changed_settings(checkpoint)
+        rates, settings = self._resume_with_own_rates(checkpoint), self._changed_settings(checkpoint)
+        if (rates or settings) and self._trainer is not None and self.trainer.state.fn == "fit":  # not evaluations
+            schedule = " (the schedule goes on from its step, at the new rate)" if rates else ""
+            print(f"litbert: resuming with {', '.join(rates + settings)}; from its next step{schedule}.", flush=True)
         teacher = getattr(self, "teacher", None)
         state = checkpoint.get("state_dict")
         if teacher is not None and state is not None:
@@ -556,16 +558,14 @@ class EncoderTask(L.LightningModule):
                              f"--trainer.max_steps {step} or more, or fine-tune an earlier checkpoint's weights in a "
                              f"new run.")
 
-    def _say_changed_settings(self, checkpoint: dict[str, typing.Any]) -> None:
-        """A resume may change the dropouts and the objective's settings (`resumable_settings`): they apply from its
-        next step, and the run names them."""
+    def _changed_settings(self, checkpoint: dict[str, typing.Any]) -> list[str]:
+        """The dropouts and objective settings (`resumable_settings`) this resume changes, each as `name=value (the
+        checkpoint's: value)`: they apply from its next step."""
         saved = checkpoint.get("litbert_resumable")  # none in checkpoints from before they were kept
-        if saved is None or self._trainer is None or self.trainer.state.fn != "fit":
-            return
-        changed = [f"{name}={value!r} (the checkpoint's: {saved[name]!r})"
-                   for name, value in self.resumable_settings().items() if name in saved and saved[name] != value]
-        if changed:
-            print(f"litbert: resuming with {', '.join(changed)}; from its next step.", flush=True)
+        if saved is None:
+            return []
+        return [f"{name}={value!r} (the checkpoint's: {saved[name]!r})"
+                for name, value in self.resumable_settings().items() if name in saved and saved[name] != value]
 
     def _check_optimizer(self, checkpoint: dict[str, typing.Any]) -> None:
         """A resumed run restores the optimizer's state: it must be the same optimizer, with the same parameter
@@ -584,21 +584,22 @@ class EncoderTask(L.LightningModule):
                              + ". Its optimizer state does not fit this one. Resume with these set as in the "
                              "checkpoint, or start a new run from its weights (--model.pretrained on its export).")
 
-    def _resume_with_own_rates(self, checkpoint: dict[str, typing.Any]) -> None:
+    def _resume_with_own_rates(self, checkpoint: dict[str, typing.Any]) -> list[str]:
         """The saved optimizer state holds, in each parameter group, the learning rate, weight decay, betas and eps
         the run started with, and the schedule's base rates; torch would restore them over this run's settings.
         Lowering the rate for the rest of a run is a usual change: the groups and the schedule get this run's values
-        (the current rate scaled as the base rate is, so the schedule's position is kept), and the run says so."""
+        (the current rate scaled as the base rate is, so the schedule's position is kept). Returns the settings
+        changed, for the run to name them."""
         states, schedulers = checkpoint.get("optimizer_states") or [], checkpoint.get("lr_schedulers") or []
         saved = saved_optimization(checkpoint)
         if len(states) != 1 or "param_groups" not in states[0] or saved is None:
-            return  # no optimizer state in the file (a sharded one is the strategy's, an export has none)
+            return []  # no optimizer state in the file (a sharded one is the strategy's, an export has none)
         opt = self.optimization
         _, arguments = optimizer_arguments(opt)
         groups = parameter_groups(self, opt.weight_decay, opt.learning_rate, opt.layer_decay)
         saved_groups = states[0]["param_groups"]
         if len(groups) != len(saved_groups):
-            return  # another model: loading the state fails with torch's message
+            return []  # another model: loading the state fails with torch's message
         for group, stored in zip(groups, saved_groups, strict=True):
             own = {**arguments, "lr": group.get("lr", opt.learning_rate), "weight_decay": group["weight_decay"]}
             for key, value in own.items():
@@ -610,13 +611,10 @@ class EncoderTask(L.LightningModule):
         if len(schedulers) == 1 and "base_lrs" in schedulers[0]:
             schedulers[0]["base_lrs"] = [group["initial_lr"] for group in saved_groups]
             schedulers[0]["_last_lr"] = [group["lr"] for group in saved_groups]
-        changed = [f"model.optimization.{name}={getattr(opt, name)!r} (the checkpoint's: {getattr(saved, name)!r})"
-                   for name in ("learning_rate", "weight_decay", "betas", "eps", "schedule", "warmup", "decay",
-                                "min_lr_ratio")
-                   if tuple_or_value(getattr(opt, name)) != tuple_or_value(getattr(saved, name))]
-        if changed:
-            print(f"litbert: resuming with {', '.join(changed)}; the schedule goes on from its step at the new "
-                  f"rate.", flush=True)
+        return [f"model.optimization.{name}={getattr(opt, name)!r} (the checkpoint's: {getattr(saved, name)!r})"
+                for name in ("learning_rate", "weight_decay", "betas", "eps", "schedule", "warmup", "decay",
+                             "min_lr_ratio")
+                if tuple_or_value(getattr(opt, name)) != tuple_or_value(getattr(saved, name))]
 
     def _check_head_names(self, checkpoint: dict[str, typing.Any]) -> None:
         """A checkpoint from before the architecture was stored: at least its head's parameters must be this head's

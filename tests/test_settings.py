@@ -602,6 +602,25 @@ def test_a_refused_resume_leaves_the_finished_run_as_it_was(glue, tmp_path):
     assert metrics.read_text() == finished and config.read_text() == settings
 
 
+def test_an_accepted_resume_records_itself_once(glue, tmp_path, capsys):
+    """An accepted resume rewrites the run's config.yaml with its settings and removes the earlier end's metrics.json
+    once, as its training starts, or as fit ends for a finished run, which trains no step; each end writes the
+    metrics.json again. Its changed settings are named in one line, before training and not again when the best
+    checkpoint is evaluated after it."""
+    args = ("--trainer.limit_val_batches", "1", "--export", "false", "--predict", "false", "--ckpt_path", "last")
+    train.run(glue(*args[:-2], "--trainer.max_steps", "2"))
+    metrics, config = tmp_path / "run" / "metrics.json", tmp_path / "run" / "config.yaml"
+    capsys.readouterr()
+    for steps, rate in (("2", "1e-5"), ("3", "3e-5")):  # finished: no step to train; then one more step
+        train.run(glue(*args, "--trainer.max_steps", steps, "--model.optimization.learning_rate", rate))
+        out = capsys.readouterr().out
+        assert out.count(f"removed {metrics} of the run's earlier end") == 1, out
+        assert out.count("litbert: resuming with") == 1, out
+        assert f"model.optimization.learning_rate={float(rate)}" in out
+        saved = yaml.safe_load(config.read_text())["model"]["init_args"]["optimization"]["learning_rate"]
+        assert saved == float(rate) and metrics.is_file()
+
+
 class _FullDisk:
     """A tokenizer whose files cannot be written: the export fails after the weights, as a kill or a full disk
     would stop it."""
