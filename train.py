@@ -27,7 +27,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from lightning.pytorch.callbacks import LambdaCallback, ModelCheckpoint
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
@@ -43,7 +43,7 @@ from tasks.run.export import check_export_format, export
 from tasks.run.folders import export_path
 from tasks.run.predict import check_trained_head, predict_file, predict_test_sets
 from tasks.run.publish import push, write_card
-from tasks.run.results import print_summary, remove_earlier_metrics, write_metrics
+from tasks.run.results import print_summary, write_metrics
 from tasks.run.signals import RunSignals, StoppedAtOnce, StoppedBeforeTraining
 
 
@@ -80,12 +80,6 @@ def _run(cli: LitbertCLI, signals: RunSignals) -> dict[str, float]:
         data.setup("test")
     if predicts:
         data.setup("predict")
-    resumed = cli.resume_path is not None and trainer.is_global_zero
-    if resumed:
-        # Once the checkpoint is loaded and checked, before the first step: a resume refused for a changed setting
-        # leaves the finished run's metrics.json. (A finished run trains no step: removed after fit.)
-        trainer.callbacks.append(
-            LambdaCallback(on_train_start=lambda *_: remove_earlier_metrics(root / "metrics.json")))
     try:
         trainer.fit(model, datamodule=data, ckpt_path=cli.resume_path)
     except DivergenceError as error:
@@ -95,8 +89,6 @@ def _run(cli: LitbertCLI, signals: RunSignals) -> dict[str, float]:
                  else "No checkpoint was saved before it.")
         raise DivergenceError(f"{error}\n{saved}") from None
     signals.hold()  # (already, where training ran) a signal now stops the run before its results are written
-    if resumed:
-        remove_earlier_metrics(root / "metrics.json")
     # Read now: evaluating the best checkpoint below restores the callbacks' state as it was saved there.
     early = next((c for c in trainer.callbacks if isinstance(c, EarlyStopping) and c.stopped_step is not None), None)
     stopped = (early.stopped_step, early.summary()) if early is not None else None

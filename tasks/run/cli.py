@@ -321,6 +321,8 @@ class LitbertCLI(LightningCLI):
         if not any(isinstance(plugin, CheckpointIO) for plugin in plugins):
             plugins.append(SafeCheckpointIO())  # atomic saves, weights_only loads
         kwargs["plugins"] = plugins
+        if self.save_config_callback is not None:
+            self.save_config_kwargs = {**self.save_config_kwargs, "resumes": self.resume_path is not None}
         trainer = super().instantiate_trainer(**kwargs)
         check_strategy(trainer.strategy)
         if not trainer._accelerator_connector.use_distributed_sampler and trainer.world_size > 1:

@@ -2,7 +2,9 @@
 
 A second run into a used folder stops, or with `--overwrite true` replaces the first, instead of silently mixing
 its checkpoints, metrics and export with the earlier run's; resuming (`--ckpt_path`) continues the run in place. A
-run never removes or writes over its own input (a checkpoint or tokenizer inside the folder it would replace).
+run never removes or writes over its own input (a checkpoint or tokenizer inside the folder it would replace). Its
+records, `config.yaml` and `metrics.json`, change with a resume once the resume is accepted
+(`tasks.run.tracking.LogConfigCallback`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,15 @@ def run_root(config: Any) -> Path:
 
 def export_path(config: Any) -> Path:
     return Path(config.export_dir) if config.export_dir else run_root(config) / "model"
+
+
+def remove_earlier_metrics(path: Path) -> None:
+    """A resumed run removes the metrics.json of the run's earlier end: it is the mark of a finished run, and one
+    that now stops or diverges must not leave it behind as if it had finished. Written again when it does."""
+    if path.exists():
+        path.unlink()
+        print(f"litbert: removed {path} of the run's earlier end; it is written again when this run finishes",
+              flush=True)
 
 
 def check_run_folder(config: Any, resume_path: str | None) -> None:

@@ -20,15 +20,6 @@ def write_metrics(path: Path, metrics: dict[str, float]) -> None:
     path.write_text(json.dumps(finite_or_none(metrics), indent=2, allow_nan=False) + "\n")
 
 
-def remove_earlier_metrics(path: Path) -> None:
-    """A resumed run removes the metrics.json of the run's earlier end: it is the mark of a finished run, and one
-    that now stops or diverges must not leave it behind as if it had finished. Written again when it does."""
-    if path.exists():
-        path.unlink()
-        print(f"litbert: removed {path} of the run's earlier end; it is written again when this run finishes",
-              flush=True)
-
-
 def finite_or_none(metrics: dict[str, float]) -> dict[str, float | None]:
     """JSON has no NaN: an undefined metric (a correlation of constant predictions) is written as null."""
     out: dict[str, float | None] = {}

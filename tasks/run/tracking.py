@@ -24,6 +24,7 @@ from lightning.pytorch.loggers import WandbLogger as LightningWandbLogger
 from lightning.pytorch.utilities import rank_zero_info
 
 from encoders.choices import check_choice
+from tasks.run.folders import remove_earlier_metrics
 
 TrackingMode = Literal["auto", "online", "offline"]
 
@@ -139,16 +140,34 @@ class LogConfigCallback(SaveConfigCallback):
 
     Lightning's callback saves it into `trainer.log_dir`, a logger's own folder (`<save_dir>/version_0` for a
     CSVLogger), where neither the run-folder checks (`tasks.run.folders`) nor `train.py predict --config
-    <run>/config.yaml` look; litbert builds it with `save_to_log_dir=False`. A resume writes it once its checkpoint
-    is loaded and checked (`on_fit_start`): one refused for a changed setting leaves the run's config.yaml as it was,
-    not claiming the setting the run never trained with."""
+    <run>/config.yaml` look; litbert builds it with `save_to_log_dir=False`.
+
+    A run that `resumes` changes its folder's records once the checkpoint is loaded and checked, after every restore
+    (under FSDP the module's comes after `on_fit_start`): as its training starts, or as fit ends for a finished run,
+    which trains no step. The config.yaml is then written and the metrics.json of the run's earlier end removed (it
+    is written again when this run finishes). A resume refused for a changed setting leaves both as they were: the
+    config does not claim a setting the run never trained with, and the finished run keeps its results."""
+
+    def __init__(self, *args: Any, resumes: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.resumes = resumes
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        if not self.config.get("ckpt_path"):
+        if not self.resumes:
             super().setup(trainer, pl_module, stage)
 
-    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        super().setup(trainer, pl_module, "fit")  # nothing where `setup` saved it
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._accept_resume(trainer, pl_module)
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._accept_resume(trainer, pl_module)  # nothing where training started
+
+    def _accept_resume(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not self.resumes or self.already_saved:
+            return
+        super().setup(trainer, pl_module, "fit")  # on every rank: it agrees `already_saved` over them
+        if trainer.is_global_zero:
+            remove_earlier_metrics(Path(trainer.default_root_dir) / "metrics.json")
 
     def save_config(self, trainer, pl_module, stage: str) -> None:
         # Runs on rank 0 only: nothing here may communicate (`trainer.log_dir` broadcasts, so it is not used).
