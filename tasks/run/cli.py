@@ -235,6 +235,11 @@ class LitbertCLI(LightningCLI):
         if config.ckpt_path is not None:
             raise ValueError(f"--ckpt_path={config.ckpt_path} resumes training; train.py predict predicts with "
                              f"--model.pretrained (an export). Set --ckpt_path null.")
+        limit, quick = config.trainer.get("limit_predict_batches"), config.trainer.get("fast_dev_run")
+        if quick or part_of_each_set(limit):
+            setting = f"trainer.fast_dev_run={quick}" if quick else f"trainer.limit_predict_batches={limit}"
+            raise ValueError(f"{setting} limits the batches predicted of {data.predict_file}, and train.py predict "
+                             f"writes a line for every input; remove it.")
         if Path(config.output).resolve() == Path(data.predict_file).resolve():
             raise ValueError(f"--output {config.output} is data.predict_file itself; write the predictions elsewhere.")
         if data.get("tokenizer") is not None and Path(model.pretrained).is_dir():
@@ -281,8 +286,8 @@ class LitbertCLI(LightningCLI):
                                  f"run first; lower min_{unit} or raise max_{unit}.")
         for name, results in (("limit_val_batches", "val/ metrics, the best checkpoint they pick"),
                               ("limit_test_batches", "test/ metrics")):
-            limit = trainer_config.get(name)  # an int counts batches (1: one), a float is a fraction (1.0: all)
-            if limit is not None and (isinstance(limit, int) and limit > 0 or isinstance(limit, float) and limit < 1):
+            limit = trainer_config.get(name)
+            if part_of_each_set(limit) and limit != 0:  # 0 evaluates nothing: no metrics to take for the whole's
                 rank_zero_warn(f"trainer.{name}={limit} evaluates part of the set: its {results} and metrics.json "
                                f"are of those batches only.")
         callbacks = trainer_config.get("callbacks") or []
@@ -412,6 +417,12 @@ def replace_config_source(args: Sequence[str], config: Any) -> list[str]:
             out.append(f"data.{setting}={settings[setting]!r}")
             settings[setting] = default
     return out
+
+
+def part_of_each_set(limit: int | float | None) -> bool:
+    """Whether a `trainer.limit_{val,test,predict}_batches` passes over a part of each set: an int counts batches
+    (1: one batch, 0: none), a float is a fraction (1.0: the whole)."""
+    return limit is not None and (isinstance(limit, int) or limit < 1)
 
 
 def make_cli(args: Sequence[str] | None = None) -> LitbertCLI:

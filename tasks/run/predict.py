@@ -123,13 +123,6 @@ def check_trained_head(model: EncoderTask) -> None:
 def predict_file(trainer: L.Trainer, model: EncoderTask, data: L.LightningDataModule, output: Path) -> Path | None:
     """The predictions of the datamodule's `predict_file`, a line per input in its order, written to `output` on
     rank 0 (its path; None on the other ranks)."""
-    limit = trainer.limit_predict_batches
-    # An int is a number of batches (`1`: one batch, not the whole, which is the float 1.0); fast_dev_run sets one.
-    if isinstance(limit, int) or limit != 1.0:
-        setting = f"trainer.fast_dev_run={trainer.fast_dev_run}" if trainer.fast_dev_run else \
-            f"trainer.limit_predict_batches={limit}"
-        raise ValueError(f"{setting} limits the batches predicted of {data.predict_file}, and train.py predict "
-                         f"writes a line for every input; remove it.")
     data.setup("predict")
     (values,) = predict_in_order(trainer, model, data).predictions
     # A multi-label model's threshold decides its labels; the datamodule writes them.
