@@ -446,6 +446,23 @@ class EncoderTask(L.LightningModule):
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, multiplier)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
+    def on_train_start(self) -> None:
+        """A resumed run's first step at this run's schedule. The restored optimizer holds the rate the checkpoint's
+        schedule set for that step: a schedule, warmup or length (`trainer.max_steps`) changed on resuming would
+        apply only from the next step. The rate is the schedule's at the restored step again, which an unchanged
+        run's is already. A decay that ends with `trainer.max_time` keeps the restored rate: it is the one for the
+        time the step was saved at."""
+        if self.trainer.ckpt_path is None or getattr(self, "_timer", None) is not None:
+            return
+        for config in self.trainer.lr_scheduler_configs:
+            scheduler = config.scheduler
+            if isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR):
+                rates = [base * rate(scheduler.last_epoch)
+                         for base, rate in zip(scheduler.base_lrs, scheduler.lr_lambdas, strict=True)]
+                for group, value in zip(scheduler.optimizer.param_groups, rates, strict=True):
+                    group["lr"] = value
+                scheduler._last_lr = rates
+
     def lr_scheduler_step(self, scheduler: typing.Any, metric: typing.Any) -> None:
         """Step the schedule, telling it the training time first where a `wsd` decay ends with trainer.max_time:
         rank 0's time, so that every rank sets the same learning rate (under DDP a broadcast each step, as Lightning's

@@ -317,8 +317,22 @@ def test_a_resume_with_another_schedule_says_so(tmp_path, capsys):
                                         ckpt_path=tmp_path / "step4.ckpt")
     assert ("litbert: resuming with model.optimization.schedule='constant' (the checkpoint's: 'linear'), "
             "model.optimization.warmup=2 (the checkpoint's: 0)") in capsys.readouterr().out
-    # The first step takes the saved rate (the old schedule's at step 4); the new schedule applies from the next.
-    assert [resumed.seen[step][0][0] for step in (4, 5, 6, 7)] == pytest.approx([5e-4, 1e-3, 1e-3, 1e-3])
+    # From the first step on, the new schedule's rate (the old one's at step 4 was 5e-4).
+    assert [resumed.seen[step][0][0] for step in (4, 5, 6, 7)] == pytest.approx([1e-3, 1e-3, 1e-3, 1e-3])
+
+
+def test_a_resume_to_more_steps_decays_over_them_from_its_first_step(tmp_path):
+    """Extending a linearly decaying run (a larger trainer.max_steps) decays over the new length from the resumed
+    step on, as a run started with it does: the saved rate is the shorter schedule's."""
+    first = trainer(8, callbacks=[StopAt(4)])
+    first.fit(classifier(schedule="linear"), DataLoader(batches(8), batch_size=None))
+    first.save_checkpoint(tmp_path / "step4.ckpt")
+    resumed, fresh = Rates(), Rates()
+    trainer(16, callbacks=[resumed]).fit(classifier(schedule="linear"), DataLoader(batches(8), batch_size=None),
+                                         ckpt_path=tmp_path / "step4.ckpt")
+    trainer(16, callbacks=[fresh]).fit(classifier(schedule="linear"), DataLoader(batches(8), batch_size=None))
+    assert resumed.seen[4][0][0] == pytest.approx(1e-3 * 12 / 16)  # not 1e-3 * 4 / 8, the 8-step run's
+    assert {step: rates for step, rates in resumed.seen.items()} == {step: fresh.seen[step] for step in resumed.seen}
 
 
 def test_a_resume_with_other_dropouts_says_so(tmp_path, capsys):
