@@ -44,7 +44,7 @@ from tasks.run.folders import export_path
 from tasks.run.predict import check_trained_head, predict_file, predict_test_sets
 from tasks.run.publish import push, write_card
 from tasks.run.results import print_summary, write_metrics
-from tasks.run.signals import RunSignals, StoppedAtOnce, StoppedBeforeTraining
+from tasks.run.signals import RunSignals, StoppedAtOnce, StoppedBeforeTraining, end_after_launcher
 
 
 def run(cli: LitbertCLI) -> dict[str, float]:
@@ -198,6 +198,7 @@ def cli_main(args: Sequence[str] | None = None) -> int:
         status = exit_status(error, args)
         if status is None:  # a bug, KeyboardInterrupt or SystemExit: not litbert's to report
             raise
+        end_after_launcher()
         return status
     return 0
 

@@ -12,18 +12,22 @@ import lightning as L
 
 
 class SignalAt(L.Callback):
-    """Sends `signum` at `when`: `setup` (the run's setup, once the datamodule has read and tokenised its data, before
-    the fit loop), `sanity_start` or `sanity_batch` (Lightning's sanity check: before it, or after its first batch),
-    `epoch_end` (the end of the training epoch, where the final checkpoint is saved), `last_eval_batch` (the last
-    batch of the validation after fit), `test_batch` (the first batch of the test after fit) or
-    `last_predict_batch` (the last batch of the test predictions), or `second_batch` (the end of the second training
-    batch); `times` times (Ctrl+C pressed twice: 2). `group`: to the run's whole process group, its DataLoader workers
-    too, as a terminal's Ctrl+C or a scheduler's SIGTERM to a job (the run must be a process group of its own:
-    `runs.launch`). `rank`: from that rank only, under DDP (a signal to one node's processes); every rank by default."""
+    """Sends `signum` at `when`: `built` (as the run is built, when its callbacks are: under DDP the ranks that the
+    launcher starts build theirs before they join the process group), `setup` (the run's setup, once the datamodule
+    has read and tokenised its data, before the fit loop), `sanity_start` or `sanity_batch` (Lightning's sanity check:
+    before it, or after its first batch), `epoch_end` (the end of the training epoch, where the final checkpoint is
+    saved), `last_eval_batch` (the last batch of the validation after fit), `test_batch` (the first batch of the test
+    after fit) or `last_predict_batch` (the last batch of the test predictions), or `second_batch` (the end of the
+    second training batch); `times` times (Ctrl+C pressed twice: 2). `group`: to the run's whole process group, its
+    DataLoader workers too, as a terminal's Ctrl+C or a scheduler's SIGTERM to a job (the run must be a process group
+    of its own: `runs.launch`). `rank`: from that rank only, under DDP (a signal to one node's processes; `built`
+    reads it from LOCAL_RANK); every rank by default."""
 
     def __init__(self, when: str, signum: int = signal.SIGTERM, times: int = 1, group: bool = False,
                  rank: int | None = None) -> None:
         self.when, self.signum, self.times, self.group, self.rank = when, signum, times, group, rank
+        if when == "built" and rank in (None, int(os.environ.get("LOCAL_RANK", 0))):
+            os.kill(os.getpid(), signum)
 
     def _send(self, trainer: L.Trainer, when: str) -> None:
         if self.when == when and self.rank in (None, trainer.global_rank):

@@ -219,6 +219,30 @@ def test_a_signal_to_one_ddp_rank_after_training_stops_every_rank(env, tmp_path)
     assert not (tmp_path / "metrics.json").exists() and not (tmp_path / "model").exists()
 
 
+@pytest.mark.slow  # two processes, MiniLM: 30 s on 2 cores each
+@pytest.mark.parametrize("when", ["built", "sanity_batch"])
+def test_a_signal_to_one_ddp_rank_before_training_stops_every_rank(when, env, tmp_path):
+    """SIGTERM to rank 1 alone before training: while it is built, before it has joined the process group (the
+    launcher, rank 0, waits for it there, deaf to signals), or in Lightning's sanity check. The run ends as one
+    stopped by SIGTERM before training, with its status on the launching process. Rank 1 stopped alone: in the sanity
+    check rank 0 failed with gloo's "Connection closed by peer" (status 1); before the process group, Lightning's
+    launcher killed itself with SIGKILL (-9), without a word."""
+    run_env = dict(env, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tests"), env.get("PYTHONPATH", "")]))
+    callback = f"{{class_path: signalling.SignalAt, init_args: {{when: {when}, signum: 15, rank: 1}}}}"
+    args = glue_args("--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy", "ddp",
+                     "--trainer.max_steps", "2", f"--trainer.callbacks+={callback}")
+    process = launch(GLUE, tmp_path, *args, env=run_env)
+    try:
+        out, err = process.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        kill_group(process)
+        pytest.fail("the ranks waited for each other: the run did not end in 4 minutes")
+    assert process.returncode == 143, err[-3000:]
+    assert "litbert: stopped by SIGTERM before training began" in err and "Connection closed" not in err
+    assert "litbert: start it again with: python train.py" in err
+    assert not (tmp_path / "checkpoints").exists() and not (tmp_path / "metrics.json").exists()
+
+
 def rank_process(launcher: int, rank: int) -> int:
     """The pid of the DDP rank that Lightning's launcher (rank 0, pid `launcher`) started as `rank`."""
     for entry in Path("/proc").iterdir():

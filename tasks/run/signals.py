@@ -6,6 +6,12 @@ steps `RunSignals` catches them: before training, while the run is built, its da
 sanity check runs, it stops the run at once (`StoppedBeforeTraining`: there is nothing to save); after training it
 holds them until the next point where the run can stop cleanly, before its results are written, and raises
 `StoppedAfterTraining`. Both give the same exit status, and the requeue signal requeues the job.
+
+Under several ranks the ranks stop together. During training and after it they agree on any rank's signal at their
+next common point. Before training there is none to wait for (a rank's data is read and tokenised on its own clock),
+so a signal to one rank, a node's process or a scheduler's task, is passed on: a rank that Lightning's launcher
+started (`trainer.devices` > 1) passes it to the launcher, the run's first process, which passes it to every rank it
+started, and every rank stops at once. A rank that stops ends after the launcher (`end_after_launcher`).
 """
 
 from __future__ import annotations
@@ -14,11 +20,14 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from typing import Any
 
 import lightning as L
 import torch
+import torch.distributed as dist
 from lightning.fabric.plugins.environments import SLURMEnvironment
+from lightning.pytorch.strategies.launchers import _SubprocessScriptLauncher
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
@@ -90,6 +99,30 @@ def requeue_on(trainer: L.Trainer, signum: int) -> bool:
     return requeue_slurm_job() if trainer.is_global_zero else True
 
 
+# The pid of the process that starts the other ranks of its node (Lightning's launcher, the run's first process), set
+# while it runs: in the environment of the ranks it starts, whose parent it is.
+LAUNCHER_PID = "LITBERT_LAUNCHER_PID"
+
+
+def started_by_launcher() -> bool:
+    """Whether this process is a rank that Lightning's launcher started (see `LAUNCHER_PID`)."""
+    return os.environ.get(LAUNCHER_PID) == str(os.getppid())
+
+
+def end_after_launcher(patience: float = 60.0) -> None:
+    """A rank that the launcher started, ending on an error or a signal: leave the process groups and wait (up to
+    `patience` seconds) for the launcher to end first. Lightning's launcher kills itself with SIGKILL a few seconds
+    after one of the ranks it started ends with a non-zero status, and the run would end with status 137, without
+    its message, while it writes it. Leaving the groups frees a launcher that waits in a collective for this rank."""
+    if not started_by_launcher():
+        return
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+    launcher, deadline = os.getppid(), time.monotonic() + patience
+    while os.getppid() == launcher and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
 class RunSignals(L.Callback):
     """The signals of a run outside its training steps (`LastCheckpoint` has its own during them), from before the run
     is built to its end: `with RunSignals():` around the building, and `attach(trainer)` once there is a trainer.
@@ -104,7 +137,15 @@ class RunSignals(L.Callback):
     is held, and `check` stops the run, on every rank at once, before its results are written (a second Ctrl+C stops
     at once). After the last check (`finish`) only rank 0's writing is left, and a signal stops it at once.
     Lightning's evaluation handlers call the handler too. A process forked from the run's (a DataLoader worker, a
-    tokenising process) leaves the stopping to the run: it ignores them, but ends on SIGTERM."""
+    tokenising process) leaves the stopping to the run: it ignores them, but ends on SIGTERM.
+
+    Under Lightning's launcher a signal before training stops every rank at once (see the module's docstring): the
+    launcher passes its first signal on to the ranks it started, and a rank that it started passes its first to the
+    launcher. Once a rank is stopping, the copies that the others pass back are ignored."""
+
+    # The signal that this process, a rank that the launcher started, passed on to the launcher: one for the process,
+    # whichever `RunSignals` received it (`train.main` has one while the run is built, another while it runs).
+    passed_on = 0
 
     def __init__(self) -> None:
         self.received = 0
@@ -113,6 +154,8 @@ class RunSignals(L.Callback):
         self.trainer: L.Trainer | None = None
         self.previous: dict[int, Any] = {}
         self.pid = os.getpid()
+        self.launches = False  # this process starts the other ranks of its node
+        self.stopping = False
 
     def __enter__(self) -> RunSignals:
         self._install([signal.SIGTERM, signal.SIGINT])
@@ -120,6 +163,8 @@ class RunSignals(L.Callback):
 
     def __exit__(self, *exc: object) -> None:
         self.restore()
+        if self.launches:
+            os.environ.pop(LAUNCHER_PID, None)
         if self.trainer is not None:
             vars(self.trainer._signal_connector).pop("_sigterm_notifier_fn", None)
             if self in self.trainer.callbacks:
@@ -128,6 +173,10 @@ class RunSignals(L.Callback):
     def attach(self, trainer: L.Trainer) -> None:
         """Also catch the requeue signal of a SLURM job that auto-requeues, and hold the signals once training ends."""
         self.trainer = trainer
+        if isinstance(trainer.strategy.launcher, _SubprocessScriptLauncher) and \
+                not trainer._accelerator_connector.cluster_environment.creates_processes_externally:
+            self.launches = True  # the ranks it starts (in `trainer.fit`) copy the environment
+            os.environ[LAUNCHER_PID] = str(self.pid)
         self._install(stop_signals(trainer))
         trainer.callbacks.append(self)
         # Lightning puts its own SIGTERM handler in front of this one for each of its stages (the sanity check, the
@@ -165,15 +214,36 @@ class RunSignals(L.Callback):
                 signal.signal(signum, signal.SIG_DFL)
                 signal.raise_signal(signum)
             return
-        if not self.holding or self.finishing:
+        if not self.holding:
+            self._stop_before_training(signum)  # raises, unless the signal is to be ignored or held
+            return
+        if self.finishing:
             requeued = self.trainer is not None and requeue_on(self.trainer, signum)
-            raise (StoppedAfterTraining(signum, requeued, finishing=True) if self.finishing
-                   else StoppedBeforeTraining(signum, requeued))
+            raise StoppedAfterTraining(signum, requeued, finishing=True)
         if signum == signal.SIGINT and self.received == signal.SIGINT:
             raise StoppedAfterTraining(signum)
         self.received = signum
         print(f"litbert: received {signal.Signals(signum).name} after training; the run stops before writing its "
               f"results" + (" (press Ctrl+C again to stop at once)" if signum == signal.SIGINT else ""), flush=True)
+
+    def _stop_before_training(self, signum: int) -> None:
+        """Stop at once, and make the other ranks of the node stop too: through the launcher, which passes the signal
+        to every rank it started (`launcher.kill`)."""
+        launched = started_by_launcher()
+        if self.stopping and (launched or self.launches):
+            return  # a copy that another rank passed back
+        if launched and not RunSignals.passed_on:
+            RunSignals.passed_on = signum
+            os.kill(os.getppid(), signum)
+            if not (dist.is_available() and dist.is_initialized()):
+                # The launcher waits for this rank to join the process group, deaf to signals until it has: join it,
+                # and stop when the launcher passes the signal back.
+                return
+        if self.launches and self.trainer is not None and self.trainer.strategy.launcher is not None:
+            self.trainer.strategy.launcher.kill(signum)
+        self.stopping = True
+        requeued = self.trainer is not None and requeue_on(self.trainer, signum)
+        raise StoppedBeforeTraining(signum, requeued)
 
     def check(self, trainer: L.Trainer) -> None:
         """A collective: every rank calls it at the same points, and all stop if any received a signal."""
@@ -190,8 +260,11 @@ class RunSignals(L.Callback):
         self.finishing = True
 
     def restore(self) -> None:
+        # A rank stopping with the others: the copies of the signal that they pass back, which may come after this
+        # `RunSignals` has ended, would otherwise end the process with the signal's default action mid-message.
+        passed_back = self.stopping and (self.launches or started_by_launcher())
         for signum, handler in self.previous.items():
-            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+            signal.signal(signum, signal.SIG_IGN if passed_back else handler if handler is not None else signal.SIG_DFL)
         self.previous = {}
 
 
