@@ -27,6 +27,9 @@ from pathlib import Path
 from typing import Any
 
 import datasets
+from huggingface_hub import constants
+
+from encoders.hub import unanswered
 
 log = logging.getLogger(__name__)
 
@@ -174,21 +177,40 @@ def load_hub_split(name: str, config: str | None, split: str, streaming: bool = 
                    root: Path | None = None) -> datasets.Dataset | datasets.IterableDataset:
     """One split from the Hugging Face hub (streamed as it is read with `streaming`), with an error that says how
     to run offline when it fails: for a name with a local layout, where under the data root `root` its copy was
-    looked for."""
+    looked for. Where the hub does not answer within HF_HUB_ETAG_TIMEOUT (as `encoders.hub.local_path` asks it),
+    or HF_HUB_OFFLINE is set, only datasets' own cache is read: without a network datasets retried the hub for half
+    a minute (for ever behind a proxy that never answers) before reading it or failing."""
+    offline = constants.HF_HUB_OFFLINE or datasets.config.HF_HUB_OFFLINE
+    unreachable = None if offline else unanswered(name, repo_type="dataset")
     try:
-        return datasets.load_dataset(name, config, split=split, **({"streaming": True} if streaming else {}))
+        with _datasets_offline(offline or unreachable is not None):
+            return datasets.load_dataset(name, config, split=split, **({"streaming": True} if streaming else {}))
     except Exception as error:  # any hub, network or format failure gets the same advice
         folder = LOCAL_COPIES[name].folder_of(config) if name in LOCAL_COPIES else None
         if root is not None and folder is not None:
-            offline = (f"Its local copy was looked for at {root / folder}, which is not a folder: point "
-                       f"${DATA_ROOT_ENV} (or data_root) at the folder that holds {folder}/")
+            way_on = (f"Its local copy was looked for at {root / folder}, which is not a folder: point "
+                      f"${DATA_ROOT_ENV} (or data_root) at the folder that holds {folder}/")
         else:
-            offline = (f"Without network access, set ${DATA_ROOT_ENV} (or data_root) to a folder holding a local "
-                       f"copy (names with a local layout: {sorted(LOCAL_COPIES)})")
-        raise DataError(
-            f"Could not load {name!r} (config {config!r}, split {split!r}) with datasets.load_dataset: {error}. "
-            f"{offline}, or pass local files instead."
-        ) from error
+            way_on = (f"Without network access, set ${DATA_ROOT_ENV} (or data_root) to a folder holding a local "
+                      f"copy (names with a local layout: {sorted(LOCAL_COPIES)})")
+        cache = f"datasets' cache ({datasets.config.HF_DATASETS_CACHE}) does not hold it"
+        reason = (f": HF_HUB_OFFLINE is set, and {cache}" if offline else
+                  f": the Hugging Face Hub cannot be reached ({type(unreachable).__name__}: {unreachable}), and "
+                  f"{cache}" if unreachable is not None else f" with datasets.load_dataset: {error}")
+        raise DataError(f"Could not load {name!r} (config {config!r}, split {split!r}){reason}. {way_on}, or pass "
+                        f"local files instead.") from error
+
+
+@contextlib.contextmanager
+def _datasets_offline(offline: bool) -> Iterator[None]:
+    """datasets' offline mode (HF_DATASETS_OFFLINE or HF_HUB_OFFLINE, read once as datasets is imported) for one
+    load: it reads its cache and asks the hub nothing."""
+    before = datasets.config.HF_HUB_OFFLINE
+    datasets.config.HF_HUB_OFFLINE = before or offline
+    try:
+        yield
+    finally:
+        datasets.config.HF_HUB_OFFLINE = before
 
 
 # --------------------------------------------------------------------------------------------------------------

