@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import re
 import socket
 import threading
 import time
@@ -27,6 +28,7 @@ from encoders import Encoder, EncoderConfig, MaskedLMHead
 from encoders import hub as hub_module
 from encoders.checkpoints import load_checkpoint
 from encoders.hub import HubError, local_path, parse_id
+from tasks.run import publish
 
 MAIN = "0123456789abcdef0123456789abcdef01234567"  # the commit refs/main points at: MiniLM
 V2 = "fedcba9876543210fedcba9876543210fedcba98"  # the commit of the tag v2: a tiny random BERT
@@ -356,6 +358,7 @@ class FakeHub:
             monkeypatch.setattr(HfApi, name, self._record(name))
         monkeypatch.setattr(HfApi, "upload_folder", self._upload())
         monkeypatch.setattr(HfApi, "whoami", lambda api: {"name": "me"})  # the check before training
+        monkeypatch.setattr(publish, "unanswered", lambda repo: None)  # and the hub answers it
 
     def _record(self, name):
         def call(api, repo_id, **kwargs):
@@ -463,6 +466,22 @@ def test_a_push_that_cannot_succeed_is_refused_before_training(glue_args, tmp_pa
         with pytest.raises(ValueError, match=message):
             train_py.make_cli([*glue_args, *extra])
     assert fake.calls == [] and not (tmp_path / "run").exists()
+
+
+def test_a_push_to_a_hub_that_does_not_answer_is_refused_after_the_etag_timeout(glue_args, monkeypatch, capsys):
+    """A proxy that takes the connection and never answers (here a socket that is never read): the check of
+    --push_to_hub before training gives up after HF_HUB_ETAG_TIMEOUT, as every hub call of litbert does, and says how
+    to go on; `whoami` alone waited for ever."""
+    silent = silent_socket()
+    monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{silent.getsockname()[1]}")
+    monkeypatch.setattr(constants, "HF_HUB_ETAG_TIMEOUT", 1)
+    monkeypatch.setenv("HF_TOKEN", "hf_test")
+    start = time.monotonic()
+    assert train_py.cli_main([*glue_args, "--push_to_hub", "me/x"]) == 2
+    assert time.monotonic() - start < 10
+    assert re.search(r"--push_to_hub me/x: the Hugging Face Hub cannot be reached \(ReadTimeout: .*\)\. Check the "
+                     r"network \(or a proxy\), or drop --push_to_hub and upload the export later with `hf upload "
+                     r"me/x .*run/model`\.$", capsys.readouterr().err.strip())
 
 
 @pytest.mark.slow  # trains MiniLM through train.py: .ci/run runs it with -m slow

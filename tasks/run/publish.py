@@ -19,7 +19,7 @@ from huggingface_hub import HfApi, ModelCardData, constants, get_token
 from huggingface_hub.errors import HfHubHTTPError
 
 from encoders.checkpoints import LITBERT_CONFIG
-from encoders.hub import OLD_WEIGHT_FILES, TOKENIZER_FILES, WEIGHT_FILES, HubError, parse_id
+from encoders.hub import OLD_WEIGHT_FILES, TOKENIZER_FILES, WEIGHT_FILES, HubError, parse_id, unanswered
 from tasks.base import EncoderTask
 from tasks.run.folders import export_path, run_root
 
@@ -54,7 +54,11 @@ def check_push(config: Any, export_dir: Path) -> None:
                          f"found (HF_TOKEN is unset, and none is stored in {constants.HF_TOKEN_PATH}). Set HF_TOKEN "
                          f"to a token with write access (https://huggingface.co/settings/tokens) or log in with "
                          f"`hf auth login`; or {later}.")
-    try:  # the token and the network, asked now rather than after hours of training
+    try:  # the network and the token, asked now rather than after hours of training
+        # whoami waits for ever for a hub that does not answer (a proxy that takes the connection and says nothing)
+        unreachable = unanswered(repo)
+        if unreachable is not None:
+            raise unreachable
         HfApi().whoami()
     except HfHubHTTPError as error:
         raise ValueError(f"--push_to_hub {target}: the Hugging Face Hub refused the token "
