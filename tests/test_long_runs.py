@@ -203,17 +203,7 @@ def test_a_signal_to_one_ddp_rank_after_training_stops_every_rank(env, tmp_path)
     """SIGTERM to rank 1 alone while the best checkpoint is evaluated after training: the ranks agree on it after the
     evaluation and stop with 143 before writing their results. Lightning's own handler there broadcasts from rank 0,
     a collective that rank 0 never joined: every rank waited for the others forever."""
-    run_env = dict(env, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tests"), env.get("PYTHONPATH", "")]))
-    callback = "{class_path: signalling.SignalAt, init_args: {when: last_eval_batch, signum: 15, rank: 1}}"
-    args = glue_args("--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy", "ddp",
-                     "--trainer.max_steps", "2", f"--trainer.callbacks+={callback}")
-    process = launch(GLUE, tmp_path, *args, env=run_env)
-    try:
-        out, err = process.communicate(timeout=240)
-    except subprocess.TimeoutExpired:
-        kill_group(process)
-        pytest.fail("the ranks waited for each other: the run did not end in 4 minutes")
-    assert process.returncode == 143, err[-3000:]
+    err = sigterm_to_rank_1("last_eval_batch", env, tmp_path)
     assert "litbert: stopped by SIGTERM after training, in the evaluation" in err
     assert checkpoint_step(tmp_path / "checkpoints" / LAST) == 2
     assert not (tmp_path / "metrics.json").exists() and not (tmp_path / "model").exists()
@@ -227,6 +217,15 @@ def test_a_signal_to_one_ddp_rank_before_training_stops_every_rank(when, env, tm
     stopped by SIGTERM before training, with its status on the launching process. Rank 1 stopped alone: in the sanity
     check rank 0 failed with gloo's "Connection closed by peer" (status 1); before the process group, Lightning's
     launcher killed itself with SIGKILL (-9), without a word."""
+    err = sigterm_to_rank_1(when, env, tmp_path)
+    assert "litbert: stopped by SIGTERM before training began" in err and "Connection closed" not in err
+    assert "litbert: start it again with: python train.py" in err
+    assert not (tmp_path / "checkpoints").exists() and not (tmp_path / "metrics.json").exists()
+
+
+def sigterm_to_rank_1(when: str, env: dict[str, str], tmp_path: Path) -> str:
+    """A two-step DDP run of two ranks, to which rank 1 alone sends SIGTERM at `when` (`signalling.SignalAt`): its
+    stderr, once it has ended with status 143 within 4 minutes."""
     run_env = dict(env, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tests"), env.get("PYTHONPATH", "")]))
     callback = f"{{class_path: signalling.SignalAt, init_args: {{when: {when}, signum: 15, rank: 1}}}}"
     args = glue_args("--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy", "ddp",
@@ -238,9 +237,7 @@ def test_a_signal_to_one_ddp_rank_before_training_stops_every_rank(when, env, tm
         kill_group(process)
         pytest.fail("the ranks waited for each other: the run did not end in 4 minutes")
     assert process.returncode == 143, err[-3000:]
-    assert "litbert: stopped by SIGTERM before training began" in err and "Connection closed" not in err
-    assert "litbert: start it again with: python train.py" in err
-    assert not (tmp_path / "checkpoints").exists() and not (tmp_path / "metrics.json").exists()
+    return err
 
 
 def rank_process(launcher: int, rank: int) -> int:
