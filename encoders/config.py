@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -30,6 +30,23 @@ def global_every(is_global: Sequence[bool]) -> int | None:
         return None
     every = is_global.index(True, 1) if is_global.count(True) > 1 else len(is_global)
     return every if list(is_global) == [i % every == 0 for i in range(len(is_global))] else None
+
+
+def check_scheme_settings(config: EncoderConfig, given: Mapping[str, Any], setting: str = "EncoderConfig") -> None:
+    """Refuse the settings among `given` (the ones a user set; a preset's own values are not given) that `config`
+    does not read: another position scheme's (`rope_base` with ALiBi, ...), and the local layers' RoPE base where
+    there are no local layers. They would change nothing. `setting` prefixes their names in the message."""
+    used = POSITIONS[config.position].settings
+    unused = [name for scheme in POSITIONS.values() for name in scheme.settings
+              if name not in used and given.get(name) is not None]
+    if unused:
+        names = ", ".join(f"{name}={given[name]!r}" for name in unused)
+        raise ValueError(f"{setting}: {names} belong to another position scheme; position={config.position!r} does "
+                         f"not read them. Remove them, or set {setting}.position to their scheme.")
+    if given.get("local_rope_base") is not None and not config.local_window:
+        raise ValueError(f"{setting}.local_rope_base={given['local_rope_base']} is the RoPE base of sliding-window "
+                         f"layers, but there are none (local_window=0); remove it or set local_window and "
+                         f"global_every.")
 
 
 # Kernel choices that earlier versions stored with the architecture, which a stored config (litbert.json) may still
@@ -161,7 +178,9 @@ class EncoderConfig:
         unknown = set(overrides) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
             raise ValueError(f"Unknown EncoderConfig field(s) {sorted(unknown)} in overrides for preset {name!r}.")
-        return cls(**{"name": name, **PRESETS[name], **overrides})
+        config = cls(**{"name": name, **PRESETS[name], **overrides})
+        check_scheme_settings(config, overrides)
+        return config
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

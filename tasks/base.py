@@ -26,6 +26,7 @@ from torch import nn
 from encoders import Encoder, EncoderConfig, Kernels
 from encoders.checkpoints import Checkpoint, load_checkpoint, select_layers
 from encoders.choices import check_choice
+from encoders.config import check_scheme_settings
 from tasks.optimizers import fusable, layer_depths, optimizer_arguments
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,10 @@ EncoderSpec = dataclasses.make_dataclass(
         "__doc__": "A preset (`bert-mini`, `roberta-base`, ...; bert-base when unset) and overrides of any "
                    "EncoderConfig field.",
         "overrides": _overrides,
-        "build": lambda self: EncoderConfig.from_name(self.preset or "bert-base", **_overrides(self)),
+        # Over the preset by replace, not as from_name's overrides: settings a scheme does not read are refused by
+        # `check_scheme_settings` under their command-line names (model.encoder.rope_base), not EncoderConfig's.
+        "build": lambda self: dataclasses.replace(EncoderConfig.from_name(self.preset or "bert-base"),
+                                                  **_overrides(self)),
     },
 )
 
@@ -198,24 +202,6 @@ def saved_optimization(checkpoint: dict[str, typing.Any]) -> Optimization | None
     return saved if isinstance(saved, Optimization) else None
 
 
-def check_scheme_settings(encoder: EncoderSpec, config: EncoderConfig, setting: str = "model.encoder") -> None:
-    """Refuse settings of a position scheme the encoder does not use (`rope_base` with learned positions, ...):
-    they would change nothing."""
-    from encoders.positions import POSITIONS
-
-    used = POSITIONS[config.position].settings
-    unused = [name for scheme in POSITIONS.values() for name in scheme.settings
-              if name not in used and getattr(encoder, name) is not None]
-    if unused:
-        given = ", ".join(f"{name}={getattr(encoder, name)!r}" for name in unused)
-        raise ValueError(f"{setting}: {given} belong to another position scheme; position={config.position!r} does "
-                         f"not read them. Remove them, or set {setting}.position to their scheme.")
-    if getattr(encoder, "local_rope_base", None) is not None and not config.local_window:
-        raise ValueError(f"{setting}.local_rope_base={encoder.local_rope_base} is the RoPE base of sliding-window "
-                         f"layers, but there are none (local_window=0); remove it or set local_window and "
-                         f"global_every.")
-
-
 def parameter_shapes(config: EncoderConfig) -> dict[str, tuple[int, ...]]:
     """Name -> shape of every weight of an encoder with this configuration (built on the meta device: no memory)."""
     with torch.device("meta"):
@@ -263,7 +249,7 @@ def over_checkpoint(encoder: EncoderSpec | None, pretrained: Checkpoint, setting
             f"these overrides, or drop the checkpoint to train a new encoder with them."
         )
     config = dataclasses.replace(base, **overrides)
-    check_scheme_settings(encoder, config, setting)
+    check_scheme_settings(config, overrides, setting)
     log.info("Settings applied over the checkpoint %s: %s", pretrained.source,
              ", ".join(f"{k}={v!r} (was {getattr(base, k)!r})" for k, v in overrides.items()))
     return dataclasses.replace(pretrained, config=config)
@@ -289,7 +275,7 @@ def build_encoder(
         return model
     spec = encoder if encoder is not None else EncoderSpec()
     config = spec.build()
-    check_scheme_settings(spec, config)
+    check_scheme_settings(config, spec.overrides(), "model.encoder")
     from_data = {}  # replaced together: a preset's padding id may lie past a small tokenizer's vocabulary
     if vocab_size is not None:
         if spec.vocab_size is not None and vocab_size > spec.vocab_size:

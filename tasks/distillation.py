@@ -24,11 +24,11 @@ from torchmetrics import MeanMetric
 
 from encoders import Encoder, Kernels, MaskedLMHead, SequenceClassificationHead
 from encoders.checkpoints import Checkpoint, load_checkpoint, select_layers
+from encoders.config import check_scheme_settings
 from tasks.base import (
     EncoderSpec,
     EncoderTask,
     Optimization,
-    check_scheme_settings,
     example_rows,
     sequence_lengths,
 )
@@ -210,7 +210,7 @@ class Distillation(EncoderTask):
             config = dataclasses.replace(base, vocab_size=teacher_config.vocab_size,
                                          pad_token_id=teacher_config.pad_token_id,
                                          name=base.name if student.preset else f"{base.name}-student")
-            check_scheme_settings(student, config, "model.student")
+            check_scheme_settings(config, student.overrides(), "model.student")
             if config.hidden_size != teacher_config.hidden_size and alpha_cos:
                 raise ValueError(
                     f"The cosine loss compares hidden states, but the student's hidden_size={config.hidden_size} "

@@ -197,6 +197,32 @@ def test_t5_bias_is_shared_across_layers():
     assert encoder.position.bias(6, 6).shape == (4, 6, 6)
 
 
+# A value other than the default for each scheme's own settings (`PositionScheme.settings`).
+SCHEME_SETTINGS = {"position_offset": 2, "sinusoidal_scale": 0.5, "rope_base": 500.0, "local_rope_base": 100.0,
+                   "t5_num_buckets": 16, "t5_max_distance": 64}
+
+
+@pytest.mark.parametrize("position", SCHEMES)
+def test_another_schemes_setting_is_refused_in_python_too(position):
+    """`from_name` honours a scheme's own settings and refuses another scheme's, which would change nothing, as the
+    command line does (`model.encoder.rope_base` with ALiBi); a preset's own values of them stay allowed."""
+    own = set(POSITIONS[position].settings)
+    window = {"local_window": 4, "global_every": 2}  # local_rope_base needs local layers to be read
+    honoured = EncoderConfig.from_name("bert-tiny", position=position, **window,
+                                       **{name: SCHEME_SETTINGS[name] for name in own})
+    assert all(getattr(honoured, name) == SCHEME_SETTINGS[name] for name in own)
+    others = {name for scheme in POSITIONS.values() for name in scheme.settings} - own
+    assert others
+    for name in others:
+        with pytest.raises(ValueError, match=f"EncoderConfig: {name}=.* belong to another position scheme; "
+                                             f"position='{position}' does not read them"):
+            EncoderConfig.from_name("bert-tiny", position=position, **window, **{name: SCHEME_SETTINGS[name]})
+    EncoderConfig.from_name("roberta-base", position=position)  # its position_offset is the preset's
+    if position == "rope":
+        with pytest.raises(ValueError, match="local_rope_base=100.0 is the RoPE base of sliding-window layers"):
+            EncoderConfig.from_name("bert-tiny", position="rope", local_rope_base=100.0)
+
+
 class DistancePenalty(PositionScheme):
     """A throwaway scheme for the test below: every head subtracts `penalty` times the distance |i - j|."""
 
