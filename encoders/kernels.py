@@ -28,9 +28,10 @@ class Kernels:
     # real ran 3% / 12% slower, the gathers costing more than the padding they save. 0 never unpads.
     unpad_below: float = 0.8
     # FlexAttention for position schemes with a bias (ALiBi, T5): True computes the bias inside the attention kernel
-    # (compiled on GPUs; it has no dropout, so attention_dropout must be 0 while training). Off by default: the bias
-    # goes to SDPA as a dense (B, H, T, T) float mask, which measured faster on an H100 (bert-base ALiBi training,
-    # bf16, 32 x 512: 46 ms a step against 109 ms; T5's compiled kernel did not fit in shared memory).
+    # (compiled on GPUs; it has no dropout, so attention_dropout must be 0 while training, and on CPU no backward
+    # pass, so a CPU forward that records gradients is refused). Off by default: the bias goes to SDPA as a dense
+    # (B, H, T, T) float mask, which measured faster on an H100 (bert-base ALiBi training, bf16, 32 x 512: 46 ms a
+    # step against 109 ms; T5's compiled kernel did not fit in shared memory).
     flex_attention: bool = False
     # Attention over the real tokens packed into one sequence (`PackedAttention`), for batches the blocks run
     # unpadded (see unpad_below) and for packed documents, instead of padding queries, keys and values back to

@@ -179,6 +179,14 @@ class Encoder(nn.Module):
                 f"attention_dropout={self.config.attention_dropout}; set attention_dropout=0, or flex_attention=False "
                 f"(SDPA with a dense bias, the default)."
             )
+        # Said here, by the setting's name, rather than by torch deep inside the first training step.
+        if (self.embeddings.word.weight.device.type == "cpu" and torch.is_grad_enabled()
+                and any(p.requires_grad for p in self.parameters())):
+            raise ValueError(
+                "Kernels.flex_attention=True, but torch's FlexAttention has no backward pass on CPU and this forward "
+                "records gradients; set flex_attention=False on CPU (SDPA with a dense bias, the default), or compute "
+                "under torch.no_grad() or on a GPU."
+            )
         if document_ids is not None:
             documents = real_documents(document_ids, attention_mask)
 

@@ -473,9 +473,31 @@ def test_flex_attention_is_chosen_only_where_it_applies():
         encoder.kernels = kernels
         assert encoder.score_mod(mask, 8, False) is None
     encoder.kernels = Kernels(flex_attention=True)
-    assert callable(encoder.score_mod(mask, 8, False))
+    with torch.no_grad():  # torch's FlexAttention has no backward pass on CPU (see the test below)
+        assert callable(encoder.score_mod(mask, 8, False))
     assert encoder.score_mod(mask, 8, True) is None  # attention probabilities requested: explicit path
     encoder.train()
     with pytest.raises(ValueError, match="attention_dropout"):
         encoder.score_mod(mask, 8, False)
     assert Encoder(tiny_config(position="rope"), Kernels(flex_attention=True)).score_mod(mask, 8, False) is None
+
+
+@pytest.mark.parametrize("position", BIAS_SCHEMES)
+def test_flex_attention_recording_gradients_on_cpu_is_refused_by_name(position):
+    """torch's FlexAttention has no backward pass on CPU: a forward that records gradients (training, or gradients
+    asked of a model in eval) is refused naming Kernels.flex_attention, not failed deep in torch; without gradients,
+    or with every weight frozen, it computes what SDPA with the dense bias computes."""
+    config = tiny_config(position=position, attention_dropout=0.0, hidden_dropout=0.0)
+    encoder = Encoder(config, Kernels(flex_attention=True))
+    dense = Encoder(config)
+    dense.load_state_dict(encoder.state_dict())
+    ids, attention_mask = padded_batch(12)
+    for mode in (encoder.train, encoder.eval):
+        mode()
+        with pytest.raises(ValueError, match="Kernels.flex_attention=True, but torch's FlexAttention has no backward "
+                                             "pass on CPU"):
+            encoder(ids, attention_mask)
+    with torch.no_grad():
+        torch.testing.assert_close(encoder(ids, attention_mask), dense.eval()(ids, attention_mask))
+    encoder.requires_grad_(False)
+    torch.testing.assert_close(encoder(ids, attention_mask), dense(ids, attention_mask).detach())
