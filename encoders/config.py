@@ -64,7 +64,10 @@ class EncoderConfig:
     num_layers: int = 12
     num_heads: int = 12
     intermediate_size: int = 3072  # feed-forward width; for GLU activations, the width of each of the two branches
-    max_position_embeddings: int = 512  # rows of the `learned` table; for the other schemes, the training length
+    # Rows of the `learned` table. The other schemes encode any length and read it at most as the rows to precompute
+    # (sinusoidal); they only store it, and exports write it as transformers' max_position_embeddings. Nothing sets
+    # it from the data's max_length.
+    max_position_embeddings: int = 512
     type_vocab_size: int = 2  # 0 = no token-type embedding (RoBERTa-style single segment, DistilBERT)
     pad_token_id: int = 0
     position: str = "learned"  # a key of encoders.positions.POSITIONS
