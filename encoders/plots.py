@@ -263,7 +263,11 @@ def main(argv: Sequence[str] | None = None) -> list[Path]:
     parser.add_argument("--position", help="position scheme of a preset (learned, sinusoidal, rope, alibi, t5, none)")
     parser.add_argument("--sentence", default=SENTENCE, help="the sentence of the attention maps")
     args = parser.parse_args(argv)
-    encoder, tokenizer = load(args.source, args.position)
+    try:
+        encoder, tokenizer = load(args.source, args.position)
+        pyplot()
+    except (OSError, ValueError, ImportError) as error:  # a bad source or scheme, or no matplotlib: its message
+        parser.error(str(error))
     if tokenizer is None:
         print("no tokenizer with this model: attention maps are left out")
     paths = plot_all(encoder, Path(args.out), tokenizer, args.sentence)

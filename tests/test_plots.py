@@ -108,7 +108,7 @@ def test_attention_maps_equal_transformers_on_minilm(minilm, minilm_tokenizer):
     torch.testing.assert_close(data["attentions"].sum(-1), torch.ones(6, 12, len(data["tokens"])))
 
 
-def test_command_line_draws_every_figure(minilm_tokenizer, tmp_path):
+def test_command_line_draws_every_figure(minilm_tokenizer, tmp_path, capsys):
     paths = main(["bert-tiny", "--position", "t5", "--out", str(tmp_path / "preset")])
     assert sorted(p.name for p in paths) == ["alibi.png", "rope.png", "sinusoidal.png", "t5.png"]
     # A trained checkpoint with its tokenizer beside it: learned table and attention maps as well.
@@ -121,7 +121,15 @@ def test_command_line_draws_every_figure(minilm_tokenizer, tmp_path):
     for path in paths:
         width, height = png_size(path)
         assert 300 < width < 4000 and 200 < height < 4000, (path.name, width, height)
-    with pytest.raises(ValueError, match="--position applies to a preset"):
-        main([str(tmp_path / "model"), "--position", "rope", "--out", str(tmp_path / "x")])
-    with pytest.raises(FileNotFoundError, match="neither a checkpoint folder nor a preset"):
-        main(["no-such-model", "--out", str(tmp_path / "x")])
+    capsys.readouterr()
+    # Bad input: the message and status 2, as argparse gives for its own errors, not a traceback.
+    for args, message in (([str(tmp_path / "model"), "--position", "rope"], "--position applies to a preset"),
+                          (["no-such-model"], "no-such-model is neither a checkpoint folder nor a preset"),
+                          (["bert-tiny", "--position", "rotary"], "position='rotary'"),
+                          ([str(tmp_path)], str(tmp_path))):
+        with pytest.raises(SystemExit) as stopped:
+            main([*args, "--out", str(tmp_path / "x")])
+        assert stopped.value.code == 2
+        err = capsys.readouterr().err
+        assert "python -m encoders.plots: error: " in err and message in err, err
+    assert not (tmp_path / "x").exists()
