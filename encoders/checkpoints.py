@@ -88,6 +88,9 @@ class Layout:
     classifier_dropout: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(_BERT_CLASSIFIER_DROPOUT))
     # The sequence classifier's dropout also applies before its pooler (RobertaClassificationHead's).
     dropout_before_pooler: bool = False
+    # Its blocks drop out the attention output before the residual (`EncoderConfig.attention_output_dropout`); a
+    # training setting, loaded with the family but not checked on export: the weights compute the same either way.
+    attention_output_dropout: bool = True
     # How transformers starts the family's new heads where not from N(0, initializer_range): the encoder's config
     # (as built: after a user's settings and a selection of layers) -> the standard deviations of a new head's dense
     # layer (`initializer_range`) and classifier (`classifier_std`), `encoders.heads.new_head_stds`.
@@ -232,6 +235,7 @@ LAYOUTS: dict[str, Layout] = {
         activation_key="activation", activations={"gelu": "gelu", "relu": "relu"}, positions=("learned", "sinusoidal"),
         sinusoidal_key="sinusoidal_pos_embds", token_types=False,
         classifier_dropout={"sequence_classification": ("seq_classif_dropout",), "token_classification": ("dropout",)},
+        attention_output_dropout=False,  # DistilBERT's TransformerBlock drops out its feed-forward output only
     ),
     # ELECTRA's discriminator (Clark et al., 2020) is BERT's encoder under another name; loaded when its embeddings
     # are as wide as its hidden states (no `embeddings_project`). Its classifiers are RoBERTa's with a GELU (its
@@ -426,7 +430,7 @@ def config_from_transformers(hf: dict[str, Any], source: str) -> EncoderConfig:
             raise ValueError(f"{source}: {key}={hf[key]} differs from {layout.config_keys[name]}={values[name]}; "
                              f"litbert has one {name} for both (its embeddings are as wide as its hidden states, "
                              f"its dropouts one rate).")
-    values.update(layout.fixed, position=layout.positions[0])
+    values.update(layout.fixed, position=layout.positions[0], attention_output_dropout=layout.attention_output_dropout)
     if layout.read_keys is not None:
         values.update(layout.read_keys(hf, source))
     if layout.offset_from_pad:

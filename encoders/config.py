@@ -98,6 +98,9 @@ class EncoderConfig:
     bias: bool = True  # biases on every linear layer and norm
     hidden_dropout: float = 0.1
     attention_dropout: float = 0.1
+    # Each block's attention output is dropped out (at hidden_dropout) before its residual, as BERT's is; DistilBERT's
+    # blocks drop out the feed-forward output only. Training alone differs, not what the weights compute.
+    attention_output_dropout: bool = True
     initializer_range: float = 0.02
     # New weights start from normals cut off at this many standard deviations (ModernBERT's
     # initializer_cutoff_factor, 2 in its checkpoints); None: from uncut normals (BERT's).
@@ -217,8 +220,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     # RoBERTa (Liu et al., 2019): byte-level BPE vocabulary, no segments, positions offset past the padding row.
     "roberta-base": dict(_bert(12, 768), vocab_size=50265, max_position_embeddings=514, type_vocab_size=1,
                          pad_token_id=1, position_offset=2, norm_eps=1e-5),
-    # DistilBERT (Sanh et al., 2019): half of bert-base's depth, no token types.
-    "distilbert-base": dict(_bert(6, 768), type_vocab_size=0),
+    # DistilBERT (Sanh et al., 2019): half of bert-base's depth, no token types, no dropout on the attention output.
+    "distilbert-base": dict(_bert(6, 768), type_vocab_size=0, attention_output_dropout=False),
     # The axes composed: pre-norm, RMSNorm, rotary positions, GeGLU, no biases.
     "modern": dict(_bert(12, 768), intermediate_size=2048, type_vocab_size=0, position="rope", norm="rmsnorm",
                    norm_placement="pre", norm_eps=1e-5, activation="geglu", bias=False, max_position_embeddings=1024),

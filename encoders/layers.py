@@ -169,6 +169,7 @@ class Block(nn.Module):
         self.feed_forward = FeedForward(config)
         self.feed_forward_norm = build_norm(config)
         self.dropout = Dropout(config.hidden_dropout)
+        self.attention_output_dropout = self.dropout if config.attention_output_dropout else nn.Identity()
 
     def forward(self, x: torch.Tensor, inputs: AttentionInputs,
                 first_only: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -177,8 +178,8 @@ class Block(nn.Module):
         residual = inputs.first(x) if first_only else x
         if self.pre_norm:
             attended, probs = self.attention(self.attention_norm(x), inputs, first_only)
-            x = residual + self.dropout(attended)
+            x = residual + self.attention_output_dropout(attended)
             return x + self.dropout(self.feed_forward(self.feed_forward_norm(x))), probs
         attended, probs = self.attention(x, inputs, first_only)
-        x = self.attention_norm(residual + self.dropout(attended))
+        x = self.attention_norm(residual + self.attention_output_dropout(attended))
         return self.feed_forward_norm(x + self.dropout(self.feed_forward(x))), probs

@@ -375,7 +375,8 @@ def _loss_scaler(trainer: L.Trainer) -> bool:
 # EncoderConfig fields a resumed run may change: regularisation and initialisation (done before the weights were
 # trained). Every other field, and every head option, changes what the trained weights compute. (Kernel choices are
 # no fields: a run gives its own `Kernels`.)
-RESUMABLE_ENCODER_FIELDS = ("hidden_dropout", "attention_dropout", "initializer_range", "initializer_cutoff", "name")
+RESUMABLE_ENCODER_FIELDS = ("hidden_dropout", "attention_dropout", "attention_output_dropout", "initializer_range",
+                            "initializer_cutoff", "name")
 # The task settings that choose a head option, for the message when a resume would change one.
 HEAD_SETTINGS = {"pooling": "model.pooling", "pooler_activation": "model.pooler_activation",
                  "num_labels": "the label count (the data's label set)"}
@@ -471,8 +472,8 @@ class EncoderTask(L.LightningModule):
         command line: the dropouts, and the task's own (`objective_settings`). Stored in every training checkpoint;
         a resume that changes one says so, as it does for a changed learning rate."""
         config = self.encoder.config
-        settings = {f"{self.encoder_setting}.hidden_dropout": config.hidden_dropout,
-                    f"{self.encoder_setting}.attention_dropout": config.attention_dropout}
+        settings = {f"{self.encoder_setting}.{name}": getattr(config, name)
+                    for name in ("hidden_dropout", "attention_dropout", "attention_output_dropout")}
         head_dropout = getattr(getattr(self.head, "dropout", None), "p", None)  # a classifier's
         if head_dropout is not None:
             settings["model.classifier_dropout"] = head_dropout

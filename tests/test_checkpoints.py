@@ -79,6 +79,34 @@ def test_base_model_parity(tmp_path, family, base, hidden_act):
     assert max_diff_on_real_tokens(ours, expected, mask) < 1e-5
 
 
+@pytest.mark.parametrize("family", ["bert", "roberta", "distilbert", "electra"])
+def test_a_loaded_encoder_drops_out_where_its_familys_transformers_model_does(family, tmp_path, monkeypatch):
+    """Fine-tuning with the checkpoint's dropout: with the same masks on both sides, the encoder's training forward
+    is transformers' (eager attention), the same tensors dropped in the same order: the embeddings, the attention
+    probabilities, then the attention output (not in DistilBERT's blocks, which drop out the feed-forward output
+    only) and the feed-forward output of each layer."""
+    from encoders import Kernels, kernels
+
+    base = {"bert": transformers.BertModel, "roberta": transformers.RobertaModel,
+            "distilbert": transformers.DistilBertModel, "electra": transformers.ElectraModel}[family]
+    reference = random_weights(base(hf_config(family, attn_implementation="eager"))).train()
+    reference.save_pretrained(tmp_path)
+    encoder = Encoder.from_pretrained(tmp_path, Kernels(unpad_below=0)).train()  # the padded tensors' shapes
+    assert encoder.config.attention_output_dropout is (family != "distilbert")
+    ids, mask, types = inputs("bert" if family == "electra" else family, reference.config.pad_token_id)
+    kwargs = {"token_type_ids": types} if types is not None else {}
+    ours, theirs = SharedMasks(0), SharedMasks(0)
+    with monkeypatch.context() as patch:
+        patch.setattr(kernels, "dropout", ours)
+        hidden = encoder(ids, mask, types)
+    with monkeypatch.context() as patch:
+        patch.setattr(torch.nn.functional, "dropout", theirs)
+        expected = reference(input_ids=ids, attention_mask=mask, **kwargs).last_hidden_state
+    per_layer = 2 if family == "distilbert" else 3
+    assert len(ours.shapes) == 1 + per_layer * encoder.config.num_layers and ours.shapes == theirs.shapes
+    assert max_diff_on_real_tokens(hidden, expected, mask) < 1e-5
+
+
 def test_a_distilbert_sinusoidal_table_that_was_trained_loads_as_it_is(tmp_path):
     """DistilBERT stores its sinusoidal table, and transformers 5 trains it: a table that is still the formula loads
     as litbert's computed one, a trained one as a learned table; either gives transformers' hidden states."""
