@@ -1,6 +1,10 @@
 """Metrics: the official GLUE metric per task from `torchmetrics`, macro F1 of multi-class tasks, micro and macro F1
 and exact match of multi-label tasks, and entity-level precision/recall/F1 with the semantics of the CoNLL shared
-task's `conlleval` script (Tjong Kim Sang & De Meulder, 2003)."""
+task's `conlleval` script (Tjong Kim Sang & De Meulder, 2003).
+
+Matthews correlation is scikit-learn's, which GLUE's scorer and transformers' run_glue compute: 0 where it is
+undefined (a constant prediction, or a single gold class), where torchmetrics' binary `MatthewsCorrCoef` approximates
+(e.g. -0.0025 for a constant prediction on 400 examples, 1.0 for a single class predicted right)."""
 
 from __future__ import annotations
 
@@ -10,13 +14,29 @@ import torch
 from torchmetrics import Metric, MetricCollection
 from torchmetrics.classification import (
     BinaryF1Score,
-    MatthewsCorrCoef,
     MulticlassAccuracy,
+    MulticlassConfusionMatrix,
     MulticlassF1Score,
     MultilabelExactMatch,
     MultilabelF1Score,
 )
 from torchmetrics.regression import PearsonCorrCoef, SpearmanCorrCoef
+
+
+class MatthewsCorrelation(MulticlassConfusionMatrix):
+    """Matthews correlation of class ids, as `sklearn.metrics.matthews_corrcoef` computes it from the confusion
+    matrix (its multi-class form, which is the binary one for two classes): 0 where its denominator is."""
+
+    def compute(self) -> torch.Tensor:
+        counts = super().compute()
+        confusion = counts.cpu().double()  # (gold, predicted); float64 as scikit-learn's (MPS has none)
+        gold, predicted = confusion.sum(1), confusion.sum(0)
+        correct, total = confusion.trace(), confusion.sum()
+        covariance = correct * total - gold @ predicted
+        spread = (total**2 - predicted @ predicted) * (total**2 - gold @ gold)
+        value = covariance / spread.sqrt() if spread > 0 else torch.tensor(0.0)
+        return value.to(counts.device, torch.float32)
+
 
 # name -> factory(num_labels), of a class (or a score) per example. F1 is the positive class's F1 as GLUE reports it
 # for MRPC and QQP; f1_macro the unweighted mean of every class's F1.
@@ -24,7 +44,7 @@ METRICS: dict[str, Callable[[int], Metric]] = {
     "accuracy": lambda n: MulticlassAccuracy(num_classes=n, average="micro"),
     "f1": lambda n: BinaryF1Score(),
     "f1_macro": lambda n: MulticlassF1Score(num_classes=n, average="macro"),
-    "matthews_corrcoef": lambda n: MatthewsCorrCoef(task="binary" if n == 2 else "multiclass", num_classes=n),
+    "matthews_corrcoef": lambda n: MatthewsCorrelation(num_classes=n),
     "pearson": lambda n: PearsonCorrCoef(),
     "spearman": lambda n: SpearmanCorrCoef(),
 }

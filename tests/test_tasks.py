@@ -162,6 +162,42 @@ def test_metric_table_checks_names():
         classification_metrics(["f1"], 3)
 
 
+@pytest.mark.parametrize("num_labels", [2, 3])
+def test_the_official_metrics_are_scikit_learns_and_scipys_on_the_same_predictions(num_labels):
+    """GLUE's scorer and transformers' run_glue score with scikit-learn and scipy: litbert's metrics, fed batch by
+    batch, give their numbers, also where the Matthews correlation is undefined (a constant prediction, a single gold
+    class: 0, where torchmetrics' MatthewsCorrCoef gave -0.0025 and 1.0)."""
+    from scipy.stats import pearsonr, spearmanr
+    from sklearn.metrics import f1_score, matthews_corrcoef
+
+    generator = torch.Generator().manual_seed(0)
+    labels = torch.randint(0, num_labels, (400,), generator=generator)
+    cases = {"random": torch.randint(0, num_labels, (400,), generator=generator),
+             "mostly right": torch.where(torch.rand(400, generator=generator) < 0.8, labels, 0),
+             "constant": torch.ones(400, dtype=torch.long),
+             "one gold class, all right": torch.ones(400, dtype=torch.long)}
+    names = ["accuracy", "matthews_corrcoef", *(["f1"] if num_labels == 2 else ["f1_macro"])]
+    for case, predicted in cases.items():
+        gold = torch.ones(400, dtype=torch.long) if case == "one gold class, all right" else labels
+        metrics = classification_metrics(names, num_labels)
+        for start in range(0, 400, 128):
+            metrics.update(predicted[start:start + 128], gold[start:start + 128])
+        found = {name: float(value) for name, value in metrics.compute().items()}
+        expected = {"accuracy": float((predicted == gold).float().mean()),
+                    "matthews_corrcoef": matthews_corrcoef(gold, predicted),
+                    names[2]: f1_score(gold, predicted, average="binary" if num_labels == 2 else "macro",
+                                       zero_division=0)}
+        assert found == pytest.approx(expected, abs=1e-6), case
+    scores = torch.rand(300, generator=generator) * 5
+    predicted = scores + torch.randn(300, generator=generator)
+    metrics = classification_metrics(["pearson", "spearman"], 1)
+    for start in range(0, 300, 128):
+        metrics.update(predicted[start:start + 128], scores[start:start + 128])
+    found = {name: float(value) for name, value in metrics.compute().items()}
+    assert found == pytest.approx({"pearson": pearsonr(predicted, scores)[0],
+                                   "spearman": spearmanr(predicted, scores)[0]}, abs=1e-5)
+
+
 def test_entity_spans_follow_conlleval():
     assert entity_spans(["B-PER", "I-PER", "O", "B-LOC"]) == {(0, 2, "PER"), (3, 4, "LOC")}
     assert entity_spans(["I-PER", "I-PER", "I-LOC", "O"]) == {(0, 2, "PER"), (2, 3, "LOC")}  # IOB1
