@@ -4,7 +4,9 @@ task's `conlleval` script (Tjong Kim Sang & De Meulder, 2003).
 
 Matthews correlation is scikit-learn's, which GLUE's scorer and transformers' run_glue compute: 0 where it is
 undefined (a constant prediction, or a single gold class), where torchmetrics' binary `MatthewsCorrCoef` approximates
-(e.g. -0.0025 for a constant prediction on 400 examples, 1.0 for a single class predicted right)."""
+(e.g. -0.0025 for a constant prediction on 400 examples, 1.0 for a single class predicted right). Spearman
+correlation is undefined where either side is constant: NaN, as scipy's `spearmanr` (and Pearson's here) gives, where
+torchmetrics' `SpearmanCorrCoef` gives 0."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from torchmetrics.classification import (
     MultilabelF1Score,
 )
 from torchmetrics.regression import PearsonCorrCoef, SpearmanCorrCoef
+from torchmetrics.utilities import dim_zero_cat
 
 
 class MatthewsCorrelation(MulticlassConfusionMatrix):
@@ -38,6 +41,15 @@ class MatthewsCorrelation(MulticlassConfusionMatrix):
         return value.to(counts.device, torch.float32)
 
 
+class SpearmanCorrelation(SpearmanCorrCoef):
+    """Spearman's rank correlation, NaN where the predictions or the targets are all equal (scipy's `spearmanr`)."""
+
+    def compute(self) -> torch.Tensor:
+        value = super().compute()
+        constant = [(values == values[0]).all() for values in (dim_zero_cat(self.preds), dim_zero_cat(self.target))]
+        return torch.full_like(value, float("nan")) if any(constant) else value
+
+
 # name -> factory(num_labels), of a class (or a score) per example. F1 is the positive class's F1 as GLUE reports it
 # for MRPC and QQP; f1_macro the unweighted mean of every class's F1.
 METRICS: dict[str, Callable[[int], Metric]] = {
@@ -46,7 +58,7 @@ METRICS: dict[str, Callable[[int], Metric]] = {
     "f1_macro": lambda n: MulticlassF1Score(num_classes=n, average="macro"),
     "matthews_corrcoef": lambda n: MatthewsCorrelation(num_classes=n),
     "pearson": lambda n: PearsonCorrCoef(),
-    "spearman": lambda n: SpearmanCorrCoef(),
+    "spearman": lambda n: SpearmanCorrelation(),
 }
 # name -> factory(num_labels), of a set of labels per example, read from 0/1 predictions (the task applies its
 # threshold): F1 over every (example, label) decision, the mean of each label's F1, and the share of examples whose

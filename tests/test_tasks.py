@@ -4,6 +4,7 @@ import copy
 import dataclasses
 import math
 import random
+import warnings
 
 import lightning as L
 import pytest
@@ -165,8 +166,9 @@ def test_metric_table_checks_names():
 @pytest.mark.parametrize("num_labels", [2, 3])
 def test_the_official_metrics_are_scikit_learns_and_scipys_on_the_same_predictions(num_labels):
     """GLUE's scorer and transformers' run_glue score with scikit-learn and scipy: litbert's metrics, fed batch by
-    batch, give their numbers, also where the Matthews correlation is undefined (a constant prediction, a single gold
-    class: 0, where torchmetrics' MatthewsCorrCoef gave -0.0025 and 1.0)."""
+    batch, give their numbers, also where a correlation is undefined: Matthews' of a constant prediction or a single
+    gold class is 0 (torchmetrics' MatthewsCorrCoef gave -0.0025 and 1.0), Spearman's of a constant prediction NaN as
+    Pearson's (torchmetrics' SpearmanCorrCoef gave 0)."""
     from scipy.stats import pearsonr, spearmanr
     from sklearn.metrics import f1_score, matthews_corrcoef
 
@@ -189,13 +191,17 @@ def test_the_official_metrics_are_scikit_learns_and_scipys_on_the_same_predictio
                                        zero_division=0)}
         assert found == pytest.approx(expected, abs=1e-6), case
     scores = torch.rand(300, generator=generator) * 5
-    predicted = scores + torch.randn(300, generator=generator)
-    metrics = classification_metrics(["pearson", "spearman"], 1)
-    for start in range(0, 300, 128):
-        metrics.update(predicted[start:start + 128], scores[start:start + 128])
-    found = {name: float(value) for name, value in metrics.compute().items()}
-    assert found == pytest.approx({"pearson": pearsonr(predicted, scores)[0],
-                                   "spearman": spearmanr(predicted, scores)[0]}, abs=1e-5)
+    for case, predicted in {"random": scores + torch.randn(300, generator=generator),
+                            "ties": (scores + torch.randn(300, generator=generator)).round(),
+                            "constant": torch.full((300,), 2.5)}.items():
+        metrics = classification_metrics(["pearson", "spearman"], 1)
+        for start in range(0, 300, 128):
+            metrics.update(predicted[start:start + 128], scores[start:start + 128])
+        found = {name: float(value) for name, value in metrics.compute().items()}
+        with warnings.catch_warnings():  # scipy's, of a constant input
+            warnings.simplefilter("ignore")
+            expected = {"pearson": pearsonr(predicted, scores)[0], "spearman": spearmanr(predicted, scores)[0]}
+        assert found == pytest.approx(expected, abs=1e-5, nan_ok=True), case
 
 
 def test_entity_spans_follow_conlleval():
