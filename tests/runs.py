@@ -156,6 +156,50 @@ class SharedMasks:
         return x * keep / (1 - p)
 
 
+def recorded_steps(cli, masks: SharedMasks | None = None) -> tuple[list[dict[str, torch.Tensor]], list[float]]:
+    """Fits the built litbert run `cli` (`make_cli`) as train.py does, recording each training batch and its loss;
+    with `masks`, litbert's dropout draws from them (`encoders.kernels.dropout` replaced while it trains)."""
+    import lightning as L
+
+    from encoders import kernels
+
+    batches, losses = [], []
+
+    class Record(L.Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            batches.append({k: v.clone() for k, v in batch.items() if isinstance(v, torch.Tensor)})
+            if masks is not None:
+                masks.length = batch["input_ids"].shape[1]
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            losses.append(float(outputs["loss"]))
+
+    cli.trainer.callbacks.append(Record())
+    cli.datamodule.check_model(cli.model.encoder.config)  # as train.py does: batches carry the model's inputs only
+    dropout = kernels.dropout
+    kernels.dropout = masks or dropout
+    try:
+        cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    finally:
+        kernels.dropout = dropout
+    return batches, losses
+
+
+def trainer_rows(batches: list[dict[str, torch.Tensor]]) -> dict[str, list]:
+    """The examples of litbert's `batches` in their order, padding cut off: a `Trainer` dataset of the same data.
+    A label per example or per token (cut as its row)."""
+    keys = [key for key in ("input_ids", "token_type_ids") if key in batches[0]]
+    rows: dict[str, list] = {key: [] for key in [*keys, "labels"]}
+    for batch in batches:
+        for i, mask in enumerate(batch["attention_mask"]):
+            length = int(mask.sum())
+            for key in keys:
+                rows[key].append(batch[key][i, :length].tolist())
+            label = batch["labels"][i]
+            rows["labels"].append(label.item() if label.dim() == 0 else label[:length].tolist())
+    return rows
+
+
 def trainer_losses(cli, model, rows: dict[str, list], collator, output_dir: Path, **changes) -> list[float]:
     """Each step's loss of transformers' `Trainer` training `model` for one epoch on `rows` in their order, at the
     hyper-parameters of the built litbert run `cli` (batch size, gradient accumulation, AdamW settings, schedule,

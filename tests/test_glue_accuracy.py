@@ -8,7 +8,7 @@ import re
 import statistics
 
 import pytest
-from runs import MINILM, SharedMasks, environment, train, trainer_losses
+from runs import MINILM, SharedMasks, environment, recorded_steps, train, trainer_losses, trainer_rows
 
 # transformers' Trainer, random batches, the shipped STS-B hyper-parameters, one epoch, full STS-B, 3 seeds on this
 # project's CPU (bench/glue.py --tasks stsb --seeds 0 1 2 --epochs 1): dev Pearson 0.492, 0.531, 0.558.
@@ -132,11 +132,9 @@ def _stsb_steps_of_both(shared_data, tmp_path, monkeypatch, steps, arguments, dr
     the `Trainer`'s), each side's dropout draws its masks from its own: litbert's `kernels.dropout` and torch's
     `F.dropout` are replaced while the side trains. Returns litbert's losses (one a batch), the `Trainer`'s (one a
     step), both models and the classifier's initial weights."""
-    import lightning as L
     import torch
     import transformers
 
-    from encoders import kernels
     from tasks.run.cli import make_cli
 
     monkeypatch.setenv("LITBERT_DATA", str(shared_data))
@@ -148,32 +146,9 @@ def _stsb_steps_of_both(shared_data, tmp_path, monkeypatch, steps, arguments, dr
         "--trainer.enable_checkpointing", "false", "--trainer.enable_progress_bar", "false",
         "--trainer.limit_val_batches", "0", "--trainer.num_sanity_val_steps", "0", "--export", "false", *arguments])
     head = {k: v.clone() for k, v in cli.model.head.classifier.state_dict().items()}
-    batches, losses = [], []
-
-    class Record(L.Callback):
-        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-            batches.append({k: v.clone() for k, v in batch.items()})
-            if masks:
-                masks[0].length = batch["input_ids"].shape[1]
-
-        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-            losses.append(float(outputs["loss"]))
-
-    cli.trainer.callbacks.append(Record())
-    with monkeypatch.context() as patch:
-        if masks:
-            patch.setattr(kernels, "dropout", masks[0])
-        cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    batches, losses = recorded_steps(cli, masks[0] if masks else None)
     assert cli.trainer.global_step == steps
-
-    rows = {"input_ids": [], "token_type_ids": [], "labels": []}  # the batches' examples, in their order
-    for batch in batches:
-        for ids, types, mask, label in zip(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
-                                           batch["labels"], strict=True):
-            length = int(mask.sum())
-            rows["input_ids"].append(ids[:length].tolist())
-            rows["token_type_ids"].append(types[:length].tolist())
-            rows["labels"].append(float(label))
+    rows = trainer_rows(batches)
     transformers.set_seed(0)
     # eager attention: its dropout on the probabilities is `F.dropout`, where SDPA's is inside the kernel
     model = transformers.AutoModelForSequenceClassification.from_pretrained(

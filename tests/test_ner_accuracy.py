@@ -4,7 +4,7 @@ settings a litbert step on CoNLL-2003 from the real MiniLM-L6 is the `Trainer`'s
 from __future__ import annotations
 
 import pytest
-from runs import MINILM, trainer_losses
+from runs import MINILM, recorded_steps, trainer_losses, trainer_rows
 
 
 @pytest.mark.slow  # trains MiniLM-L6 twice through 12 steps: minutes on 2 CPU cores
@@ -14,7 +14,6 @@ def test_the_shipped_ner_config_trains_as_run_ner_does_step_for_step(shared_data
     the same order, each word's label on its first sub-token as run_ner puts it) reach the same loss at every step,
     within float32 rounding: the token loss over labelled sub-tokens, the learning-rate schedule (warmup from 0,
     rounded up), AdamW's epsilon and decay groups and the clipping at 1.0 all enter from the second step on."""
-    import lightning as L
     import torch
     import transformers
 
@@ -33,27 +32,9 @@ def test_the_shipped_ner_config_trains_as_run_ner_does_step_for_step(shared_data
         "--model.classifier_dropout", "0"])
     assert float(cli.config.trainer.gradient_clip_val) == 1.0 and not cli.datamodule.group_by_length
     head = {k: v.clone() for k, v in cli.model.head.classifier.state_dict().items()}
-    batches, losses = [], []
-
-    class Record(L.Callback):
-        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-            batches.append({k: v.clone() for k, v in batch.items()})
-
-        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-            losses.append(float(outputs["loss"]))
-
-    cli.trainer.callbacks.append(Record())
-    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    batches, losses = recorded_steps(cli)
     assert len(losses) == steps
-
-    rows = {"input_ids": [], "token_type_ids": [], "labels": []}  # the batches' sentences, in their order
-    for batch in batches:
-        for ids, types, mask, labels in zip(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
-                                            batch["labels"], strict=True):
-            length = int(mask.sum())
-            rows["input_ids"].append(ids[:length].tolist())
-            rows["token_type_ids"].append(types[:length].tolist())
-            rows["labels"].append(labels[:length].tolist())
+    rows = trainer_rows(batches)  # the batches' sentences, in their order
     tokenizer = transformers.AutoTokenizer.from_pretrained(MINILM)
     transformers.set_seed(0)
     model = transformers.AutoModelForTokenClassification.from_pretrained(
