@@ -1,0 +1,133 @@
+"""Equal hyper-parameters give equal training from every family litbert fine-tunes: the shipped RTE config (a pair
+task) from a BERT, RoBERTa, DistilBERT, ELECTRA or ModernBERT checkpoint folder, its tokenizer beside it, trains as
+transformers' `Trainer` trains `AutoModelForSequenceClassification` of that folder: the same logits before the first
+step, the same loss at every step."""
+
+from __future__ import annotations
+
+import pytest
+from runs import MINILM, SharedMasks, recorded_steps, trainer_losses, trainer_rows
+
+SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
+# Where each family's sequence classifier keeps litbert's head: its pooler's dense layer (pooler.0; a ModernBERT's
+# norm, pooler.2) and its classifier.
+HEADS = {"bert": {"pooler.0": "bert.pooler.dense", "classifier": "classifier"},
+         "roberta": {"pooler.0": "classifier.dense", "classifier": "classifier.out_proj"},
+         "distilbert": {"pooler.0": "pre_classifier", "classifier": "classifier"},
+         "electra": {"pooler.0": "classifier.dense", "classifier": "classifier.out_proj"},
+         "modernbert": {"pooler.0": "head.dense", "pooler.2": "head.norm", "classifier": "classifier"}}
+
+
+def roberta_tokenizer(folder, shared_data):
+    """RoBERTa's tokenizer (byte-level BPE, `<s> A </s></s> B </s>`, no token types) over a vocabulary learned from
+    RTE: transformers' `RobertaTokenizerFast` of that vocabulary, as a RoBERTa checkpoint folder holds it."""
+    import transformers
+    from tokenizers import ByteLevelBPETokenizer
+
+    lines = (shared_data / "glue" / "RTE" / "train.tsv").read_text(encoding="utf-8").splitlines()[1:]
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator([text for line in lines for text in line.split("\t")[1:3]], vocab_size=1000,
+                            special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+    folder.mkdir(parents=True)
+    bpe.save_model(str(folder))  # vocab.json and merges.txt, as RoBERTa's folders hold them
+    tokenizer = transformers.RobertaTokenizerFast.from_pretrained(folder)
+    assert len(tokenizer) == 1000  # (transformers 5's constructor takes vocab and merges, not their files)
+    return tokenizer
+
+
+def checkpoint(family, folder, shared_data):
+    """A small randomly initialised pretraining model of `family`, saved with its tokenizer into `folder`."""
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    if family == "roberta":
+        tokenizer = roberta_tokenizer(folder / "bpe", shared_data)
+    else:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(MINILM)  # a WordPiece with token types
+    vocab = len(tokenizer)
+    model = {
+        "bert": lambda: transformers.BertModel(transformers.BertConfig(vocab_size=vocab, **SIZES)),  # a pooler
+        "roberta": lambda: transformers.RobertaForMaskedLM(transformers.RobertaConfig(
+            vocab_size=vocab, max_position_embeddings=130, type_vocab_size=1, **SIZES)),
+        "distilbert": lambda: transformers.DistilBertForMaskedLM(transformers.DistilBertConfig(
+            vocab_size=vocab, dim=32, n_layers=2, n_heads=4, hidden_dim=64)),
+        "electra": lambda: transformers.ElectraForPreTraining(transformers.ElectraConfig(
+            vocab_size=vocab, embedding_size=32, **SIZES)),
+        # a window of 16 tokens in every other layer: RTE's pairs are longer
+        "modernbert": lambda: transformers.ModernBertForMaskedLM(transformers.ModernBertConfig(
+            vocab_size=vocab, pad_token_id=0, global_attn_every_n_layers=2, local_attention=16, **SIZES)),
+    }[family]()
+    with torch.no_grad():  # weights away from their initialisation: every norm and bias counts
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.02)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.slow  # trains five small checkpoints through train.py's CLI and the Trainer: about a minute
+@pytest.mark.parametrize("family", list(HEADS))
+def test_the_shipped_rte_config_trains_each_family_as_the_trainer_does(family, shared_data, tmp_path, monkeypatch):
+    """At the checkpoint's own dropout rates (0.1 in the encoder; DistilBERT's 0.2 before its classifier, RoBERTa's
+    and ELECTRA's before their dense layer too; none in ModernBERT's) with the same masks on both sides, float32,
+    the same classifier initialisation and the same batches in the same order, the pairs tokenized as run_glue
+    tokenizes them. A dropout site one side has and the other lacks, or a head or position mapping that differs,
+    changes the losses or the masks' sequence."""
+    import copy
+
+    import torch
+    import transformers
+
+    from tasks.run.cli import make_cli
+
+    folder = checkpoint(family, tmp_path / family, shared_data)
+    monkeypatch.setenv("LITBERT_DATA", str(shared_data))
+    monkeypatch.setenv("LITBERT_CACHE", str(tmp_path / "cache"))
+    steps = 6
+    cli = make_cli([
+        "--config", "configs/glue/rte.yaml", "--model.pretrained", str(folder), "--seed_everything", "0",
+        "--trainer.precision", "32-true", "--trainer.accelerator", "cpu", "--trainer.max_steps", str(steps),
+        "--trainer.default_root_dir", str(tmp_path / "run"), "--trainer.logger", "false",
+        "--trainer.enable_checkpointing", "false", "--trainer.enable_progress_bar", "false",
+        "--trainer.limit_val_batches", "0", "--trainer.num_sanity_val_steps", "0", "--export", "false",
+        # the padded path: the tensors the masks are drawn for have the Trainer's shapes
+        "--model.kernels.unpad_below", "0"])
+    initial = copy.deepcopy(cli.model).eval()
+    head = {name: value.clone() for name, value in cli.model.head.state_dict().items()}
+    masks = SharedMasks(0), SharedMasks(0)
+    batches, losses = recorded_steps(cli, masks[0])
+    assert len(losses) == steps
+
+    # eager attention: its dropout on the probabilities is `F.dropout`, where SDPA's is inside the kernel
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(
+        folder, num_labels=2, attn_implementation="eager", dtype=torch.float32)
+    with torch.no_grad():
+        for ours, theirs in HEADS[family].items():
+            for name, parameter in model.get_submodule(theirs).named_parameters():
+                parameter.copy_(head[f"{ours}.{name}"])
+    model.eval()
+    first = {k: v for k, v in batches[0].items() if k in ("input_ids", "attention_mask", "token_type_ids")}
+    with torch.no_grad():
+        torch.testing.assert_close(initial(batches[0]), model(**first).logits, rtol=0, atol=1e-5)
+    assert ("token_type_ids" in first) == (family in ("bert", "electra"))
+
+    # The pairs are the family's tokenizer's, as run_glue makes them (truncation=True: longest_first): RoBERTa's
+    # `<s> A </s></s> B </s>` without token types, BERT's `[CLS] A [SEP] B [SEP]` with them.
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+    with (shared_data / "glue" / "RTE" / "train.tsv").open(encoding="utf-8") as handle:
+        pairs = [line.rstrip("\n").split("\t")[1:3] for line in handle][1:]
+    expected = tokenizer([a for a, _ in pairs], [b for _, b in pairs], truncation=True, max_length=128)
+    encoded = cli.datamodule.datasets["train"]
+    assert encoded["input_ids"] == expected["input_ids"] and cli.datamodule.truncated["train"] > 250
+    if "token_type_ids" in expected:
+        assert encoded["token_type_ids"] == expected["token_type_ids"]
+    with monkeypatch.context() as patch:
+        patch.setattr(torch.nn.functional, "dropout", masks[1])
+        reference = trainer_losses(cli, model.train(), trainer_rows(batches),
+                                   transformers.DataCollatorWithPadding(tokenizer), tmp_path / "trainer")
+    assert masks[0].shapes == masks[1].shapes and bool(masks[0].shapes) == (family != "modernbert")
+    assert losses == pytest.approx(reference, rel=1e-5, abs=1e-5), list(zip(losses, reference, strict=True))
+    classifier = model.get_submodule(HEADS[family]["classifier"]).weight.detach()
+    assert (cli.model.head.classifier.weight.detach() - head["classifier.weight"]).abs().max() > 1e-6
+    torch.testing.assert_close(cli.model.head.classifier.weight.detach(), classifier, rtol=1e-5, atol=1e-6)
