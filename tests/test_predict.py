@@ -9,6 +9,7 @@ import csv
 import json
 import re
 import signal
+import warnings
 from pathlib import Path
 
 import pytest
@@ -95,6 +96,20 @@ def test_classification_predictions_are_the_exported_models_in_input_order(class
     torch.testing.assert_close(torch.tensor([line["score"] for line in lines]), score, atol=1e-5, rtol=0)
     assert len({round(line["score"], 6) for line in lines}) == len(SENTENCES)  # each its own: the order shows
     assert not (Path(classifier["config"]).parent / "lightning_logs").exists()  # predicting writes nothing else
+
+
+def test_a_runs_evaluation_limits_are_not_warned_about_when_predicting(classifier, tmp_path):
+    """A run's config.yaml keeps its `limit_val_batches` / `limit_test_batches`; the training run warned that its
+    metrics were of a part, but `train.py predict` evaluates nothing and writes no metrics: no such warning."""
+    config = yaml.safe_load(Path(classifier["config"]).read_text())
+    config["trainer"] = {"limit_val_batches": 2, "limit_test_batches": 0.5}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    inputs = write_csv(tmp_path / "new.csv", ["text"], [[s] for s in SENTENCES])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        predict(str(tmp_path / "config.yaml"), classifier["model"], inputs, tmp_path / "out.jsonl")
+    assert len((tmp_path / "out.jsonl").read_text().splitlines()) == len(SENTENCES)
+    assert [str(w.message) for w in caught if "evaluates part of the set" in str(w.message)] == []
 
 
 @pytest.mark.parametrize(("name", "content", "message"), [

@@ -284,8 +284,11 @@ class LitbertCLI(LightningCLI):
             if least is not None and most is not None and most >= 0 and least > most:
                 raise ValueError(f"trainer.min_{unit}={least} is above trainer.max_{unit}={most}, which stops the "
                                  f"run first; lower min_{unit} or raise max_{unit}.")
+        # `train.py predict` neither validates nor tests (a run's config.yaml may hold these limits unread), and
+        # fast_dev_run writes no metrics.
+        reports_metrics = self.command == "fit" and not trainer_config.get("fast_dev_run")
         for name, results in (("limit_val_batches", "val/ metrics, the best checkpoint they pick"),
-                              ("limit_test_batches", "test/ metrics")):
+                              ("limit_test_batches", "test/ metrics")) if reports_metrics else ():
             limit = trainer_config.get(name)
             if part_of_each_set(limit) and limit != 0:  # 0 evaluates nothing: no metrics to take for the whole's
                 rank_zero_warn(f"trainer.{name}={limit} evaluates part of the set: its {results} and metrics.json "
