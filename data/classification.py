@@ -51,12 +51,14 @@ from torch.utils.data import DataLoader
 from data.base import TokenizedDataModule
 from data.collate import PaddingCollator
 from data.sources import (
+    DATA_ROOT_ENV,
     LOCAL_COPIES,
     DataError,
     cached_map,
     check_source,
     data_root,
     describe_files,
+    existing_split_file,
     file_identity,
     fingerprint,
     load_hub_split,
@@ -477,13 +479,21 @@ class ClassificationDataModule(TokenizedDataModule):
         copy = LOCAL_COPIES[self.spec.hub]
         return folder.parent / copy.folder.format(config=copy.configs[config]).rsplit("/", 1)[-1]
 
-    def _local_file(self, split: str) -> Path | None:
-        """The local file of a split of the known dataset (which may be missing), or None for the hub."""
+    def _local_file(self, split: str, required: bool = False) -> Path | None:
+        """The local file of a split of the known dataset, or None for the hub. A `required` file that is missing
+        is an error naming the splits the local copy has (GLUE's QNLI comes without its training set); otherwise
+        the path is given whether or not the file exists."""
         spec = self.spec
         assert spec is not None
         config, name = spec.split_configs.get(split, (spec.config, split))
         folder = self._folder(config)
-        return None if folder is None else split_file(spec.hub, config, name, folder)
+        if folder is None:
+            return None
+        if required:
+            where = "data.data_dir" if self.data_dir is not None else f"${DATA_ROOT_ENV} (or data.data_root)"
+            return existing_split_file(spec.hub, config, name, folder,
+                                       f"Add the file, or point {where} at a copy of {spec.name} that holds it.")
+        return split_file(spec.hub, config, name, folder)
 
     def _sibling_file(self, split: str) -> Path:
         """Where a split of another config (GLUE's AX) belongs beside the task's local folder:
@@ -506,7 +516,7 @@ class ClassificationDataModule(TokenizedDataModule):
             [self.spec.id_column, *self.text_columns]  # type: ignore[union-attr]
         if (path := self.given_file(split)) is not None:
             rows = self._from_file(Path(path), needed, labelled, quoting=True, headerless=None)
-        elif self.spec is not None and (path := self._local_file(split)) is not None:
+        elif self.spec is not None and (path := self._local_file(split, required=True)) is not None:
             if self.spec.builder is not None:
                 texts, labels, lines = self.spec.builder(path)
                 rows = Rows([texts], labels, [], lines, str(path), file_identity(path))

@@ -162,13 +162,20 @@ def local_split_file(name: str, config: str | None, split: str, root: Path | Non
     folder = local_copy_folder(name, config, root)
     if folder is None:
         return None
+    return existing_split_file(name, config, split, folder)
+
+
+def existing_split_file(name: str, config: str | None, split: str, folder: Path,
+                        advice: str = "Add the file or choose another split.") -> Path:
+    """The file of one split in the local copy `folder`; an error naming the splits the copy has where it lacks
+    this one's file."""
     path = split_file(name, config, split, folder)
     if not path.is_file():
         splits = LOCAL_COPIES[name].split_files(config)
         present = sorted(s for s, f in splits.items() if (folder / f).is_file())
         raise FileNotFoundError(
-            f"The local copy of {name!r} at {folder} has no {split!r} split (expected {path}); "
-            f"splits present: {present}. Add the file or choose another split."
+            f"The local copy of {name!r}{f' ({config})' if config else ''} at {folder} has no {split!r} split "
+            f"(expected {path}); splits present: {present}. {advice}"
         )
     return path
 

@@ -28,7 +28,9 @@ def test_missing_glue_split_file(shared_data, tmp_path):
     folder = tmp_path / "QNLI"
     shutil.copytree(shared_data / "glue" / "QNLI", folder)  # QNLI train is not in shared data
     dm = GLUEDataModule("qnli", MINILM, data_dir=str(folder), cache_dir=str(tmp_path))
-    with pytest.raises(FileNotFoundError, match=r"QNLI/train.tsv does not exist"):
+    with pytest.raises(FileNotFoundError, match=r"QNLI has no 'train' split \(expected .*QNLI/train.tsv\); splits "
+                                                r"present: \['test', 'validation'\]. Add the file, or point "
+                                                r"data.data_dir at a copy of qnli that holds it."):
         dm.setup("fit")
 
 

@@ -59,6 +59,19 @@ def test_qnli_dev_labels(shared_data, cache):
     assert dm.label_names == ["entailment", "not_entailment"] and dm.metric_names == ["accuracy"]
 
 
+def test_a_local_copy_without_the_training_set_names_what_it_has(shared_data, cache):
+    """The shared QNLI has dev and test sets only: training on it names the missing split, the splits the copy has
+    and the setting to point elsewhere, not just a file path to check."""
+    dm = GLUEDataModule("qnli", MINILM, data_root=str(shared_data), cache_dir=cache)
+    folder = shared_data / "glue" / "QNLI"
+    with pytest.raises(FileNotFoundError) as raised:
+        dm.setup("fit")
+    assert str(raised.value) == (
+        f"The local copy of 'nyu-mll/glue' (qnli) at {folder} has no 'train' split (expected {folder / 'train.tsv'}); "
+        f"splits present: ['test', 'validation']. Add the file, or point $LITBERT_DATA (or data.data_root) at a copy "
+        f"of qnli that holds it.")
+
+
 def test_the_table_covers_nine_tasks():
     assert sorted(GLUE_TASKS) == ["cola", "mnli", "mrpc", "qnli", "qqp", "rte", "sst2", "stsb", "wnli"]
     assert GLUE_TASKS["cola"].metrics == ("matthews_corrcoef",)
