@@ -54,6 +54,7 @@ from data.sources import (
     DATA_ROOT_ENV,
     LOCAL_COPIES,
     DataError,
+    MissingColumns,
     cached_map,
     check_source,
     data_root,
@@ -507,8 +508,14 @@ class ClassificationDataModule(TokenizedDataModule):
         if split in self._rows:
             return self._rows[split]
         if split == "predict":  # new inputs: the texts alone, numbered by their place in the file
-            rows = self._from_file(Path(self.predict_file), list(self.text_columns), False, quoting=True,  # type: ignore
-                                   headerless=None, id_column=None)
+            try:
+                rows = self._from_file(Path(self.predict_file), list(self.text_columns), False,  # type: ignore
+                                       quoting=True, headerless=None, id_column=None)
+            except MissingColumns as error:  # the columns are the training data's, not a setting to change here
+                raise MissingColumns(error.where, error.missing, error.header,
+                                     f"The model reads its text from the column(s) {list(self.text_columns)} of "
+                                     f"the data it was trained on: name the columns of data.predict_file so.") \
+                    from None
             self._rows[split] = rows
             return rows
         labelled = split not in (self.spec.submission if self.spec else {})

@@ -41,6 +41,19 @@ class DataError(ValueError):
     """Bad input data. The message names the file, line or field, the offending value, and what to do."""
 
 
+class MissingColumns(DataError):
+    """A table without the columns read from it, at `where` (`file, header`); a reader that knows which setting
+    or file to change gives its own `advice`."""
+
+    def __init__(self, where: str, missing: Sequence[str], header: Sequence[str],
+                 advice: str = "Fix the file or set the column names in the config to ones it has.") -> None:
+        self.where, self.missing, self.header, self.advice = where, list(missing), list(header), advice
+        super().__init__(f"{where}: missing column(s) {self.missing}; the file has columns {self.header}. {advice}")
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled as built (a worker's error), not from its message alone
+        return type(self), (self.where, self.missing, self.header, self.advice)
+
+
 # --------------------------------------------------------------------------------------------------------------
 # The data root and local copies of hub datasets
 # --------------------------------------------------------------------------------------------------------------
@@ -351,10 +364,7 @@ def read_text(path: str | os.PathLike[str]) -> str:
 def _check_columns(path: Path, header: Sequence[str], required: Sequence[str], where: str) -> None:
     missing = [name for name in required if name not in header]
     if missing:
-        raise DataError(
-            f"{path}, {where}: missing column(s) {missing}; the file has columns {list(header)}. "
-            f"Fix the file or set the column names in the config to ones it has."
-        )
+        raise MissingColumns(f"{path}, {where}", missing, header)
 
 
 def read_delimited(

@@ -2,6 +2,7 @@
 mismatched) and QQP parse from files in the official layout; test sets predict into submission TSVs."""
 
 import csv
+import pickle
 from pathlib import Path
 
 import datasets
@@ -70,6 +71,21 @@ def test_a_local_copy_without_the_training_set_names_what_it_has(shared_data, ca
         f"The local copy of 'nyu-mll/glue' (qnli) at {folder} has no 'train' split (expected {folder / 'train.tsv'}); "
         f"splits present: ['test', 'validation']. Add the file, or point $LITBERT_DATA (or data.data_root) at a copy "
         f"of qnli that holds it.")
+
+
+def test_a_predict_file_without_the_tasks_columns_names_them(shared_data, cache, tmp_path):
+    """MRPC's texts are its files' `#1 String` and `#2 String`, which a GLUE config has no setting to change: a file
+    to predict with STS-B's column names is told the columns to give, not to set them in the config."""
+    inputs = tmp_path / "pairs.tsv"
+    inputs.write_text("sentence1\tsentence2\nHe left.\tHe went away.\n")
+    dm = GLUEDataModule("mrpc", MINILM, data_root=str(shared_data), cache_dir=cache, predict_file=str(inputs))
+    with pytest.raises(DataError) as raised:
+        dm.setup("predict")
+    assert str(raised.value) == (
+        f"{inputs}, header: missing column(s) ['#1 String', '#2 String']; the file has columns ['sentence1', "
+        f"'sentence2']. The model reads its text from the column(s) ['#1 String', '#2 String'] of the data it was "
+        f"trained on: name the columns of data.predict_file so.")
+    assert str(pickle.loads(pickle.dumps(raised.value))) == str(raised.value)  # as a worker process sends it
 
 
 def test_the_table_covers_nine_tasks():
