@@ -282,6 +282,7 @@ class ClassificationDataModule(TokenizedDataModule):
     """
 
     label_state = ("label_values", "label_names")
+    local_files = "local files (data.train_files, data.val_files)"  # named where the hub cannot be reached
 
     def __init__(
         self,
@@ -612,7 +613,8 @@ class ClassificationDataModule(TokenizedDataModule):
         else:
             hub, config, name, columns, label_column = self.dataset, self.dataset_config, split, self.text_columns, \
                 self.label_column
-        table = load_hub_split(hub, config, name, root=data_root(self.data_root))  # type: ignore[arg-type]
+        table = load_hub_split(hub, config, name, root=data_root(self.data_root),  # type: ignore[arg-type]
+                               files=self.local_files)
         label_fields = self.label_fields if spec is None else [label_column]
         wanted = [*columns, *label_fields] if labelled else columns
         missing = [c for c in wanted if c not in table.column_names]
@@ -940,6 +942,8 @@ class GLUEDataModule(ClassificationDataModule):
         truncation: `longest_first` cuts over-long examples (counted in the log); `error` refuses them.
         loading: The loader settings of `TokenizedDataModule` (batch sizes, workers, cache, seed, ...).
     """
+
+    local_files = "the task's folder in GLUE's layout (data.data_dir)"  # it reads no other files
 
     def __init__(
         self,

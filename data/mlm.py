@@ -462,7 +462,7 @@ class MLMDataModule(TokenizedDataModule):
         if local is not None:
             return [file_identity(local)], [str(local)]
         hub = load_hub_split(self.dataset, self.dataset_config, split, streaming=streaming,
-                             root=data_root(self.data_root))
+                             root=data_root(self.data_root), files="your own text files (data.train_files)")
         if hub.column_names is not None and self.text_column not in hub.column_names:
             raise DataError(f"Dataset {self.dataset!r} split {split!r} has no column {self.text_column!r}; "
                             f"its columns are {hub.column_names}. Set text_column.")

@@ -194,22 +194,28 @@ def existing_split_file(name: str, config: str | None, split: str, folder: Path,
 
 
 def load_hub_split(name: str, config: str | None, split: str, streaming: bool = False,
-                   root: Path | None = None) -> datasets.Dataset | datasets.IterableDataset:
+                   root: Path | None = None, files: str = "local files"
+                   ) -> datasets.Dataset | datasets.IterableDataset:
     """One split from the Hugging Face hub (streamed as it is read with `streaming`), with an error that says how
     to run offline when it fails: for a name with a local layout, where under the data root `root` its copy was
-    looked for. Where the hub does not answer within HF_HUB_ETAG_TIMEOUT (as `encoders.hub.local_path` asks it),
-    or HF_HUB_OFFLINE is set, only datasets' own cache is read: without a network datasets retried the hub for half
-    a minute (for ever behind a proxy that never answers) before reading it or failing."""
+    looked for, or that the layout has no copy of this config; and the datamodule's settings for local `files`.
+    Where the hub does not answer within HF_HUB_ETAG_TIMEOUT (as `encoders.hub.local_path` asks it), or
+    HF_HUB_OFFLINE is set, only datasets' own cache is read: without a network datasets retried the hub for half a
+    minute (for ever behind a proxy that never answers) before reading it or failing."""
     offline = constants.HF_HUB_OFFLINE or datasets.config.HF_HUB_OFFLINE
     unreachable = None if offline else unanswered(name, repo_type="dataset")
     try:
         with _datasets_offline(offline or unreachable is not None):
             return datasets.load_dataset(name, config, split=split, **({"streaming": True} if streaming else {}))
     except Exception as error:  # any hub, network or format failure gets the same advice
-        folder = LOCAL_COPIES[name].folder_of(config) if name in LOCAL_COPIES else None
+        copy = LOCAL_COPIES.get(name)
+        folder = copy.folder_of(config) if copy is not None else None
         if root is not None and folder is not None:
             way_on = (f"Its local copy was looked for at {root / folder}, which is not a folder: point "
                       f"${DATA_ROOT_ENV} (or data_root) at the folder that holds {folder}/")
+        elif copy is not None and folder is None and copy.configs is not None:  # WikiText-103 beside WikiText-2
+            way_on = (f"Local copies of {name!r} are read for the configs {sorted(copy.configs)} only, not "
+                      f"{config!r}: use one of those")
         else:
             way_on = (f"Without network access, set ${DATA_ROOT_ENV} (or data_root) to a folder holding a local "
                       f"copy (names with a local layout: {sorted(LOCAL_COPIES)})")
@@ -217,8 +223,8 @@ def load_hub_split(name: str, config: str | None, split: str, streaming: bool = 
         reason = (f": HF_HUB_OFFLINE is set, and {cache}" if offline else
                   f": the Hugging Face Hub cannot be reached ({type(unreachable).__name__}: {unreachable}), and "
                   f"{cache}" if unreachable is not None else f" with datasets.load_dataset: {error}")
-        raise DataError(f"Could not load {name!r} (config {config!r}, split {split!r}){reason}. {way_on}, or pass "
-                        f"local files instead.") from error
+        raise DataError(f"Could not load {name!r} (config {config!r}, split {split!r}){reason}. {way_on}, or give "
+                        f"{files} instead.") from error
 
 
 @contextlib.contextmanager

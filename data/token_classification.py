@@ -248,7 +248,8 @@ class TokenClassificationDataModule(TokenizedDataModule):
     def _hub_table(self, split: str) -> datasets.Dataset:
         if split not in self.hub_tables:
             self.hub_tables[split] = load_hub_split(self.dataset, self.dataset_config, split,  # type: ignore[arg-type]
-                                                    root=data_root(self.data_root))
+                                                    root=data_root(self.data_root),
+                                                    files="local files (data.train_files, data.val_files)")
         return self.hub_tables[split]
 
     def _where(self, split: str) -> str:

@@ -6,7 +6,14 @@ import shutil
 import pytest
 from runs import MINILM
 
-from data import ClassificationDataModule, DataError, GLUEDataModule, TokenClassificationDataModule, check_max_length
+from data import (
+    ClassificationDataModule,
+    DataError,
+    GLUEDataModule,
+    MLMDataModule,
+    TokenClassificationDataModule,
+    check_max_length,
+)
 from data.mlm import iter_documents
 from data.sources import read_conll, read_delimited, read_table, read_text
 from encoders import EncoderConfig
@@ -294,8 +301,36 @@ def test_a_data_root_without_the_datasets_copy_says_where_it_looked(module, name
     monkeypatch.setenv("LITBERT_DATA", str(tmp_path))
     with pytest.raises(DataError, match=rf"Could not load '{hub}' .* Its local copy was looked for at "
                                         rf"{tmp_path / name}, which is not a folder: point \$LITBERT_DATA \(or "
-                                        rf"data_root\) at the folder that holds {name}/, or pass local files"):
+                                        rf"data_root\) at the folder that holds {name}/, or give local files "
+                                        rf"\(data.train_files, data.val_files\) instead."):
         module(MINILM, dataset=name, cache_dir=str(tmp_path)).setup("fit")
+
+
+@pytest.mark.parametrize(("build", "advice"), [
+    # configs/pretrain/bert-base.yaml's corpus, WikiText-103, beside a data root holding WikiText-2
+    (lambda root: MLMDataModule(MINILM, dataset="Salesforce/wikitext", dataset_config="wikitext-103-raw-v1",
+                                cache_dir=str(root / "cache")),
+     "Local copies of 'Salesforce/wikitext' are read for the configs ['wikitext-2-raw-v1', 'wikitext-2-v1'] only, "
+     "not 'wikitext-103-raw-v1': use one of those, or give your own text files (data.train_files) instead."),
+    # configs/glue/mnli.yaml, whose data a GLUE config reads from a folder, never from data.train_files
+    (lambda root: GLUEDataModule("mnli", MINILM, cache_dir=str(root / "cache")),
+     "point $LITBERT_DATA (or data_root) at the folder that holds glue/MNLI/, or give the task's folder in GLUE's "
+     "layout (data.data_dir) instead."),
+], ids=["wikitext-103", "mnli"])
+def test_a_dataset_out_of_reach_names_the_settings_that_reach_it(build, advice, monkeypatch, tmp_path):
+    """Offline, with $LITBERT_DATA set: the error said to set $LITBERT_DATA to a copy (of a config it has no copy of),
+    and to 'pass local files', which a GLUE config does not take."""
+    import datasets
+
+    def offline(name, config, split, **kwargs):
+        raise ConnectionError(f"Couldn't reach '{name}' on the Hub (LocalEntryNotFoundError)")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    (tmp_path / "wikitext-2").mkdir()
+    monkeypatch.setenv("LITBERT_DATA", str(tmp_path))
+    with pytest.raises(DataError) as raised:
+        build(tmp_path).setup("fit")
+    assert str(raised.value).endswith(advice)
 
 
 @pytest.mark.parametrize(("setting", "value"), [("max_documents", 0), ("max_documents", -1),
