@@ -493,8 +493,9 @@ class ClassificationDataModule(TokenizedDataModule):
             return None
         if required:
             where = "data.data_dir" if self.data_dir is not None else f"${DATA_ROOT_ENV} (or data.data_root)"
-            return existing_split_file(spec.hub, config, name, folder,
-                                       f"Add the file, or point {where} at a copy of {spec.name} that holds it.")
+            unlabelled = " (--predict false: no test-set predictions)" if split in spec.submission else ""
+            return existing_split_file(spec.hub, config, name, folder, f"Add the file, or point {where} at a copy "
+                                                                       f"of {spec.name} that holds it{unlabelled}.")
         return split_file(spec.hub, config, name, folder)
 
     def _sibling_file(self, split: str) -> Path:

@@ -73,6 +73,20 @@ def test_a_local_copy_without_the_training_set_names_what_it_has(shared_data, ca
         f"of qnli that holds it.")
 
 
+def test_a_task_folder_without_the_test_set_says_how_to_train_without_predicting(shared_data, cache, tmp_path):
+    """train.py reads the test sets it predicts before training: a task folder without one is named, with the way
+    to train without the submission files."""
+    for name in ("train.tsv", "dev.tsv"):
+        (tmp_path / name).write_bytes((shared_data / "glue" / "RTE" / name).read_bytes())
+    dm = GLUEDataModule("rte", MINILM, data_dir=str(tmp_path), cache_dir=cache)
+    with pytest.raises(FileNotFoundError) as raised:
+        dm.setup("predict")
+    assert str(raised.value) == (
+        f"The local copy of 'nyu-mll/glue' (rte) at {tmp_path} has no 'test' split (expected {tmp_path / 'test.tsv'}); "
+        f"splits present: ['train', 'validation']. Add the file, or point data.data_dir at a copy of rte that holds "
+        f"it (--predict false: no test-set predictions).")
+
+
 def test_a_predict_file_without_the_tasks_columns_names_them(shared_data, cache, tmp_path):
     """MRPC's texts are its files' `#1 String` and `#2 String`, which a GLUE config has no setting to change: a file
     to predict with STS-B's column names is told the columns to give, not to set them in the config."""
