@@ -266,7 +266,7 @@ def test_a_hub_dataset_is_read_from_the_cache_at_once_where_the_hub_cannot_be_re
     with pytest.raises(DataError, match=rf"^Could not load 'someone/absent' \(config None, split 'train'\): the "
                                         rf"Hugging Face Hub cannot be reached \({unreachable}: .*\), and datasets' "
                                         rf"cache \({datasets_cache}\) does not hold it\. Without network access, "
-                                        rf"set \$LITBERT_DATA .*, or pass local files instead\.$"):
+                                        rf"set \$LITBERT_DATA .*, or give local files instead\.$"):
         load_hub_split("someone/absent", None, "train")
     assert time.monotonic() - start < 6
 
