@@ -531,7 +531,7 @@ def read_conll(path: str | os.PathLike[str], word_column: int = 0,
                 current = ConllSentence([], [], [])
             continue
         if width is None:
-            width, first = len(fields), number
+            width, first, first_fields = len(fields), number, fields
             if label_column is None and not -width <= word_column < width:
                 raise DataError(f"{path}, line {number}: the file has {width} column(s) {fields}, so word_column="
                                 f"{word_column} names none of them. Fix the setting or the file.")
@@ -558,6 +558,12 @@ def read_conll(path: str | os.PathLike[str], word_column: int = 0,
         sentences.append(current)
     if not sentences:
         raise DataError(f"{path}: no sentences (only -DOCSTART- or blank lines); it needs at least one token line.")
+    if label_column is None and width > 1 and all(len(sentence.words) == 1 for sentence in sentences):
+        # Text to tag, a sentence a line: read as columns, each line would be one word (its first), the rest unread.
+        raise DataError(f"{path}: every sentence is one line of {width} fields (line {first}: "
+                        f"{' '.join(first_fields)}); a column file holds a word a line, with a blank line between "
+                        f"sentences, and only the word_column={word_column} field of each line would be tagged. Put "
+                        f"each word on its own line, or give JSON lines of words ({{\"tokens\": [...]}}).")
     return sentences
 
 
