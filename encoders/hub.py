@@ -111,12 +111,33 @@ def _snapshot(repo: str, revision: str | None, patterns: tuple[str, ...], cache:
                        f"{way_on}") from None
 
 
+# Whether the hub at each endpoint answered (None) or not (the error), asked once a process: a hub that does not
+# answer costs HF_HUB_ETAG_TIMEOUT a question, and a run asks for several splits, models and tokenizers.
+_verdicts: dict[str, Exception | None] = {}
+
+
 def unanswered(repo: str, revision: str | None = None, repo_type: str | None = None) -> Exception | None:
     """The error where the hub does not answer about `repo` (a model, or a `repo_type` "dataset") within
     HF_HUB_ETAG_TIMEOUT seconds (10), else None: asked before a call that waits longer. snapshot_download and
     `HfApi.whoami` ask with no time limit, and datasets' load_dataset retries for half a minute: a network that drops
     packets, or a proxy that never answers, would hold the run there for minutes or for ever, where transformers
-    gives up after that timeout."""
+    gives up after that timeout. The verdict is the hub's, not the repo's: the first question to an endpoint
+    (HF_ENDPOINT) is its answer for the rest of the process (`forget_verdicts` asks again)."""
+    endpoint = constants.ENDPOINT
+    if endpoint in _verdicts:
+        return _verdicts[endpoint]
+    verdict = _ask(repo, revision, repo_type)
+    if not isinstance(verdict, HFValidationError):  # a malformed id, refused before any question: no verdict
+        _verdicts[endpoint] = verdict
+    return verdict
+
+
+def forget_verdicts() -> None:
+    """Ask each hub again whether it answers (a process whose network changed; tests of several networks)."""
+    _verdicts.clear()
+
+
+def _ask(repo: str, revision: str | None, repo_type: str | None) -> Exception | None:
     try:
         HfApi().repo_info(repo, revision=revision, repo_type=repo_type, timeout=constants.HF_HUB_ETAG_TIMEOUT)
     except HfHubHTTPError:  # it answered: snapshot_download asks again and says what (not found, gated, ...)

@@ -1,4 +1,5 @@
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import datasets
@@ -33,6 +34,17 @@ def _hub_answers(monkeypatch) -> None:
     import data.sources  # here, not at the top: see `minilm_tokenizer`
 
     monkeypatch.setattr(data.sources, "unanswered", lambda *args, **kwargs: None)
+
+
+@pytest.fixture(autouse=True)
+def _hub_asked_afresh() -> Iterator[None]:
+    """Each test asks whether the hub answers anew: `encoders.hub.unanswered` keeps a process's verdict per
+    endpoint, and tests mock a network each (refused, silent, a local server)."""
+    from encoders.hub import forget_verdicts
+
+    forget_verdicts()
+    yield
+    forget_verdicts()
 
 
 @pytest.fixture(scope="session")

@@ -271,6 +271,36 @@ def test_a_hub_dataset_is_read_from_the_cache_at_once_where_the_hub_cannot_be_re
     assert time.monotonic() - start < 6
 
 
+def test_the_hub_is_asked_whether_it_answers_once_a_process_per_endpoint(datasets_cache, hub, monkeypatch):
+    """GLUE reads three splits, and a run loads a model and its tokenizer besides: behind a proxy that never
+    answers, each question cost HF_HUB_ETAG_TIMEOUT (GLUE's splits waited 30 s). The first answer (or its absence)
+    stands for the rest of the process; another endpoint is asked anew."""
+    asked = []
+    question = HfApi.repo_info
+
+    def repo_info(api, repo, **kwargs):
+        asked.append((api.endpoint, repo))
+        return question(api, repo, **kwargs)
+
+    monkeypatch.setattr(HfApi, "repo_info", repo_info)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)  # `hub` set it; the cache it laid out stays
+    silent = f"http://127.0.0.1:{silent_socket().getsockname()[1]}"
+    hub_at(monkeypatch, silent)
+    monkeypatch.setattr(constants, "HF_HUB_ETAG_TIMEOUT", 1)
+    for split in ("train", "train", "train"):
+        assert load_hub_split("someone/reviews", None, split)[:] == REVIEWS
+    with pytest.raises(DataError, match=r"the Hugging Face Hub cannot be reached \(ReadTimeout: "):
+        load_hub_split("someone/absent", None, "validation")
+    assert local_path("org/minilm@v2") == hub / "snapshots" / V2  # read from the cache, the hub not asked again
+    assert asked == [(silent, "someone/reviews")]
+    refused = refused_endpoint()
+    hub_at(monkeypatch, refused)
+    with pytest.raises(DataError, match=r"the Hugging Face Hub cannot be reached \(ConnectError: "):
+        load_hub_split("someone/absent", None, "train")
+    load_hub_split("someone/reviews", None, "train")
+    assert asked == [(silent, "someone/reviews"), (refused, "someone/absent")]
+
+
 def test_hf_hub_offline_reads_datasets_cache_and_asks_the_hub_nothing(datasets_cache, monkeypatch):
     def asked(*args, **kwargs):
         raise AssertionError("the hub was asked under HF_HUB_OFFLINE")
