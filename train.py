@@ -47,7 +47,7 @@ from tasks.run.results import print_summary, write_metrics
 from tasks.run.signals import RunSignals, StoppedAtOnce, StoppedBeforeTraining, end_after_launcher
 
 
-def run(cli: LitbertCLI) -> dict[str, float]:
+def run(cli: LitbertCLI) -> dict[str, float | int]:
     """Fit, evaluate the best checkpoint, export, write metrics.json and predict. Returns the final metrics."""
     with RunSignals() as signals:
         signals.attach(cli.trainer)
@@ -61,7 +61,7 @@ def run(cli: LitbertCLI) -> dict[str, float]:
             raise
 
 
-def _run(cli: LitbertCLI, signals: RunSignals) -> dict[str, float]:
+def _run(cli: LitbertCLI, signals: RunSignals) -> dict[str, float | int]:
     trainer, model, data, config = cli.trainer, cli.model, cli.datamodule, cli.config
     root = Path(trainer.default_root_dir)
     check_teacher(model, data)  # first: a student over the teacher's vocabulary fails where its teacher does
@@ -96,7 +96,7 @@ def _run(cli: LitbertCLI, signals: RunSignals) -> dict[str, float]:
     best_callback = next((c for c in trainer.callbacks if isinstance(c, ModelCheckpoint)), None)
     best = best_callback.best_model_path if best_callback is not None else ""
     ckpt_path = best or None  # validate() with a path loads those weights into `model`, so export sees them
-    metrics: dict[str, float] = {}
+    metrics: dict[str, float | int] = {}
     for results in trainer.validate(model, datamodule=data, ckpt_path=ckpt_path, verbose=False):
         metrics.update(results)
     if tests:
@@ -106,7 +106,8 @@ def _run(cli: LitbertCLI, signals: RunSignals) -> dict[str, float]:
         print("litbert: the data has no labelled test split, so the model was not tested", flush=True)
     if stopped is not None:  # a finished run that stopped on its metric, not a failure
         metrics["early_stopping/stopped_at_step"] = stopped[0]
-    metrics = {key: float(value) for key, value in sorted(metrics.items())}
+    # A step stays an int (metrics.json says 120, not 120.0); the evaluation's tensors become floats.
+    metrics = {key: value if isinstance(value, int) else float(value) for key, value in sorted(metrics.items())}
     if trainer.fast_dev_run:
         # A check of the code path on a batch or a few, not a run: an export, metrics.json or submission from it
         # would look like a trained model's results.

@@ -37,13 +37,15 @@ def stalled_run(root: Path, *overrides: str) -> int:
         "--trainer.logger", "false", "--trainer.enable_progress_bar", "false", "--export", "false", *overrides])
 
 
-def stopped_at(root: Path) -> float | None:
-    return json.loads((root / "metrics.json").read_text()).get("early_stopping/stopped_at_step")
+def stopped_at(root: Path) -> int | None:
+    step = json.loads((root / "metrics.json").read_text()).get("early_stopping/stopped_at_step")
+    assert step is None or type(step) is int, f"a step, written as {step!r}"  # not 10.0
+    return step
 
 
 @pytest.mark.slow  # trains through train.py: .ci/run runs it with -m slow
 def test_a_run_whose_metric_stalls_stops_early_says_why_and_finishes(env, tmp_path, capsys):
-    assert stalled_run(tmp_path, "--early_stopping.patience", "1", "--trainer.max_steps", "30") == 0
+    assert stalled_run(tmp_path, "--early_stopping.patience", "1", "--trainer.max_steps", "30", "--export", "true") == 0
     out = capsys.readouterr().out
     # Step 5's validation is the best; step 10's does not improve on it by 0.01: one validation of patience.
     assert "litbert: stopping early at step 10: val/loss did not improve by more than 0.01 for 1 validation(s) in " \
@@ -51,6 +53,7 @@ def test_a_run_whose_metric_stalls_stops_early_says_why_and_finishes(env, tmp_pa
     assert "litbert: stopped early    at step 10" in out
     assert stopped_at(tmp_path) == 10
     assert "val/loss" in json.loads((tmp_path / "metrics.json").read_text())
+    assert "| early_stopping/stopped_at_step | 10 |" in (tmp_path / "model" / "README.md").read_text()  # the card
 
 
 @pytest.mark.slow  # trains through train.py: .ci/run runs it with -m slow

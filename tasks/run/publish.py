@@ -91,7 +91,8 @@ def push(directory: Path, target: str, private: bool | None) -> str:
     return commit.commit_url
 
 
-def write_card(directory: Path, model: EncoderTask, cli: Any, metrics: dict[str, float], trainer: Any) -> Path:
+def write_card(directory: Path, model: EncoderTask, cli: Any, metrics: dict[str, float | int],
+               trainer: Any) -> Path:
     """README.md in the export folder `directory` (see the module docstring). `model` is the exported task,
     unsharded."""
     config = cli.config
@@ -184,7 +185,9 @@ def _format(directory: Path) -> str:
     return f"transformers (`{architectures[0]}`)"
 
 
-def _value(value: float) -> str:
+def _value(value: float | int) -> str:
+    if isinstance(value, int):  # a step (early_stopping/stopped_at_step), not a score
+        return str(value)
     return f"{value:.4f}" if math.isfinite(value) else f"undefined ({value})"
 
 

@@ -15,14 +15,14 @@ from tasks.run.checkpoints import LastCheckpoint
 from tasks.run.tracking import WandbLogger
 
 
-def write_metrics(path: Path, metrics: dict[str, float]) -> None:
+def write_metrics(path: Path, metrics: dict[str, float | int]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(finite_or_none(metrics), indent=2, allow_nan=False) + "\n")
 
 
-def finite_or_none(metrics: dict[str, float]) -> dict[str, float | None]:
+def finite_or_none(metrics: dict[str, float | int]) -> dict[str, float | int | None]:
     """JSON has no NaN: an undefined metric (a correlation of constant predictions) is written as null."""
-    out: dict[str, float | None] = {}
+    out: dict[str, float | int | None] = {}
     for key, value in metrics.items():
         out[key] = value if math.isfinite(value) else None
         if out[key] is None:
