@@ -172,8 +172,7 @@ def predict(cli: LitbertCLI) -> Path | None:
         print(f"litbert: predicting {data.predict_file} with {model.hparams.pretrained}", flush=True)
     written = predict_file(trainer, model, data, output)
     if written is not None:
-        print(f"litbert: predictions      {written} ({sum(1 for _ in written.open(encoding='utf-8'))} lines)",
-              flush=True)
+        print(f"litbert: predictions      {written} ({data.describe_predictions()})", flush=True)
     return written
 
 

@@ -57,6 +57,7 @@ from data.sources import (
     MissingColumns,
     cached_map,
     check_source,
+    counted,
     data_root,
     describe_files,
     existing_split_file,
@@ -841,6 +842,10 @@ class ClassificationDataModule(TokenizedDataModule):
         if self.multi_label and commas and Path(path).suffix.lower() == ".tsv":
             raise DataError(f"--output {path}: the labels {commas} hold commas, which separate a TSV's labels; write "
                             f"JSON lines (.jsonl) instead.")
+
+    def describe_predictions(self) -> str:
+        """What `write_predictions` writes a prediction of: `7 inputs` (a line each, under a TSV's header)."""
+        return counted(len(self._read("predict").lines), "input")
 
     def write_predictions(self, outputs: Sequence[Any], path: str | os.PathLike[str], threshold: float = 0.5) -> Path:
         """A line per input of `predict_file`, in its order, from the model's `outputs` (its logits, or the scores

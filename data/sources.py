@@ -283,6 +283,11 @@ def describe_files(files: Mapping[str, Any]) -> str:
                      for split, value in files.items())
 
 
+def counted(count: int, noun: str) -> str:
+    """`1 sentence`, `2 sentences`: a count and its noun, for the lines a run prints."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 @contextlib.contextmanager
 def replaced_when_whole(path: str | os.PathLike[str], sole_writer: bool = False) -> Iterator[Path]:
     """A path beside `path` to write its new file (or folder) to, renamed over `path` when the block ends and removed

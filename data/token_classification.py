@@ -48,6 +48,7 @@ from data.sources import (
     DataError,
     cached_map,
     check_source,
+    counted,
     data_root,
     describe_files,
     file_identity,
@@ -471,6 +472,11 @@ class TokenClassificationDataModule(TokenizedDataModule):
         if Path(path).suffix.lower() in (".json", ".jsonl", ".csv"):
             raise DataError(f"--output {path}: tags are written as CoNLL lines (`word<TAB>tag`, a blank line between "
                             f"sentences), not {Path(path).suffix}; name the file .txt, .conll or .tsv.")
+
+    def describe_predictions(self) -> str:
+        """What `write_predictions` tags: `2 sentences, 11 words` (a line a word, a blank line after a sentence)."""
+        sentences = self._sentences("predict")
+        return f"{counted(len(sentences), 'sentence')}, {counted(sum(len(s.words) for s in sentences), 'word')}"
 
     def write_predictions(self, outputs: Sequence[Sequence[float]], path: str | os.PathLike[str]) -> Path:
         """The words of `predict_file` with their tags, as CoNLL lines `word<TAB>tag` and a blank line after each

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from runs import MINILM
+from runs import MINILM, REPO
 
 import train
 from data.sources import DataError, written_whole
@@ -162,6 +162,45 @@ def test_a_signal_while_predicting_exits_with_its_status_and_writes_nothing(clas
         f"litbert: stopped by {signal.Signals(signum).name} before the predictions were written whole; nothing was "
         f"written.")
     assert list(tmp_path.glob("*out.jsonl*")) == []
+
+
+@pytest.fixture(scope="module")
+def tagger(tmp_path_factory, minilm_tokenizer) -> dict[str, str]:
+    """The export of a tiny random token classifier (IOB2 person tags, MiniLM's tokenizer) and the config of the
+    NER run, configs/ner/conll2003.yaml, on an own CoNLL file."""
+    from tasks.classification import TokenClassification
+
+    root = tmp_path_factory.mktemp("tagger")
+    labels = ["O", "B-PER", "I-PER"]
+    torch.manual_seed(0)
+    task = TokenClassification(label_names=labels, vocab_size=len(minilm_tokenizer),
+                               encoder=EncoderSpec(preset="bert-tiny", hidden_dropout=0.0, attention_dropout=0.0))
+    model = task.export(root / "model", minilm_tokenizer)
+    (root / "train.txt").write_text("Peter\tB-PER\nsaid\tO\n\nyes\tO\n")
+    config = yaml.safe_load((REPO / "configs/ner/conll2003.yaml").read_text())
+    config["data"]["init_args"] = {"train_files": str(root / "train.txt"), "label_names": labels}
+    (root / "config.yaml").write_text(yaml.safe_dump(config))
+    return {"model": str(model), "config": str(root / "config.yaml")}
+
+
+@pytest.mark.parametrize(("sentences", "said"), [([["Peter", "Blackburn"], ["BRUSSELS"], ["EU", "rejects", "it"]],
+                                                  "3 sentences, 6 words"),
+                                                 ([["BRUSSELS"]], "1 sentence, 1 word")])
+def test_the_summary_counts_the_sentences_and_words_tagged(tagger, tmp_path, capsys, sentences, said):
+    """Not the lines of the output (a line a word and a blank one a sentence: 9 for the first file)."""
+    inputs = conll_words(tmp_path / "words.txt", sentences)
+    predict(tagger["config"], tagger["model"], inputs, tmp_path / "tags.txt")
+    assert f"litbert: predictions      {tmp_path / 'tags.txt'} ({said})\n" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("texts", "output", "said"), [(SENTENCES, "out.tsv", "7 inputs"),
+                                                        (SENTENCES[:1], "out.tsv", "1 input"),
+                                                        (SENTENCES[:2], "out.jsonl", "2 inputs")])
+def test_the_summary_counts_the_inputs_predicted(classifier, tmp_path, capsys, texts, output, said):
+    """Not the lines of the output, which a TSV's header adds one to (8 lines, `2 lines` for one input)."""
+    inputs = write_csv(tmp_path / "new.csv", ["text"], [[text] for text in texts])
+    predict(classifier["config"], classifier["model"], inputs, tmp_path / output)
+    assert f"litbert: predictions      {tmp_path / output} ({said})\n" in capsys.readouterr().out
 
 
 def test_a_predictions_file_is_written_whole_or_not_at_all(tmp_path):
