@@ -225,7 +225,8 @@ def test_a_real_grid_of_two_learning_rates_by_two_seeds_on_wnli(shared_data, tmp
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 1, bad.stderr[-2000:]
     assert ("sweep: train.py refuses the grid's options ['--trainer.acumulate_grad_batches', '1']:\nlitbert: error "
-            "in the configuration:\nunrecognized arguments: --trainer.acumulate_grad_batches 1\n") in bad.stderr
+            "in the configuration:\nunrecognized arguments: --trainer.acumulate_grad_batches 1; did you mean "
+            "--trainer.accumulate_grad_batches?\n") in bad.stderr
     assert not list(tmp_path.glob("sweep/wnli/*"))
 
     command = [*base, "--grid", "learning_rate=2e-5,1e-4", "--seeds", "0", "1", *train_args]

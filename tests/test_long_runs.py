@@ -535,7 +535,8 @@ def test_a_truncated_checkpoint_ends_in_litberts_message(env, tmp_path):
 @pytest.mark.parametrize(("argument", "expected"), [
     (["--data.batch_size", "x"], "data.batch_size: Expected a int. Got value: x."),
     (["--model.encoder.hidden_dropout", "abc"], "model.encoder.hidden_dropout=abc: Expected a float."),
-    (["--data.batch_sizee", "3"], "data: Option 'batch_sizee' is not accepted."),
+    (["--data.batch_sizee", "3"], "data.batch_sizee: data.GLUEDataModule has no setting 'batch_sizee'. Did you mean "
+                                  "data.batch_size (Training batch size)"),
     (["--model.encoder.hidden_size", "768"], "model.encoder: hidden_size=768 (checkpoint: 384) would change"),
 ])
 def test_a_bad_setting_ends_in_one_readable_line(argument, expected, env, tmp_path):

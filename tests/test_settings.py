@@ -459,6 +459,35 @@ def test_checkpointing_off_writes_nothing_and_refuses_a_model_checkpoint(glue):
              "--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint")
 
 
+@pytest.mark.parametrize(("argument", "said"), [
+    # A source of another datamodule: the settings GLUE's reads local data by, with their help.
+    ("--data.train_files", "data.train_files: data.GLUEDataModule has no setting 'train_files': it reads local data "
+                           "by data.data_dir (A task folder in the official layout, instead of the data root) or "
+                           "data.data_root (Folder holding `glue/<TASK>/` (defaults to $LITBERT_DATA); without one, "
+                           "the hub is used). `python train.py --data.help data.GLUEDataModule` lists its settings."),
+    ("--data.bacth_size", "data.bacth_size: data.GLUEDataModule has no setting 'bacth_size'. Did you mean "
+                          "data.batch_size (Training batch size) or data.eval_batch_size (Evaluation and prediction "
+                          "batch size (defaults to `batch_size`))? `python train.py --data.help data.GLUEDataModule` "
+                          "lists its settings."),
+    ("--model.optimization.learning_rat", "model.optimization.learning_rat: tasks.base.Optimization has no setting "
+                                          "'learning_rat'. Did you mean model.optimization.learning_rate? `python "
+                                          "train.py --model.help tasks.classification.SequenceClassification` lists "
+                                          "its settings."),
+    ("--data.zzz", "data.zzz: data.GLUEDataModule has no setting 'zzz'; its settings are batch_size, cache_dir, "
+                   "data_dir, data_root, eval_batch_size, group_by_length, max_length, num_workers, pad_last_batch, "
+                   "pad_to_multiple_of, predict_file, seed, task, tokenizer, truncation. `python train.py --data.help "
+                   "data.GLUEDataModule` lists its settings."),
+    # No class of its own to name: argparse's refusal, with the closest option of the group.
+    ("--trainer.acumulate_grad_batches", "unrecognized arguments: --trainer.acumulate_grad_batches 1; did you mean "
+                                         "--trainer.accumulate_grad_batches?"),
+])
+def test_an_unknown_setting_is_named_with_the_closest_ones(argument, said, shared_data, monkeypatch, capsys):
+    """jsonargparse says "Option 'train_files' is not accepted" and points at `--help`, hundreds of lines."""
+    monkeypatch.setenv("LITBERT_DATA", str(shared_data))
+    assert train.cli_main(["--config", "configs/glue/rte.yaml", "--model.pretrained", MINILM, argument, "1"]) == 2
+    assert capsys.readouterr().err.splitlines()[-2:] == ["litbert: error in the configuration:", said]
+
+
 @pytest.mark.parametrize("unit", ["epochs", "steps"])
 def test_a_minimum_above_the_maximum_is_refused(unit, glue):
     """Lightning stops at max_epochs (max_steps) and leaves a larger min_epochs (min_steps) unmet, without a word."""

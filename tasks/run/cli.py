@@ -22,6 +22,7 @@ import json
 import re
 import sys
 import warnings
+from argparse import ArgumentError
 from collections.abc import Sequence
 from importlib.util import find_spec
 from pathlib import Path
@@ -44,6 +45,7 @@ from tasks.run.checkpoint_io import SafeCheckpointIO, load_checkpoint_file
 from tasks.run.checkpoints import BestCheckpoint, LastCheckpoint, ValidateFinalStep, data_seed, resume_path
 from tasks.run.configs import expand
 from tasks.run.early_stopping import EarlyStopping
+from tasks.run.errors import unrecognized_hint
 from tasks.run.export import ExportFormat
 from tasks.run.folders import check_run_folder, export_path, run_root
 from tasks.run.fsdp import check_strategy, register
@@ -94,7 +96,13 @@ class LitbertCLI(LightningCLI):
         # Parsed, then validated once the loggers without a folder have the run's (`default_logger_folders`), so
         # that `--trainer.logger CSVLogger` needs no `save_dir`. `_skip_validation` is jsonargparse's own switch
         # for this (a private keyword); the errors are raised as its `parse_args` raises them.
-        self.config = parser.parse_args(args, _skip_validation=True)
+        try:
+            self.config = parser.parse_args(args, _skip_validation=True)
+        except ArgumentError as error:  # an option of no group's class (`--trainer.acumulate_grad_batches`)
+            hint = unrecognized_hint(str(error), list(parser._option_string_actions))
+            if not hint:
+                raise
+            raise ArgumentError(None, f"{error}{hint}") from None
         default_logger_folders(self.config.trainer.logger, run_root(self.config))
         try:
             parser.validate(self.config)

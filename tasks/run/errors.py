@@ -14,7 +14,9 @@ Any other error is a bug, and propagates with its traceback.
 from __future__ import annotations
 
 import argparse
+import difflib
 import errno
+import importlib
 import os
 import re
 import shlex
@@ -23,6 +25,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 
+from jsonargparse import ArgumentParser
 from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
 
 from data.sources import DataError
@@ -39,6 +42,10 @@ USER_ERRORS = (DataError, CheckpointError, RunFolderError, ValueError, FileNotFo
 
 # Storage the run cannot write to, a user's to fix as much as a missing file (PermissionError covers EACCES, EPERM).
 STORAGE_ERRNOS = (errno.EROFS, errno.ENOSPC, errno.EDQUOT)
+
+# The settings that point a datamodule at local data (files, a task folder, a data root), named where a setting of
+# another datamodule's source (`--data.train_files` to GLUE's) is refused.
+LOCAL_DATA = ("train_files", "data_dir", "data_root")
 
 _PARSE_NOISE = ("Does not validate against any of the Union subtypes", "Subtypes:", "Errors:", "Given value type:",
                 "- Expected a <class 'NoneType'>", "- Problem with given class_path")
@@ -156,9 +163,67 @@ def condense_parse_error(message: str) -> str:
     if not path:
         return str(message).strip()
     setting = ".".join(path)
+    unknown = re.findall(r"Option '(\w+)' is not accepted", message)
+    classes = re.findall(r"Problem with given class_path '([\w.]+)'", message)
+    if unknown and classes:
+        return unknown_setting(setting, unknown[-1], classes[-1], help_of=(path[0], classes[0]))
     value = f"={given}" if given is not None and not given.startswith("NestedArg") else ""
     return (f"{setting}{value}: {'; '.join(problems) or 'not a valid value'}. `python train.py --config <config> "
             f"--print_config` shows every setting and its current value; `--help` lists them.")
+
+
+def unknown_setting(setting: str, key: str, class_path: str, help_of: tuple[str, str]) -> str:
+    """`setting.key` that the class at `class_path` does not take: the settings it takes that come closest (by
+    spelling; for a source of data, such as `train_files` to GLUE, the settings it reads its data by), each with
+    the first sentence of its help, and the help that lists them all (`--data.help data.GLUEDataModule`)."""
+    from tasks.run.cli import SOURCE_SETTINGS  # here: the command line imports what every run needs
+
+    settings = settings_of(class_path)
+    sources = {name for names in SOURCE_SETTINGS.values() for name in names}
+    located = [name for name in LOCAL_DATA if name in settings] if key in sources else []
+    closest = located or difflib.get_close_matches(key, list(settings), n=3)
+    section, outer = help_of
+    refused = f"{setting}.{key}: {class_path} has no setting {key!r}"
+    way_on = f"`python train.py --{section}.help {outer}` lists its settings."
+    if not closest:
+        return f"{refused}; its settings are {', '.join(sorted(settings)) or 'unknown'}. {way_on}"
+    said = [f"{setting}.{name}" + (f" ({settings[name]})" if settings[name] else "") for name in closest]
+    said = f"{', '.join(said[:-1]) + ' or ' if len(said) > 1 else ''}{said[-1]}"
+    return f"{refused}: it reads local data by {said}. {way_on}" if located else \
+        f"{refused}. Did you mean {said}? {way_on}"
+
+
+def settings_of(class_path: str) -> dict[str, str]:
+    """The constructor arguments of the class at `class_path`, as the command line takes them, each with the first
+    sentence of its help (empty where it has none); none where the class cannot be imported."""
+    module, _, name = class_path.rpartition(".")
+    parser = ArgumentParser(exit_on_error=False)
+    try:
+        parser.add_class_arguments(getattr(importlib.import_module(module), name), "x", fail_untyped=False,
+                                   sub_configs=True)
+    except (ImportError, AttributeError, ValueError):
+        return {}
+    settings: dict[str, str] = {}
+    for action in parser._actions:  # argparse keeps no public list of a parser's arguments
+        if action.dest.startswith("x.") and action.dest.count(".") == 1:
+            help_text = " ".join(str(action.help or "").split())
+            settings[action.dest[2:]] = re.split(r"(?<=\.) ", help_text, maxsplit=1)[0].removesuffix(".")
+    return settings
+
+
+def unrecognized_hint(message: str, options: Sequence[str]) -> str:
+    """argparse's `unrecognized arguments: --trainer.acumulate_grad_batches 1`, with the options of `options`
+    closest to each unknown one (`; did you mean --trainer.accumulate_grad_batches?`)."""
+    if not message.startswith("unrecognized arguments:"):
+        return ""
+    unknown = [arg.split("=", 1)[0] for arg in message.split(":", 1)[1].split() if arg.startswith("--")]
+    closest = []
+    for arg in unknown:
+        group = arg.rpartition(".")[0] + "."  # `--trainer.`: the options of the same group come first
+        near = [option for option in options if option.startswith(group) and not option.endswith(".help")]
+        closest += [option for option in difflib.get_close_matches(arg, near or list(options), n=1)
+                    if option not in closest]
+    return f"; did you mean {' or '.join(closest)}?" if closest else ""
 
 
 def _after_training_resume(error: BaseException, to: str) -> str:
