@@ -8,7 +8,8 @@ Once cached, the same id loads without a network under `HF_HUB_OFFLINE=1`.
 
 Deliberate deviations from a plain `snapshot_download`: only the files litbert reads are fetched (JSON configs,
 vocabularies, safetensors weights, and `pytorch_model*.bin` only where a model has no safetensors), not a repo's
-TensorFlow, Flax or ONNX copies; and each id is resolved once a process.
+TensorFlow, Flax or ONNX copies; each id is resolved once a process; and whether the hub answers at all is asked
+once a process, within HF_HUB_ETAG_TIMEOUT (`unanswered`), the datasets of `data.sources` included.
 """
 
 from __future__ import annotations
