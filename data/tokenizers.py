@@ -180,10 +180,23 @@ def train_tokenizer(
                                    model_input_names=list(recipe.model_input_names), **recipe.special_tokens)
 
 
+# transformers 5 saves a tokenizer that is its tokenizer.json alone (litbert's trained ones) under the class name
+# TokenizersBackend, which transformers 4 (pyproject allows >= 4.48) does not have: its AutoTokenizer refuses the
+# folder. PreTrainedTokenizerFast names the same class in both.
+PORTABLE_CLASS_NAMES = {"TokenizersBackend": "PreTrainedTokenizerFast"}
+
+
 def save_tokenizer(tokenizer: PreTrainedTokenizerFast, folder: str | os.PathLike[str]) -> Path:
-    """Save as a transformers tokenizer folder (`tokenizer.json`, `tokenizer_config.json`)."""
+    """Save as a transformers tokenizer folder (`tokenizer.json`, `tokenizer_config.json`) that transformers 4 and 5
+    both load (`PORTABLE_CLASS_NAMES`)."""
     folder = Path(folder)
     tokenizer.save_pretrained(str(folder))
+    config_path = folder / "tokenizer_config.json"
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    if config.get("tokenizer_class") in PORTABLE_CLASS_NAMES:
+        config["tokenizer_class"] = PORTABLE_CLASS_NAMES[config["tokenizer_class"]]
+        text = json.dumps(config, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+        config_path.write_text(text, encoding="utf-8")
     return folder
 
 

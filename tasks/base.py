@@ -23,6 +23,7 @@ from lightning.pytorch.strategies import FSDPStrategy
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 
+from data.tokenizers import save_tokenizer
 from encoders import Encoder, EncoderConfig, Kernels
 from encoders.checkpoints import Checkpoint, load_checkpoint, select_layers
 from encoders.choices import check_choice
@@ -783,6 +784,6 @@ class EncoderTask(L.LightningModule):
         path = self.encoder.save_pretrained(directory, head=self.head, format=format, label_names=self.export_labels(),
                                             problem_type=self.problem_type)
         if tokenizer is not None:
-            tokenizer.save_pretrained(str(path))
+            save_tokenizer(tokenizer, path)
         return path
 

@@ -69,6 +69,33 @@ def test_save_and_load_give_the_same_ids(kind, wordpiece, bpe, tmp_path):
         assert (loaded.pad_token_id, loaded.mask_token_id) == (tokenizer.pad_token_id, tokenizer.mask_token_id)
 
 
+def test_saved_and_exported_tokenizers_name_a_class_transformers_4_has(wordpiece, bpe, minilm_tokenizer, tmp_path):
+    """transformers 5 saves a tokenizer that is its tokenizer.json alone (litbert's trained ones) as
+    `TokenizersBackend`, a class transformers 4 (which litbert supports, >= 4.48) does not have: its AutoTokenizer
+    refuses such a folder ("Tokenizer class TokenizersBackend does not exist"). Saved, and exported beside a model
+    after loading back, they name `PreTrainedTokenizerFast`, which both versions load, to the same ids; a tokenizer
+    of a class of its own (MiniLM's BertTokenizer) keeps its name."""
+    from tiny import TINY
+    from transformers import AutoTokenizer
+
+    from tasks.classification import SequenceClassification
+
+    pair = ("Homarus gammarus , a lobster", "second")
+    for name, tokenizer in (("wordpiece", wordpiece), ("bpe", bpe)):
+        folder = save_tokenizer(tokenizer, tmp_path / name)
+        task = SequenceClassification(num_labels=2, encoder=TINY, vocab_size=len(tokenizer),
+                                      pad_token_id=tokenizer.pad_token_id)
+        export = task.export(tmp_path / f"{name}-model", load_tokenizer(folder))
+        for saved in (folder, export):
+            assert json.loads((saved / "tokenizer_config.json").read_text())["tokenizer_class"] == \
+                "PreTrainedTokenizerFast"
+            loaded = AutoTokenizer.from_pretrained(saved)
+            assert loaded(*pair) == tokenizer(*pair)
+            assert loaded.special_tokens_map == tokenizer.special_tokens_map
+    folder = save_tokenizer(minilm_tokenizer, tmp_path / "minilm")
+    assert json.loads((folder / "tokenizer_config.json").read_text())["tokenizer_class"] == "BertTokenizer"
+
+
 def test_a_bare_tokenizer_json_keeps_the_recipes_token_types(wordpiece, bpe, tmp_path):
     """Loaded from its tokenizer.json alone, a WordPiece tokenizer still gives BERT's segment B token type 1 (the
     folder's model_input_names), and byte-level BPE none, as from their folders."""
