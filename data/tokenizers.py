@@ -186,16 +186,23 @@ def train_tokenizer(
 PORTABLE_CLASS_NAMES = {"TokenizersBackend": "PreTrainedTokenizerFast"}
 
 
-def save_tokenizer(tokenizer: PreTrainedTokenizerFast, folder: str | os.PathLike[str]) -> Path:
+def save_tokenizer(tokenizer: PreTrainedTokenizerFast, folder: str | os.PathLike[str],
+                   max_length: int | None = None) -> Path:
     """Save as a transformers tokenizer folder (`tokenizer.json`, `tokenizer_config.json`) that transformers 4 and 5
-    both load (`PORTABLE_CLASS_NAMES`)."""
+    both load (`PORTABLE_CLASS_NAMES`). `max_length`: the longest input of the model saved beside it, where its
+    positions limit it; a longer `model_max_length` is saved as this one, since transformers' pipelines and
+    `truncation=True` cut inputs to model_max_length, and a longer input would index past the position table."""
     folder = Path(folder)
     tokenizer.save_pretrained(str(folder))
     config_path = folder / "tokenizer_config.json"
     config = json.loads(config_path.read_text(encoding="utf-8"))
+    changes = {}
     if config.get("tokenizer_class") in PORTABLE_CLASS_NAMES:
-        config["tokenizer_class"] = PORTABLE_CLASS_NAMES[config["tokenizer_class"]]
-        text = json.dumps(config, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+        changes["tokenizer_class"] = PORTABLE_CLASS_NAMES[config["tokenizer_class"]]
+    if max_length is not None and tokenizer.model_max_length > max_length:
+        changes["model_max_length"] = max_length
+    if changes:
+        text = json.dumps(config | changes, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
         config_path.write_text(text, encoding="utf-8")
     return folder
 

@@ -784,6 +784,10 @@ class EncoderTask(L.LightningModule):
         path = self.encoder.save_pretrained(directory, head=self.head, format=format, label_names=self.export_labels(),
                                             problem_type=self.problem_type)
         if tokenizer is not None:
-            save_tokenizer(tokenizer, path)
+            config = self.encoder.config
+            limit = config.max_sequence_length
+            if limit is None and config.position == "sinusoidal" and (path / "config.json").exists():
+                limit = config.max_position_embeddings  # transformers' DistilBERT stores a table of these rows
+            save_tokenizer(tokenizer, path, max_length=limit)
         return path
 

@@ -654,6 +654,46 @@ def test_a_modernbert_export_loads_with_transformers_and_sentence_transformers(t
     torch.testing.assert_close(embedder.encode(sentences, convert_to_tensor=True), expected, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize(("encoder", "format", "limit"), [
+    (dict(preset="bert-tiny", max_position_embeddings=64), "transformers", 64),
+    (dict(preset="roberta-base", max_position_embeddings=66, pad_token_id=1), "transformers", 64),  # rows 2..65
+    (dict(preset="distilbert-base", position="sinusoidal", max_position_embeddings=48), "transformers", 48),
+    (dict(preset="bert-tiny", position="rope", max_position_embeddings=64), "litbert", 512),  # any length
+])
+def test_an_exports_tokenizer_truncates_to_the_positions_of_the_model(tmp_path, minilm_tokenizer, encoder, format,
+                                                                      limit):
+    """transformers' token-classification pipeline (and `truncation=True`) cuts inputs to the tokenizer's
+    model_max_length. An export whose positions end before MiniLM's 512 saves the tokenizer with the model's limit
+    (DistilBERT's sinusoidal table as transformers stores it), so that its pipeline tags a long text, cut to that
+    length, as litbert tags it, instead of indexing past the position table; a RoPE encoder takes any length, and its
+    tokenizer keeps 512."""
+    from tasks.base import EncoderSpec
+    from tasks.classification import TokenClassification
+
+    labels = ["O", "B-X", "I-X"]
+    spec = EncoderSpec(num_layers=2, hidden_size=32, num_heads=4, intermediate_size=48, hidden_dropout=0.0,
+                       attention_dropout=0.0, **encoder)
+    task = TokenClassification(label_names=labels, encoder=spec, vocab_size=len(minilm_tokenizer)).eval()
+    export = task.export(tmp_path, minilm_tokenizer)
+    assert (export / ("litbert.json" if format == "litbert" else "config.json")).exists()
+    assert transformers.AutoTokenizer.from_pretrained(export).model_max_length == limit
+    assert minilm_tokenizer.model_max_length == 512  # the run's tokenizer is left as it was
+    if format == "transformers":
+        text = " ".join(["a quiet film that grows on you"] * 20)  # 141 tokens
+        tag = transformers.pipeline("token-classification", model=str(export))
+        found = tag(text)  # cut to model_max_length by the pipeline itself
+        batch = dict(minilm_tokenizer(text, truncation=True, max_length=limit, return_tensors="pt"))
+        if not task.encoder.config.type_vocab_size:
+            batch.pop("token_type_ids")
+        with torch.no_grad():
+            expected = task(batch)[0].softmax(-1)[1:-1]  # without [CLS] and [SEP]
+        tags = expected.argmax(-1)
+        kept = [(i, labels[t]) for i, t in enumerate(tags.tolist()) if labels[t] != "O"]
+        assert [(item["index"] - 1, item["entity"]) for item in found] == kept
+        assert [item["score"] for item in found] == pytest.approx([expected[i, tags[i]].item() for i, _ in kept],
+                                                                  abs=1e-5)
+
+
 def test_a_modernbert_student_keeps_layer_zero_first_and_each_layers_attention(tmp_path):
     """Layer 0 alone has no attention norm: a student may start from it or from another layer (which brings its
     norm), but may not move it later. Each kept layer attends as it did, globally or within its window; a choice of
