@@ -558,10 +558,19 @@ def _from_transformers(directory: Path) -> Checkpoint:
             for name in _weight_names(list(top), theirs)}
     decoder_name = DECODER_WEIGHTS.get(hf_config["model_type"], "")
     untied = decoder_name in top and not torch.equal(top[decoder_name], encoder["embeddings.word.weight"])
+    # A token classifier and a sequence classifier share the name `classifier`; which one a checkpoint holds is
+    # stated by its `architectures` entry. Of a head the checkpoint is not, only its pooler or transform is kept (a
+    # BERT pooler, or the MLM transform that starts ModernBERT's classifiers).
+    architecture = " ".join(hf_config.get("architectures") or [])
+    classifiers = {name for kind in ("token_classification", "sequence_classification")
+                   for name in _weight_names(list(top), layout.heads.get(kind, {}).get("classifier", ""))}
+    if classifiers and not any(HEAD_ARCHITECTURES[kind] in architecture
+                               for kind in ("token_classification", "sequence_classification")):
+        used -= classifiers  # another task's (ModernBERT's question answering names its own `classifier`)
     ignored = [name for name in top if name not in used and name != decoder_name and not name.endswith("position_ids")
                and not name.startswith(IGNORED_TASK_WEIGHTS) and name not in DECODER_BIASES]
     if ignored:  # a task head litbert has no use for (question answering, NSP of another name, ...), as transformers
-        log.warning("%s: weights of no litbert head, not used: %s", directory, ignored[:8])
+        log.warning("%s: weights of no litbert head, not used: %s", directory, sorted(ignored)[:8])
     mlm = heads.get("mlm", {})
     if mlm and "bias" not in mlm and "cls.predictions.decoder.bias" in top:  # older BERT checkpoints
         mlm["bias"] = top["cls.predictions.decoder.bias"]
@@ -569,10 +578,6 @@ def _from_transformers(directory: Path) -> Checkpoint:
         heads.pop("mlm", None)  # no MLM head; or (ModernBERT) a classifier's transform under the same names
     elif "dense.bias" not in mlm:  # a transform without a bias (ModernBERT's classifier_bias false)
         mlm["dense.bias"] = torch.zeros_like(mlm["dense.weight"][:, 0])
-    # A token classifier and a sequence classifier share the name `classifier`; which one a checkpoint holds is
-    # stated by its `architectures` entry. Of a head the checkpoint is not, only its pooler or transform is kept (a
-    # BERT pooler, or the MLM transform that starts ModernBERT's classifiers).
-    architecture = " ".join(hf_config.get("architectures") or [])
     for kind in ("token_classification", "sequence_classification"):
         if HEAD_ARCHITECTURES[kind] not in architecture and kind in heads:
             heads[kind] = {k: v for k, v in heads[kind].items() if not k.startswith("classifier.")}

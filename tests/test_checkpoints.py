@@ -1095,6 +1095,16 @@ def test_checkpoints_that_do_not_fit_their_heads_or_config_are_refused_by_name(t
     with caplog.at_level("WARNING"):
         Encoder.from_pretrained(tmp_path / "qa")
     assert "weights of no litbert head, not used: ['qa_outputs.bias', 'qa_outputs.weight']" in caplog.text
+    # ModernBERT's question answering and RoBERTa's multiple choice name their layer `classifier`, as the classifiers
+    # litbert loads do: their architecture says it is another task's, and it is named too.
+    caplog.clear()
+    for model in (transformers.ModernBertForQuestionAnswering(modernbert_config()),
+                  transformers.RobertaForMultipleChoice(hf_config("roberta"))):
+        random_weights(model).save_pretrained(tmp_path / "other_task")
+        with caplog.at_level("WARNING"):
+            Encoder.from_pretrained(tmp_path / "other_task")
+        assert "not used: ['classifier.bias', 'classifier.weight'" in caplog.text
+        caplog.clear()
 
     wide = tmp_path / "wide"
     tied.save_pretrained(wide)
