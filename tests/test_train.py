@@ -323,6 +323,30 @@ def test_a_missing_config_file_is_named_with_what_to_do(env, tmp_path, capsys):
                                            f"the path of a config file, such as configs/quickstart.yaml")
 
 
+@pytest.mark.parametrize(("content", "message"), [
+    ("trainer:\n  max_steps: 2\n  max_epochs: [1\nmodel: {}\n",
+     r"bad.yaml, line 4, column 6: not valid YAML: expected ',' or '\]', but got ':', while parsing a flow sequence "
+     r"that starts on line 3, column 15. Fix the file.$"),
+    ("trainer:\n\tmax_steps: 2\n", r"bad.yaml, line 2, column 1: not valid YAML: found character '\\t' that cannot "
+                                   r"start any token. Fix the file \(YAML indents with spaces, never tabs\).$"),
+    ("data:\n  init_args:\n    batch_size: 8\n  init_args:\n    max_length: 32\n",
+     r"bad.yaml, line 4: the key 'init_args' appears a second time in its mapping \(first on line 2\); YAML would "
+     r"keep the second alone, dropping every setting under the first."),
+    ("", r"bad.yaml holds nothing; a config file maps sections"),
+    ("- trainer\n", r"bad.yaml holds a list, not a mapping; a config file maps sections"),
+], ids=["syntax", "tab", "repeated-key", "empty", "list"])
+def test_a_config_file_that_is_no_mapping_of_settings_is_named_by_file_and_line(content, message, tmp_path, capsys):
+    """A YAML syntax error ended the run with PyYAML's traceback and exit status 1 (a failed run's), a key given
+    twice kept the second alone (the first `init_args`' batch size silently dropped), and an empty file or a list
+    was 'Unexpected config' without the file's name."""
+    path = tmp_path / "bad.yaml"
+    path.write_text(content)
+    with pytest.raises(ValueError, match=message):
+        with_bases(["--config", str(path)])
+    status = train.cli_main(["--config", str(path)])
+    assert status == 2 and capsys.readouterr().err.strip().splitlines()[-1].startswith(f"{path}")
+
+
 def test_the_progress_bar_counts_steps_where_the_epochs_are_unbounded(env, minilm, tmp_path):
     """The README job (max_epochs -1, bounded by max_steps and max_time) read 'Epoch 0/-2' in Lightning's bar; its
     bar reads the step of max_steps, and a run bounded by epochs keeps Lightning's 'Epoch 0/2'."""

@@ -42,12 +42,60 @@ def _config_file(value: str) -> Path | None:
     return None
 
 
+class _RepeatedKey(yaml.YAMLError):
+    def __init__(self, key: object, line: int, first: int) -> None:
+        super().__init__(f"line {line}: the key {key!r} appears a second time in its mapping (first on line {first}); "
+                         f"YAML would keep the second alone, dropping every setting under the first. Keep one "
+                         f"{key!r}, with the settings of both")
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping: PyYAML keeps the last silently, so a second
+    `init_args:` under `data:` dropped every setting of the first."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        first: dict = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            line = key_node.start_mark.line + 1
+            if key in first:
+                raise _RepeatedKey(key, line, first[key])
+            first[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+def read_config(path: Path) -> dict:
+    """The settings of the config file `path`; an error naming the file, line and column where it is no valid YAML
+    or holds a key twice, and the file where it holds no mapping of settings (an empty file, a list)."""
+    try:
+        with path.open(encoding="utf-8") as handle:
+            content = yaml.load(handle, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+    except _RepeatedKey as error:
+        raise ValueError(f"{path}, {error}.") from None
+    except yaml.MarkedYAMLError as error:  # jsonargparse would print PyYAML's traceback
+        mark = error.problem_mark or error.context_mark
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem, opened = error.problem or str(error), error.context_mark
+        if error.context and opened is not None and opened is not mark:
+            problem += f", {error.context} that starts on line {opened.line + 1}, column {opened.column + 1}"
+        tabs = " (YAML indents with spaces, never tabs)" if "'\\t'" in problem else ""
+        raise ValueError(f"{path}{where}: not valid YAML: {problem}. Fix the file{tabs}.") from None
+    except yaml.YAMLError as error:
+        raise ValueError(f"{path}: not valid YAML: {error}. Fix the file.") from None
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start}); save it as UTF-8.") \
+            from None
+    if not isinstance(content, dict):
+        held = "nothing" if content is None else f"a {type(content).__name__}, not a mapping"
+        raise ValueError(f"{path} holds {held}; a config file maps sections (trainer:, model:, data:) to their "
+                         f"settings, as the files under configs/ do.")
+    return content
+
+
 def _bases(path: Path, chain: list[Path]) -> list[str]:
     """The files `path` extends, in the order they apply: each `base` (one path or a list, relative to `path`)
     preceded by its own bases."""
-    with path.open() as handle:
-        content = yaml.safe_load(handle)
-    names = content.get("base") if isinstance(content, dict) else None
+    names = read_config(path).get("base")
     out: list[str] = []
     for name in [] if names is None else names if isinstance(names, list) else [names]:
         base = (path.parent / str(name)).resolve()
