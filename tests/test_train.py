@@ -778,9 +778,17 @@ def test_a_pretrained_folder_that_holds_no_model_is_named_by_its_setting(env, tm
 @pytest.mark.parametrize("setting, value, message", [
     ("gradient_clip_val", "-1", r"trainer.gradient_clip_val=-1 must be >= 0"),
     ("accumulate_grad_batches", "0", r"trainer.accumulate_grad_batches=0 must be >= 1"),
+    ("val_check_interval", "0", r"trainer.val_check_interval=0 must be > 0"),
+    ("val_check_interval", "0.0", r"trainer.val_check_interval=0.0 must be > 0"),
+    ("check_val_every_n_epoch", "0", r"trainer.check_val_every_n_epoch=0 must be >= 1 \(1: every epoch\), or null"),
+    ("check_val_every_n_epoch", "-1", r"trainer.check_val_every_n_epoch=-1 must be >= 1"),
+    ("log_every_n_steps", "-1", r"trainer.log_every_n_steps=-1 must be >= 0"),
 ])
 def test_trainer_settings_lightning_takes_as_given_are_checked(env, minilm, tmp_path, setting, value, message):
-    """A negative clip bound reversed or ignored the gradients' clipping; no accumulation divided by zero."""
+    """A negative clip bound reversed or ignored the gradients' clipping; no accumulation, a validation interval of 0
+    and validation every 0 epochs divided by zero (in Lightning's loop, once the data was read); a validation
+    interval of 0.0 validated every batch, a negative epoch interval every epoch, a negative logging interval logged
+    every step."""
     with pytest.raises(ValueError, match=message):
         make_cli(["--config", "configs/glue/rte.yaml", "--model.pretrained", minilm, "--trainer.logger", "false",
                   "--trainer.default_root_dir", str(tmp_path / "run"), f"--trainer.{setting}={value}"])

@@ -286,6 +286,19 @@ class LitbertCLI(LightningCLI):
                              f"clips nothing).")
         if accumulate is not None and accumulate < 1:
             raise ValueError(f"trainer.accumulate_grad_batches={accumulate} must be >= 1 (1: a step every batch).")
+        # An interval of 0 divided by zero in Lightning's loop after the data was read; a negative epoch interval
+        # validated every epoch, a negative logging interval logged every step, as if each were 1.
+        interval, every_epochs = trainer_config.get("val_check_interval"), trainer_config.get("check_val_every_n_epoch")
+        if isinstance(interval, int | float) and not isinstance(interval, bool) and interval == 0:
+            raise ValueError(f"trainer.val_check_interval={interval} must be > 0: a number of training batches, or a "
+                             f"fraction of an epoch in (0, 1]; to validate less, raise it (trainer.limit_val_batches 0 "
+                             f"validates never).")
+        if isinstance(every_epochs, int) and every_epochs < 1:
+            raise ValueError(f"trainer.check_val_every_n_epoch={every_epochs} must be >= 1 (1: every epoch), or null "
+                             f"to validate every trainer.val_check_interval batches across epochs.")
+        log_every = trainer_config.get("log_every_n_steps")
+        if isinstance(log_every, int) and log_every < 0:
+            raise ValueError(f"trainer.log_every_n_steps={log_every} must be >= 0 (0 logs no training step).")
         # Lightning stops at the maximum whatever the minimum: a minimum above it would go unmet without a word.
         for unit in ("epochs", "steps"):
             least, most = trainer_config.get(f"min_{unit}"), trainer_config.get(f"max_{unit}")
