@@ -408,8 +408,12 @@ def read_delimited(
             if not row:
                 continue
             if header is None:
-                header = row
+                header, header_line = row, reader.line_num
                 continue
+            if column_names is None and row == header:  # else its label ('label') became a class of its own
+                raise DataError(f"{path}, line {reader.line_num}: the header again (as on line {header_line}: "
+                                f"{delimiter.join(header)[:80]!r}), not a row; were files joined with their headers? "
+                                f"Remove the line.")
             if len(row) != len(header):
                 raise DataError(
                     f"{path}, line {reader.line_num}: {len(row)} fields where the header has {len(header)} "

@@ -218,6 +218,10 @@ def test_a_missing_pretraining_file_is_named(train_files, tmp_path):
                  id="unclosed-quote"),
     pytest.param("glued.csv", b'text\ngood\n"abc"def\n', lambda path: read_table(path, ["text"]),
                  r"glued.csv, line 3: malformed CSV: ',' expected after '\"'", id="text-after-a-closing-quote"),
+    pytest.param("joined.csv", b"text,label\ngood,pos\ntext,label\nbad,neg\n",
+                 lambda path: read_table(path, ["text", "label"]),
+                 r"joined.csv, line 3: the header again \(as on line 1: 'text,label'\), not a row; were files joined "
+                 r"with their headers\? Remove the line.", id="header-repeated-as-a-row"),
     pytest.param("pairs.csv", b"text,text,label\na,b,pos\n", lambda path: read_table(path, ["text", "label"]),
                  r"pairs.csv, header: column 'text' appears 2 times", id="duplicate-header"),
     pytest.param("bad.txt", b"EU NNP B-NP B-ORG\nrejects\n", lambda path: read_conll(path, label_column=3),
