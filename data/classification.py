@@ -229,6 +229,34 @@ def _sort_labels(values: set[str]) -> list[str]:
     return sorted(values)
 
 
+def _check_numeric_classes(rows: Rows, skip: set[str], column: str) -> None:
+    """Refuse training labels that are numbers a class apiece would misread: one number spelled two ways (`1` and
+    `1.0`, two classes), or numbers with fractions (scores, whose every value would be a class of its own)."""
+    first: dict[float, tuple[str, int]] = {}  # a number -> its first spelling and line
+    fraction = None
+    for label, line in zip(rows.labels or (), rows.lines, strict=True):
+        if label in skip:
+            continue
+        try:
+            number = float(label)
+        except ValueError:
+            return  # not all numbers: the labels are names
+        if not math.isfinite(number):
+            return
+        spelled, at = first.setdefault(number, (label, line))
+        if spelled != label:
+            raise DataError(f"{rows.where}, line {line}: label {label!r} in column {column!r} is the number of label "
+                            f"{spelled!r} (line {at}) spelled another way, which would make it a class apart. Spell "
+                            f"each class one way: fix the row.")
+        if fraction is None and not number.is_integer():
+            fraction = (label, line)
+    if fraction is not None:
+        raise DataError(f"{rows.where}, line {fraction[1]}: label {fraction[0]!r} in column {column!r} is a number "
+                        f"with a fraction, and classification would make each of the {len(first)} values a class of "
+                        f"its own. Set data.regression true if the labels are scores, or list the classes in "
+                        f"data.label_names if they are classes.")
+
+
 @dataclass
 class Rows:
     """The raw rows of one split: texts per column, labels as read (None for unlabelled test sets; multi-label, a
@@ -388,6 +416,8 @@ class ClassificationDataModule(TokenizedDataModule):
             train = self._read("train")
             found = {label for row in train.labels or () for label in row} if self.multi_label \
                 else set(train.labels or ()) - self.skip_labels  # (rows left out bring no class)
+            if not self.multi_label and train.class_names is None:
+                _check_numeric_classes(train, self.skip_labels, self.label_column)
             self.label_values = train.class_names or _sort_labels(found)
             self.label_names = list(self.label_values)
             log.info("labels found in the training data: %s", self.label_values)

@@ -125,6 +125,14 @@ def test_columns_that_leave_no_text_or_label(settings, message, tmp_path):
     pytest.param("sets.jsonl", '{"text": "a", "label": ["x", ""]}\n{"text": "b", "label": ["y"]}\n',
                  {"multi_label": True}, r"sets.jsonl, line 1: label '' in column 'label' is empty, not a class. Fill "
                                         r"it in or remove it\.$", id="multi-label-empty-label"),
+    pytest.param("spelled.csv", "text,label\ngood,1\nbad,0\nfine,1.0\n", {},
+                 r"spelled.csv, line 4: label '1.0' in column 'label' is the number of label '1' \(line 2\) spelled "
+                 r"another way, which would make it a class apart. Spell each class one way: fix the row.",
+                 id="one-number-spelled-two-ways"),
+    pytest.param("scores.csv", "text,label\ngood,4.5\nbad,0.25\nfine,3\n", {},
+                 r"scores.csv, line 2: label '4.5' in column 'label' is a number with a fraction, and classification "
+                 r"would make each of the 3 values a class of its own. Set data.regression true if the labels are "
+                 r"scores, or list the classes in data.label_names if they are classes.", id="scores-as-classes"),
     pytest.param("one.csv", "text,label\ngood,pos\nfine,pos\n", {},
                  r"data.label_column='label' of .*one.csv holds one class, \['pos'\]: classification needs at "
                  r"least two", id="one-class-in-the-file"),
@@ -135,8 +143,8 @@ def test_columns_that_leave_no_text_or_label(settings, message, tmp_path):
 ])
 def test_labels_that_are_not_a_class_label(name, content, settings, message, tmp_path):
     """A label that is no class (null, a list) would become a class named 'None' or "['neg']", an empty cell, a JSON
-    NaN or a label with a space around it a class '', 'nan' or ' pos' beside the others, and one class alone failed
-    deep in torchmetrics after setup."""
+    NaN or a label with a space around it a class '', 'nan' or ' pos' beside the others, a CSV's `1.0` a class beside
+    `1`, scores without data.regression a class each, and one class alone failed deep in torchmetrics after setup."""
     path = tmp_path / name
     path.write_text(content, encoding="utf-8")
     with pytest.raises(DataError, match=message):
@@ -154,6 +162,19 @@ def test_empty_labels_are_left_out_by_skip_labels_and_json_floats_are_their_inte
     dm.setup("fit")
     assert dm.label_names == ["0", "1"]
     assert dm.datasets["train"]["labels"] == [1, 0, 1]
+
+
+def test_numbers_with_fractions_are_classes_where_label_names_lists_them(tmp_path):
+    """The way on the fraction error names: label_names says the numbers are classes, and regression scores."""
+    path = tmp_path / "train.csv"
+    path.write_text("text,label\ngood,4.5\nbad,0.25\nfine,3\n", encoding="utf-8")
+    common = dict(train_files=str(path), val_files=str(path), cache_dir=str(tmp_path))
+    dm = ClassificationDataModule(MINILM, label_names=["0.25", "3", "4.5"], **common)
+    dm.setup("fit")
+    assert dm.datasets["train"]["labels"] == [2, 0, 1]
+    dm = ClassificationDataModule(MINILM, regression=True, **common)
+    dm.setup("fit")
+    assert dm.datasets["train"]["labels"] == [4.5, 0.25, 3.0]
 
 
 @pytest.mark.parametrize("settings, message", [
