@@ -448,6 +448,27 @@ def read_delimited(
     return columns
 
 
+class _RepeatedField(ValueError):
+    def __init__(self, key: str, values: list[Any]) -> None:
+        self.key, self.values = key, values
+        super().__init__(key)
+
+
+def _unique_fields(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's fields, refusing one given twice: `json` keeps the last silently (a second `label`)."""
+    record: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in record:
+            raise _RepeatedField(key, [record[key], value])
+        record[key] = value
+    return record
+
+
+def _repeated_field(where: str, error: _RepeatedField) -> DataError:
+    return DataError(f"{where}: the field {error.key!r} appears twice in one object ({error.values[0]!r}, then "
+                     f"{error.values[1]!r}); JSON readers keep one of them. Keep the one meant.")
+
+
 def read_json_records(path: str | os.PathLike[str], required: Sequence[str]) -> dict[str, list[Any]]:
     """Columns of a JSON Lines file (one object a line) or a JSON file holding a list of objects."""
     path = Path(path)
@@ -458,15 +479,19 @@ def read_json_records(path: str | os.PathLike[str], required: Sequence[str]) -> 
             if not line.strip():
                 continue
             try:
-                records.append((number, json.loads(line)))
+                records.append((number, json.loads(line, object_pairs_hook=_unique_fields)))
             except json.JSONDecodeError as error:
                 raise DataError(f"{path}, line {number}: not valid JSON ({error.msg}); one object per line.") from None
+            except _RepeatedField as error:
+                raise _repeated_field(f"{path}, line {number}", error) from None
         where = "line"
     else:
         try:
-            loaded = json.loads(text)
+            loaded = json.loads(text, object_pairs_hook=_unique_fields)
         except json.JSONDecodeError as error:
             raise DataError(f"{path}, line {error.lineno}: not valid JSON ({error.msg}).") from None
+        except _RepeatedField as error:
+            raise _repeated_field(str(path), error) from None
         if not loaded:  # else the split had no examples, which failed later inside datasets
             raise DataError(f"Data file {path} holds an empty JSON list; it needs at least one example.")
         records = list(enumerate(loaded, start=1))
