@@ -312,6 +312,7 @@ class ClassificationDataModule(TokenizedDataModule):
 
     label_state = ("label_values", "label_names")
     local_files = "local files (data.train_files, data.val_files)"  # named where the hub cannot be reached
+    label_settings = True  # takes data.label_names and data.skip_labels, which messages may advise
 
     def __init__(
         self,
@@ -614,7 +615,8 @@ class ClassificationDataModule(TokenizedDataModule):
         if not isinstance(value, str) or value in self.skip_labels:
             return
         if not value.strip():
-            skip = "" if self.multi_label else f" (or leave such rows out with data.skip_labels ['{value}'])"
+            skip = f" (or leave such rows out with data.skip_labels ['{value}'])" \
+                if self.label_settings and not self.multi_label else ""
             raise DataError(f"{where} is empty, not a class. Fill it in or remove it{skip}.")
         if value != value.strip():
             raise DataError(f"{where} has spaces around it, which would make it a class apart from "
@@ -702,9 +704,9 @@ class ClassificationDataModule(TokenizedDataModule):
             if value in self.skip_labels:
                 continue
             if value not in index:
+                settings = ", or set data.label_names / data.skip_labels" if self.label_settings else ""
                 raise DataError(f"{rows.where}, line {line}: label {value!r} in column {self.label_column!r} is not "
-                                f"one of the labels {self.label_values}; fix the row, or set label_names / "
-                                f"skip_labels.")
+                                f"one of the labels {self.label_values}; fix the row{settings}.")
             ids.append(index[value])
             kept.append(row)
         if not ids:
@@ -980,6 +982,7 @@ class GLUEDataModule(ClassificationDataModule):
     """
 
     local_files = "the task's folder in GLUE's layout (data.data_dir)"  # it reads no other files
+    label_settings = False  # a task's labels are its own
 
     def __init__(
         self,

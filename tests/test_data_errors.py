@@ -66,7 +66,20 @@ def test_label_outside_the_label_set(shared_data, tmp_path):
     (folder / "dev.tsv").write_text(text, encoding="utf-8")
     dm = GLUEDataModule("rte", MINILM, data_dir=str(folder), cache_dir=str(tmp_path))
     with pytest.raises(DataError, match=r"dev.tsv, line \d+: label 'contradiction' in column 'label' is not one of "
-                                        r"the labels \['entailment', 'not_entailment'\]"):
+                                        r"the labels \['entailment', 'not_entailment'\]; fix the row\.$"):
+        dm.setup("validate")
+
+
+def test_a_glue_task_is_not_advised_the_label_settings_it_does_not_take(shared_data, tmp_path):
+    """Label errors of a GLUE config advised data.label_names and data.skip_labels, which GLUEDataModule refuses
+    ('Option skip_labels is not accepted'): the row is the way on."""
+    folder = tmp_path / "SST-2"
+    shutil.copytree(shared_data / "glue" / "SST-2", folder)
+    lines = (folder / "dev.tsv").read_text(encoding="utf-8").splitlines()
+    lines[2] = lines[2].rsplit("\t", 1)[0] + "\t"
+    (folder / "dev.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    dm = GLUEDataModule("sst2", MINILM, data_dir=str(folder), cache_dir=str(tmp_path))
+    with pytest.raises(DataError, match=r"dev.tsv, line 3: label='' is empty, not a class. Fill it in or remove it\.$"):
         dm.setup("validate")
 
 
@@ -81,7 +94,8 @@ def test_regression_score_outside_range(tmp_path):
 @pytest.mark.parametrize("module, train, val, stage, message", [
     pytest.param(ClassificationDataModule, ("train.csv", "text,label\ngood film,pos\nbad film,neg\n"),
                  ("val.csv", "text,label\nfine,pos\nodd,neutral\n"), "fit",
-                 r"val.csv, line 3: label 'neutral' in column 'label' is not one of the labels \['neg', 'pos'\]",
+                 r"val.csv, line 3: label 'neutral' in column 'label' is not one of the labels \['neg', 'pos'\]; fix "
+                 r"the row, or set data.label_names / data.skip_labels\.$",
                  id="csv-label"),
     pytest.param(TokenClassificationDataModule, ("train.txt", "EU NNP B-ORG\nrejects VBZ O\n"),
                  ("valid.txt", "Peter NNP B-PER\n"), "validate",
