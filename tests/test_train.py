@@ -842,3 +842,15 @@ def test_own_files_train_under_a_logger(env, minilm, tmp_path):
     assert cli.trainer.global_step == 1
     (hparams,) = (tmp_path / "logs").rglob("hparams.yaml")
     assert "\nmulti_label: false\n" in hparams.read_text()
+
+
+def test_a_run_that_takes_no_step_says_its_results_are_the_starting_weights(env, minilm, tmp_path, capsys):
+    """`--trainer.max_steps 0` evaluates and exports the starting weights, as asked; the summary says no step was
+    trained, and why, so that the export is never taken for a trained model."""
+    cli = run("configs/glue/wnli.yaml", tmp_path / "run", "--model.encoder.preset", "bert-tiny", "--data.tokenizer",
+              minilm, "--trainer.accelerator", "cpu", "--trainer.precision", "32", "--trainer.max_steps", "0",
+              "--predict", "false")
+    assert cli.trainer.global_step == 0 and (tmp_path / "run" / "metrics.json").is_file()
+    out = capsys.readouterr().out
+    assert "litbert: trained          no step (trainer.max_steps=0): the metrics and the export are the starting " \
+           "weights', with any new head untrained" in out

@@ -42,6 +42,9 @@ def print_summary(trainer: L.Trainer, config_path: Path, best: str, export_dir: 
     print(f"litbert: last checkpoint  {last or '(none saved)'}")
     if stopped_early is not None:
         print(f"litbert: stopped early    {stopped_early}")
+    if trainer.global_step == 0:  # honoured (an evaluation of the starting weights), but never taken for training
+        print(f"litbert: trained          no step ({untrained_cause(trainer)}): the metrics and the export are the "
+              f"starting weights', with any new head untrained")
     if export_dir is not None:
         kind = "litbert format: this configuration has no transformers equivalent" \
             if (export_dir / LITBERT_CONFIG).exists() else "transformers format"
@@ -55,3 +58,10 @@ def print_summary(trainer: L.Trainer, config_path: Path, best: str, export_dir: 
             print(f"litbert: W&B run          {logger.describe()}")
             logger.finish()
     print(f"litbert: metrics          {metrics_path}")
+
+
+def untrained_cause(trainer: L.Trainer) -> str:
+    """The settings that let a fit take no optimizer step: `trainer.max_steps=0`, ..."""
+    zeros = [f"trainer.{name}=0" for name in ("max_steps", "max_epochs", "limit_train_batches")
+             if getattr(trainer, name) == 0]
+    return ", ".join(zeros) or "training ended before its first optimizer step"
