@@ -266,3 +266,15 @@ def test_a_distilbert_checkpoint_fine_tunes_on_pairs_with_its_bert_tokenizer(tmp
     with torch.no_grad():
         expected = reference(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
         torch.testing.assert_close(model(batch), expected, atol=1e-5, rtol=0)
+
+
+def test_examples_with_an_empty_text_are_kept_and_named(tmp_path, caplog):
+    """An empty text cell (a column shifted, a cell lost) is kept, as the tokenizer reads it, and its lines named."""
+    path = tmp_path / "pairs.csv"
+    path.write_text('premise,hypothesis,label\na,b,0\n"",b,1\nc," ",0\nd,e,1\n', encoding="utf-8")
+    dm = ClassificationDataModule(MINILM, train_files=str(path), val_files=str(path),
+                                  text_columns=["premise", "hypothesis"], cache_dir=str(tmp_path))
+    with caplog.at_level(logging.WARNING):
+        dm.setup("fit")
+    assert len(dm.datasets["train"]) == 4
+    assert f"{path}: 2 example(s) with an empty text, kept: line(s) 3, 4" in caplog.text
