@@ -10,6 +10,7 @@ pretrained checkpoint, values that come from the data, run folders."""
 from __future__ import annotations
 
 import argparse
+import csv
 import dataclasses
 import inspect
 import json
@@ -949,6 +950,22 @@ def test_a_second_ctrl_c_stops_training_at_once_with_status_130(assets, signal_e
     assert err.strip().endswith(f"--ckpt_path {last}") and "Traceback" not in err
     assert torch.load(last, map_location="cpu", weights_only=True)["global_step"] == 1
     assert not (root / "metrics.json").exists() and not (root / "model").exists()
+
+
+@pytest.mark.slow  # two runs of two steps: 15 s on 2 cores
+def test_a_run_stopped_by_a_signal_and_resumed_logs_every_step_once(assets, signal_env, tmp_path):
+    """SIGTERM after the second of four steps, no validation due: the run logs the step it stops at before it stops
+    (Lightning logs a step once the callbacks' on_train_batch_end has returned, and the run stops in one), and the
+    resumed run the steps after it. The step's loss was in neither, as if it had never been trained."""
+    root = tmp_path / "run"
+    logged = ("--trainer.logger", "CSVLogger", "--trainer.log_every_n_steps", "1", "--trainer.limit_train_batches",
+              "4")
+    status, args = signalled_run(assets, root, "second_batch", signal.SIGTERM, *logged)
+    assert status == 143
+    assert torch.load(root / "checkpoints" / LAST, map_location="cpu", weights_only=True)["global_step"] == 2
+    assert train.cli_main([*args, "--ckpt_path", "last"]) == 0
+    rows = [row for path in sorted(root.rglob("version_*/metrics.csv")) for row in csv.DictReader(path.open())]
+    assert [int(row["step"]) for row in rows if row["train/loss"]] == [0, 1, 2, 3]
 
 
 def test_a_negative_number_in_scientific_notation_is_a_value_on_the_command_line(assets, signal_env, tmp_path,

@@ -207,6 +207,7 @@ class LastCheckpoint(Checkpoint):
         if received or due:
             self._save_if_new(trainer)
         if received:
+            _log_step(trainer)
             self._stop(trainer, received)
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -355,6 +356,15 @@ class LastCheckpoint(Checkpoint):
         path = self.last_path if self.saved_step == trainer.global_step else None
         requeued = requeue_on(trainer, signum)
         raise RunInterrupted(signum, trainer.global_step, path, requeued)
+
+
+def _log_step(trainer: L.Trainer) -> None:
+    """Log the step that just ended, as Lightning does once every `on_train_batch_end` has returned: a run stopped in
+    one would never log it, and the resumed run starts at the step after it, so its loss would be missing from the
+    run's history (at the logging cadence: a step the cadence skips stays unlogged)."""
+    connector = trainer._logger_connector
+    connector.on_batch_end()
+    connector.update_train_step_metrics()
 
 
 def _flag_stays_down() -> None:
