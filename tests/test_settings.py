@@ -615,7 +615,7 @@ def test_an_export_format_the_model_cannot_take_is_refused_before_training(glue,
         glue("--export", "false", "--export_format", "litbert")
 
 
-def test_a_refused_resume_leaves_the_finished_run_as_it_was(glue, tmp_path):
+def test_a_refused_resume_leaves_the_finished_run_as_it_was(glue, assets, tmp_path):
     """A resume refused for a changed setting (the batch size, the optimizer, fewer steps than the checkpoint's)
     stops before it trains: the finished run's metrics.json, the mark that it finished, stays, and so does its
     config.yaml (not the refused settings). Both wait for the checkpoint to be loaded and checked."""
@@ -633,6 +633,19 @@ def test_a_refused_resume_leaves_the_finished_run_as_it_was(glue, tmp_path):
     with pytest.raises(ValueError, match=r"trainer.max_steps=1, but the checkpoint to resume is at step 2: .* Resume "
                                          r"with --trainer.max_steps 2 or more"):
         train.run(glue(*args, "--trainer.max_steps", "1", "--ckpt_path", "last"))
+    assert metrics.read_text() == finished and config.read_text() == settings
+    # Another kind of run: Lightning restores a datamodule's state only from its own class's entry, so a resume with
+    # other data checked none of it and trained on (an RTE run went on as an IMDB one), and a task whose weights fit
+    # went on as the other task. Refused before the data is read.
+    sentiment = ["--config", "configs/sentiment/imdb.yaml", "--model.pretrained", assets["tiny"], "--data.dataset",
+                 "null", "--data.train_files", assets["sentiment_a_train"], "--data.val_files",
+                 assets["sentiment_a_val"], "--data.text_columns", '["review"]', "--data.label_column", "stars"]
+    with pytest.raises(ValueError, match=r"saved by another kind of run: data.class_path: data.GLUEDataModule in the "
+                                         r"checkpoint, data.ClassificationDataModule now\. A resume continues"):
+        make_cli([*sentiment, "--trainer.default_root_dir", str(tmp_path / "run"), *args, "--ckpt_path", "last"])
+    with pytest.raises(ValueError, match=r"model.class_path: tasks.classification.SequenceClassification in the "
+                                         r"checkpoint, tasks.classification.TokenClassification now"):
+        glue(*args, "--model.class_path", "tasks.classification.TokenClassification", "--ckpt_path", "last")
     assert metrics.read_text() == finished and config.read_text() == settings
 
 

@@ -410,6 +410,25 @@ def resume_path(ckpt_path: str | None, root: Path) -> str | None:
     return None
 
 
+def check_same_classes(config: Any, resumed: dict[str, Any], path: str) -> None:
+    """A resume continues the run its checkpoint was saved by: the same task and datamodule. Lightning restores a
+    datamodule's state only from the entry of its own class, so a checkpoint of other data (SST-2's, resumed with
+    the IMDB config) skipped every check of the data and went on training on it; and a task whose weights happen to
+    fit (a MaskedLM run resumed as a Distillation) went on as the other task, its best checkpoint chosen by the other
+    task's metric. By class name, as Lightning keys the datamodule's state; a checkpoint that does not say passes."""
+    changed = []
+    for section, key in (("model", "hyper_parameters"), ("data", "datamodule_hyper_parameters")):
+        saved = (resumed.get(key) or {}).get("_class_path")
+        now = config[section].class_path if config.get(section) is not None else None
+        if saved and now and saved.rsplit(".", 1)[-1] != now.rsplit(".", 1)[-1]:
+            changed.append(f"{section}.class_path: {saved} in the checkpoint, {now} now")
+    if changed:
+        raise ValueError(f"The checkpoint to resume, {path}, was saved by another kind of run: {'; '.join(changed)}. "
+                         f"A resume continues the run it was saved by: resume with the config it was saved with "
+                         f"(config.yaml in its run folder), or start a new run from its weights (--model.pretrained "
+                         f"on its export).")
+
+
 def data_seed(config: Any, resumed: dict[str, Any]) -> int:
     """The seed of an unset data.seed: the resumed checkpoint's (a run started with `seed_everything: true` draws
     another seed when it is relaunched, and its batches must go on in the order they began; 0 for a checkpoint

@@ -42,7 +42,14 @@ from encoders.checkpoints import LITBERT_CONFIG, CheckpointError
 from encoders.hub import local_path
 from tasks.base import EncoderTask, validation_prefixes
 from tasks.run.checkpoint_io import SafeCheckpointIO, load_checkpoint_file
-from tasks.run.checkpoints import BestCheckpoint, LastCheckpoint, ValidateFinalStep, data_seed, resume_path
+from tasks.run.checkpoints import (
+    BestCheckpoint,
+    LastCheckpoint,
+    ValidateFinalStep,
+    check_same_classes,
+    data_seed,
+    resume_path,
+)
 from tasks.run.configs import expand
 from tasks.run.early_stopping import EarlyStopping
 from tasks.run.errors import unrecognized_hint
@@ -220,6 +227,7 @@ class LitbertCLI(LightningCLI):
         self.resume_path = resume_path(config.ckpt_path, root)
         check_run_folder(config, self.resume_path)
         resumed = load_checkpoint_file(self.resume_path) if self.resume_path else {}
+        check_same_classes(config, resumed, self.resume_path)
         if "seed" in data and data.seed is None:
             data.seed = data_seed(config, resumed)
         configure_wandb(config.trainer.logger, root,
