@@ -491,6 +491,7 @@ class EncoderTask(L.LightningModule):
         checkpoint["litbert_resumable"] = self.resumable_settings()
         if self._trainer is not None:  # with the data's batch size, what one optimizer step averages over
             checkpoint["litbert_accumulate_grad_batches"] = self.trainer.accumulate_grad_batches
+            checkpoint["litbert_processes"] = self.trainer.world_size
         teacher = getattr(self, "teacher", None)
         state = checkpoint.get("state_dict")
         if teacher is not None and state is not None:
@@ -507,6 +508,7 @@ class EncoderTask(L.LightningModule):
         A distillation resumes with the teacher it started with (the checkpoint holds its hash, not its weights)."""
         self._check_optimizer(checkpoint)
         self._check_accumulation(checkpoint)
+        self._check_processes(checkpoint)
         self._check_steps(checkpoint)
         rates, settings = self._resume_with_own_rates(checkpoint), self._changed_settings(checkpoint)
         if (rates or settings) and self._trainer is not None and self.trainer.state.fn == "fit":  # not evaluations
@@ -549,6 +551,21 @@ class EncoderTask(L.LightningModule):
             raise ValueError(f"The checkpoint to resume accumulated gradients over trainer.accumulate_grad_batches="
                              f"{saved} batches a step; this run's is {self.trainer.accumulate_grad_batches}. Resume "
                              f"with --trainer.accumulate_grad_batches {saved}, or start a new run from its weights "
+                             f"(--model.pretrained on its export).")
+
+    def _check_processes(self, checkpoint: dict[str, typing.Any]) -> None:
+        """A resumed run trains on as many processes as the run it continues: each takes its shard of the data and a
+        batch of it a step, and the saved position counts those batches. On another count a step would average over
+        another number of examples, and the shards, cut otherwise, would skip other examples than the run trained on
+        and repeat some it did."""
+        saved = checkpoint.get("litbert_processes")  # none in checkpoints from before it was kept
+        if saved is None or self._trainer is None or self.trainer.state.fn != "fit":
+            return
+        if saved != self.trainer.world_size:
+            raise ValueError(f"The checkpoint to resume was trained on {saved} process(es) (trainer.devices x "
+                             f"trainer.num_nodes); this run has {self.trainer.world_size}. Each would take another "
+                             f"shard of the data, and the saved position would skip other examples than the run "
+                             f"trained on. Resume on {saved} process(es), or start a new run from its weights "
                              f"(--model.pretrained on its export).")
 
     def _check_steps(self, checkpoint: dict[str, typing.Any]) -> None:

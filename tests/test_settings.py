@@ -634,6 +634,15 @@ def test_a_refused_resume_leaves_the_finished_run_as_it_was(glue, assets, tmp_pa
                                          r"with --trainer.max_steps 2 or more"):
         train.run(glue(*args, "--trainer.max_steps", "1", "--ckpt_path", "last"))
     assert metrics.read_text() == finished and config.read_text() == settings
+    # Another number of processes: each would take another shard, which the saved data position does not fit (a run
+    # of one process resumed on two went on with a warning about dropout alone).
+    saved = torch.load(tmp_path / "run" / "checkpoints" / LAST, map_location="cpu", weights_only=True)
+    assert saved["litbert_processes"] == 1
+    torch.save(dict(saved, litbert_processes=2), tmp_path / "two.ckpt")  # as a run of trainer.devices 2 saves it
+    with pytest.raises(ValueError, match=r"trained on 2 process\(es\) \(trainer.devices x trainer.num_nodes\); this "
+                                         r"run has 1\..* Resume on 2 process\(es\)"):
+        train.run(glue(*args, "--ckpt_path", str(tmp_path / "two.ckpt")))
+    assert metrics.read_text() == finished and config.read_text() == settings
     # Another kind of run: Lightning restores a datamodule's state only from its own class's entry, so a resume with
     # other data checked none of it and trained on (an RTE run went on as an IMDB one), and a task whose weights fit
     # went on as the other task. Refused before the data is read.
