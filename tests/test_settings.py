@@ -17,6 +17,8 @@ import json
 import os
 import shutil
 import signal
+import struct
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,7 @@ from data.classification import ClassificationDataModule
 from data.sources import DataError
 from data.tokenizers import load_tokenizer, save_tokenizer, train_tokenizer
 from encoders import Encoder, EncoderConfig, Kernels, MaskedLMHead
+from encoders.checkpoints import CheckpointError
 from tasks.base import EncoderSpec
 from tasks.classification import SequenceClassification
 from tasks.run.checkpoint_io import LAST
@@ -642,6 +645,23 @@ def test_a_refused_resume_leaves_the_finished_run_as_it_was(glue, assets, tmp_pa
     with pytest.raises(ValueError, match=r"trained on 2 process\(es\) \(trainer.devices x trainer.num_nodes\); this "
                                          r"run has 1\..* Resume on 2 process\(es\)"):
         train.run(glue(*args, "--ckpt_path", str(tmp_path / "two.ckpt")))
+    assert metrics.read_text() == finished and config.read_text() == settings
+    # A byte of a tensor changed (a bad copy, a failing disk): torch.load reads no checksum, and the run resumed with
+    # the changed weight. The entry's CRC-32 no longer matches.
+    corrupt = tmp_path / "corrupt.ckpt"
+    corrupt.write_bytes((tmp_path / "run" / "checkpoints" / LAST).read_bytes())
+    with zipfile.ZipFile(corrupt) as archive:
+        entry = max(archive.infolist(), key=lambda info: info.file_size)  # the word embeddings (stored, not deflated)
+    with corrupt.open("r+b") as file:
+        file.seek(entry.header_offset + 26)
+        name, extra = struct.unpack("<HH", file.read(4))
+        file.seek(entry.header_offset + 30 + name + extra + entry.file_size // 2)
+        byte = file.read(1)[0]
+        file.seek(-1, os.SEEK_CUR)
+        file.write(bytes([byte ^ 0x40]))
+    with pytest.raises(CheckpointError, match=rf"Checkpoint {corrupt} is corrupt \(Bad CRC-32 for file '.*'\): its "
+                                              rf"bytes are not the ones it was saved with"):
+        train.run(glue(*args, "--trainer.max_steps", "3", "--ckpt_path", str(corrupt)))
     assert metrics.read_text() == finished and config.read_text() == settings
     # Another kind of run: Lightning restores a datamodule's state only from its own class's entry, so a resume with
     # other data checked none of it and trained on (an RTE run went on as an IMDB one), and a task whose weights fit

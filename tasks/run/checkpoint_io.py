@@ -2,6 +2,8 @@
 syncs it and renames it over the target (POSIX rename is atomic), so a kill during a save leaves the previous
 checkpoint whole. It reads every checkpoint, local or remote (http, https and fsspec URLs), with
 `torch.load(weights_only=True)`, which refuses to unpickle code: a crafted checkpoint cannot execute anything.
+The checkpoint a run resumes from is first checked against the CRC-32 of each of its entries, which torch.load does
+not read: changed bytes in a tensor (a bad copy, a failing disk) would otherwise resume as other weights.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import os
 import pickle
 import tempfile
 import urllib.request
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,9 +31,11 @@ def _is_remote(path: str | os.PathLike[str]) -> bool:
     return "://" in str(path) and not str(path).startswith("file://")
 
 
-def load_checkpoint_file(path: str | os.PathLike[str], map_location: Any = "cpu") -> dict[str, Any]:
+def load_checkpoint_file(path: str | os.PathLike[str], map_location: Any = "cpu",
+                         whole: bool = False) -> dict[str, Any]:
     """A Lightning checkpoint read with `torch.load(weights_only=True)`, from a local path, an http(s) URL
-    (downloaded to a temporary file, never cached under its name) or another fsspec URL."""
+    (downloaded to a temporary file, never cached under its name) or another fsspec URL. `whole`: check the CRC-32
+    of every entry of a local or downloaded file first (`check_whole`)."""
     path = str(path)
     try:
         if path.startswith(("http://", "https://")):
@@ -39,6 +44,8 @@ def load_checkpoint_file(path: str | os.PathLike[str], map_location: Any = "cpu"
                 with urllib.request.urlopen(path, timeout=60) as response, local.open("wb") as out:  # noqa: S310
                     while chunk := response.read(1 << 20):
                         out.write(chunk)
+                if whole:
+                    check_whole(local, path)
                 return torch.load(local, map_location=map_location, weights_only=True)
         if _is_remote(path):
             with get_filesystem(path).open(path, "rb") as handle:
@@ -46,6 +53,8 @@ def load_checkpoint_file(path: str | os.PathLike[str], map_location: Any = "cpu"
         if not Path(path).is_file():
             raise CheckpointError(f"Checkpoint {path} does not exist; check --ckpt_path (runs keep theirs in "
                                   f"<default_root_dir>/checkpoints/, the newest as {LAST}).")
+        if whole:
+            check_whole(Path(path), path)
         return torch.load(path, map_location=map_location, weights_only=True, mmap=True)
     except pickle.UnpicklingError as error:
         reason = str(error).splitlines()[0]
@@ -59,6 +68,29 @@ def load_checkpoint_file(path: str | os.PathLike[str], map_location: Any = "cpu"
             raise
         raise CheckpointError(f"Checkpoint {path} cannot be read ({str(error).splitlines()[0]}); it is truncated or "
                               f"corrupt. Resume from an earlier checkpoint of the run.") from None
+
+
+def check_whole(file: Path, name: str) -> None:
+    """Read every entry of the checkpoint `file` (a zip archive, as torch.save writes) against the CRC-32 stored
+    with it. torch.load never reads them, so a checkpoint whose tensor bytes changed loads without an error. An
+    entry stored without one (CRC 0: torch.serialization.set_crc32_options(False)) is not checked, nor a file that
+    is no whole archive (torch.load says it is truncated or corrupt)."""
+    try:
+        archive = zipfile.ZipFile(file)
+    except zipfile.BadZipFile:
+        return
+    with archive:
+        for entry in archive.infolist():
+            if entry.CRC == 0:
+                continue
+            try:
+                with archive.open(entry) as data:
+                    while data.read(1 << 24):  # zipfile raises at the end of an entry that does not match its CRC
+                        pass
+            except zipfile.BadZipFile as error:
+                raise CheckpointError(f"Checkpoint {name} is corrupt ({error}): its bytes are not the ones it was "
+                                      f"saved with. Resume from an earlier checkpoint of the run, or a good copy of "
+                                      f"this one.") from None
 
 
 class SafeCheckpointIO(TorchCheckpointIO):

@@ -226,7 +226,7 @@ class LitbertCLI(LightningCLI):
         root = run_root(config)
         self.resume_path = resume_path(config.ckpt_path, root)
         check_run_folder(config, self.resume_path)
-        resumed = load_checkpoint_file(self.resume_path) if self.resume_path else {}
+        resumed = load_checkpoint_file(self.resume_path, whole=True) if self.resume_path else {}
         check_same_classes(config, resumed, self.resume_path)
         if "seed" in data and data.seed is None:
             data.seed = data_seed(config, resumed)
