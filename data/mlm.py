@@ -507,7 +507,11 @@ class MLMDataModule(TokenizedDataModule):
             raise DataError(f"data.blank_line_documents applies to plain-text files, but {self.dataset!r} comes "
                             f"from the hub as a table; remove the setting.")
         if isinstance(source, datasets.IterableDataset):
-            texts: Iterator[str] = (row[self.text_column] for row in source)
+            # `iter`, not `for row in source`: in a loader worker, a streamed dataset's own iterator gives that worker
+            # only its share of the hub's files, and `PackedStream` then takes its share of that again (3 of 4
+            # documents lost with 4 workers). The whole stream it is: `PackedStream` does the sharding.
+            texts: Iterator[str] = (text for batch in source.iter(batch_size=1000)
+                                    for text in batch[self.text_column])
         else:
             texts = (text for batch in source.select_columns([self.text_column]).iter(batch_size=1000)
                      for text in batch[self.text_column])

@@ -140,3 +140,25 @@ def test_a_stream_carries_each_tokens_document_with_document_mask(shared_data, t
     documents = [row[mask.bool()].tolist() for batch in streamed.train_dataloader()
                  for row, mask in zip(batch["document_ids"], batch["attention_mask"], strict=True)]
     assert documents == cached.datasets["train"]["document_ids"]
+
+
+@pytest.mark.parametrize("hub_shards", [1, 4])
+def test_loader_workers_read_every_document_of_a_streamed_hub_dataset(monkeypatch, tmp_path, hub_shards):
+    """A streamed hub dataset gives a loader worker only its share of the hub's files when iterated as itself;
+    `PackedStream` shards the stream over the workers on top, so each worker must read the whole stream."""
+    import datasets
+
+    texts = [f"review {i} says the film was fine" for i in range(200)]
+
+    def fake_load_dataset(name, config, split, streaming=False):
+        assert streaming
+        return datasets.Dataset.from_dict({"text": texts}).to_iterable_dataset(num_shards=hub_shards)
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    module = MLMDataModule(MINILM, dataset="someone/reviews", val_split=None, max_length=32, batch_size=4,
+                           streaming=True, num_workers=2, cache_dir=str(tmp_path))
+    trained = sorted(token for batch in module.train_dataloader() for row in originals(batch) for token in row
+                     if token not in module.tokenizer.all_special_ids)
+    encoded = module.tokenizer(texts, add_special_tokens=False)["input_ids"]
+    expected = sorted(token for ids in encoded for token in ids)
+    assert trained == expected
