@@ -17,7 +17,8 @@ Deviations, on purpose:
   full-length pieces instead, so every token is kept. There is no `short_seq_prob`.
 - Sentences are split with a punctuation regex, not a trained sentence splitter.
 Masking is done by `data.masking.MLMCollator`: dynamic (new masks each epoch) or static (fixed here, once, from
-`seed`). Validation masks are always fixed, from `val_mask_seed`, so validation losses are comparable.
+`seed`). Validation masks (and validation segments' split points) are always fixed, from `val_mask_seed`, so
+validation losses are comparable across seeds.
 """
 
 from __future__ import annotations
@@ -335,7 +336,8 @@ class MLMDataModule(TokenizedDataModule):
             batch size with rows that count nowhere; unset, on for CUDA runs, off elsewhere.
         seed: Seed of the training order, the masks (static or dynamic) and BERT's segment split points; unset,
             the run's `seed_everything` (see `TokenizedDataModule`).
-        val_mask_seed: Seed of the fixed validation masks.
+        val_mask_seed: Seed of the fixed validation masks and of the validation segments' split points: the same
+            validation examples and masks whatever `seed`.
     """
 
     def __init__(
@@ -567,11 +569,14 @@ class MLMDataModule(TokenizedDataModule):
         identity, source = self._source(split, files)
         settings = dict(blank_line_documents=self.blank_line_documents, text_column=self.text_column,
                         max_documents=self._limit(role)[1], version=3)
+        # Validation segments split at points of their own seed, as their masks are: with the training seed, each
+        # seed of a sweep validated on other examples.
+        seed = self.seed if role == "train" else self.val_mask_seed
         if self.packing == "segments":  # the examples themselves; FULL-SENTENCES caches the documents' tokens
-            settings.update(packing=self.packing, max_length=self.max_length, seed=self.seed)
+            settings.update(packing=self.packing, max_length=self.max_length, seed=seed)
         key = fingerprint(identity, self.tokenizer_key(), settings)
         if self.packing == "segments":
-            function = partial(segment_examples, tokenizer=self.tokenizer, max_length=self.max_length, seed=self.seed)
+            function = partial(segment_examples, tokenizer=self.tokenizer, max_length=self.max_length, seed=seed)
         else:
             function = partial(tokenize_documents, tokenizer=self.tokenizer)
         with tempfile.TemporaryDirectory(dir=self.cache_path, prefix=".documents-") as folder:

@@ -141,6 +141,22 @@ def test_segments_keep_every_token_with_token_types(shared_data, minilm_tokenize
     assert padded.any() and (batch["labels"][padded] == -100).all()
 
 
+def test_validation_segments_are_the_same_whatever_the_training_seed(shared_data, tmp_path):
+    """BERT segments split each document at seeded points. The validation examples (and so their fixed masks) take
+    `val_mask_seed`, so that the seeds of a sweep validate on the same examples; the training ones take `seed`."""
+
+    def splits(seed: int) -> dict[str, list[list[int]]]:
+        dm = MLMDataModule(MINILM, dataset="wikitext", dataset_config="wikitext-2-v1", train_split="test",
+                           val_split="validation", packing="segments", max_length=64, max_documents=300,
+                           max_val_documents=300, data_root=str(shared_data), cache_dir=str(tmp_path), seed=seed)
+        dm.setup("fit")
+        return {name: dm.datasets[name]["token_type_ids"] for name in ("train", "validation")}
+
+    zero, five = splits(0), splits(5)
+    assert five["validation"] == zero["validation"]
+    assert five["train"] != zero["train"]
+
+
 def test_byte_level_segments_tokenize_each_document_as_running_text(shared_data, tmp_path):
     """BERT segments over a byte-level BPE tokenizer: the tokens of each example, specials removed, are those of
     the document tokenized whole (each sentence tokenized alone lost its word-start `Ġ`: `ĠThe` became `The`)."""
