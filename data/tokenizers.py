@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from data.sources import DataError
@@ -60,6 +60,10 @@ class TokenizerRecipe:
     numbered_first: Callable[[Tokenizer, list[str]], list[str]] | None = None
     # The trained tokenizer -> one with stable ids whose only added tokens are `special` (same lowercase setting).
     renumber: Callable[[Tokenizer, list[str], bool], Tokenizer] | None = None
+    # Special tokens that take the space before them, as RoBERTa's `<mask>` does: "was <mask>." is then "Ġwas <mask> ."
+    # as "was great." is "Ġwas Ġgreat .", the form masked in training, not "Ġwas Ġ <mask> .", which no training
+    # input holds (byte-level BPE keeps the space as a token of its own).
+    lstrip_tokens: tuple[str, ...] = ()
 
 
 def _wordpiece(lowercase: bool) -> Tokenizer:
@@ -130,6 +134,7 @@ TOKENIZER_RECIPES: dict[str, TokenizerRecipe] = {
         trainer=lambda vocab_size, min_frequency, special: trainers.BpeTrainer(
             vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=special,
             initial_alphabet=pre_tokenizers.ByteLevel.alphabet()),
+        lstrip_tokens=("<mask>",),
     ),
 }
 
@@ -172,6 +177,9 @@ def train_tokenizer(
                         f"a {kind} tokenizer: it came out with {size} tokens, no pair of them left that the text "
                         f"holds min_frequency={min_frequency} times or more. Train on more text, or set vocab_size "
                         f"to {size}{lower}.")
+    # (adding a special token again sets its options, its id kept)
+    tokenizer.add_special_tokens([AddedToken(token, lstrip=True, normalized=False, special=True)
+                                  for token in recipe.lstrip_tokens])
     ids = {token: tokenizer.token_to_id(token) for token in special}
     tokenizer.post_processor = processors.TemplateProcessing(
         single=recipe.single, pair=recipe.pair, special_tokens=list(ids.items()))

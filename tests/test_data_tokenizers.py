@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from runs import MINILM, REPO
+from transformers import AutoTokenizer
 
 from data import DataError, SpecialTokenTemplate, check_max_length, check_vocab_fits, load_tokenizer, save_tokenizer
 from data.tokenizers import train_tokenizer
@@ -57,6 +58,16 @@ def test_byte_level_bpe_pair_round_trip(bpe):
     assert bpe.decode(encoded["input_ids"], skip_special_tokens=True) == a + b  # byte-level: case and spaces kept
     assert any(token.startswith("Ġ") for token in tokens)
     assert [bpe.convert_tokens_to_ids(t) for t in ("<s>", "<pad>", "</s>", "<unk>", "<mask>")] == [0, 1, 2, 3, 4]
+
+
+def test_a_byte_level_mask_token_takes_the_space_before_it(bpe, tmp_path):
+    """"is <mask>." must read as "is" and a masked word, the form the model is trained on ("Ġis", mask, "."), not
+    with a lone space token before the mask that no training input holds (RoBERTa's `<mask>` lstrip)."""
+    folder = save_tokenizer(bpe, tmp_path / "bpe")
+    for tokenizer in (bpe, AutoTokenizer.from_pretrained(folder), load_tokenizer(folder / "tokenizer.json")):
+        before = tokenizer.convert_ids_to_tokens(tokenizer("The lobster is")["input_ids"])[:-1]  # without </s>
+        masked = tokenizer.convert_ids_to_tokens(tokenizer("The lobster is <mask>.")["input_ids"])
+        assert masked == [*before, "<mask>", ".", "</s>"]
 
 
 @pytest.mark.parametrize("kind", ["wordpiece", "bpe"])
