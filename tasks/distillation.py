@@ -7,8 +7,13 @@ from every other teacher layer. On a masked-LM batch the loss is
   + alpha_mlm * cross-entropy of the student against the masked labels
   + alpha_cos * mean(1 - cos(student_hidden, teacher_hidden))             over real tokens, last layer
 
-with the paper's defaults alpha_kd=5 (its `alpha_ce`), alpha_mlm=2, alpha_cos=1, T=2. Deviation: the paper's student
-keeps layers (0, 2, 4, 7, 9, 11) of a 12-layer teacher; we take exactly every other layer (0, 2, 4, 6, 8, 10).
+with the paper's defaults alpha_kd=5 (its `alpha_ce`), alpha_mlm=2, alpha_cos=1, T=2. Deviations:
+- the paper's student keeps layers (0, 2, 4, 7, 9, 11) of a 12-layer teacher; we take exactly every other layer
+  (0, 2, 4, 6, 8, 10);
+- the KL term covers the masked positions only. The paper's code (transformers' `examples/research_projects/
+  distillation/distiller.py`) takes it over every real token unless `--restrict_ce_to_mask` is given, which its
+  DistilBERT command does not; here both MLM heads project the masked positions alone (`masked_lm_loss`), so that a
+  step costs a head over 15% of the tokens, not over all of them, twice.
 """
 
 from __future__ import annotations
