@@ -16,6 +16,9 @@ Deviations, on purpose:
 - BERT truncated over-long segment pairs (`truncate_seq_pair`); here a sentence longer than an example is cut into
   full-length pieces instead, so every token is kept. There is no `short_seq_prob`.
 - Sentences are split with a punctuation regex, not a trained sentence splitter.
+- Static masks are drawn once. BERT's `create_pretraining_data.py` wrote the corpus `dupe_factor` = 10 times, each
+  copy masked anew, so that its 40 epochs saw each sequence under 10 masks (Liu et al., 2019, section 4.1); here
+  every epoch sees the same one. `masking: dynamic` draws new masks every epoch.
 Masking is done by `data.masking.MLMCollator`: dynamic (new masks each epoch) or static (fixed here, once, from
 `seed`). Validation masks (and validation segments' split points) are always fixed, from `val_mask_seed`, so
 validation losses are comparable across seeds.
