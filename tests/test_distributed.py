@@ -61,6 +61,13 @@ def assert_same_weights(ours: dict[str, torch.Tensor], reference: dict[str, torc
         torch.testing.assert_close(ours[name], value, rtol=0, atol=ATOL, msg=name)
 
 
+def keep_every_3(folder: Path) -> list[str]:
+    """Lightning's ModelCheckpoint keeps every save in `folder` (litbert's last.ckpt only the newest)."""
+    return ["--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint",
+            "--trainer.callbacks.every_n_train_steps", "3", "--trainer.callbacks.save_top_k", "-1",
+            "--trainer.callbacks.dirpath", str(folder), "--export", "false", "--predict", "false"]
+
+
 def weights(checkpoint: Path) -> dict[str, torch.Tensor]:
     return torch.load(checkpoint, map_location="cpu", weights_only=True)["state_dict"]
 
@@ -102,11 +109,8 @@ def test_an_fsdp_run_resumed_from_its_checkpoint_ends_as_one_process_does(single
     """FSDP checkpoints hold the full state (Lightning's `state_dict_type="full"`): one file of whole tensors. A run
     resumed from the checkpoint of its step 3 (weights, AdamW's moments, the data position) ends at step 6 with the
     weights of the uninterrupted FSDP run, bit for bit, and of one process's run."""
-    kept = tmp_path / "kept"  # Lightning's ModelCheckpoint keeps every save; litbert's last.ckpt only the newest
-    keep_every_3 = ["--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint",
-                    "--trainer.callbacks.every_n_train_steps", "3", "--trainer.callbacks.save_top_k", "-1",
-                    "--trainer.callbacks.dirpath", str(kept), "--export", "false", "--predict", "false"]
-    assert_ok(train(GLUE, tmp_path / "whole", *two_ranks("fsdp", *keep_every_3), env=env))
+    kept = tmp_path / "kept"
+    assert_ok(train(GLUE, tmp_path / "whole", *two_ranks("fsdp", *keep_every_3(kept)), env=env))
     halfway, whole = kept / "epoch=0-step=3.ckpt", kept / "epoch=0-step=6.ckpt"
     state = torch.load(halfway, map_location="cpu", weights_only=True)
     reference = weights(single / "checkpoints" / LAST)
@@ -146,3 +150,26 @@ def test_fsdp_is_litberts_strategy_and_refused_on_the_cpu(tmp_path, monkeypatch,
     check_strategy(FSDPStrategy())
     with pytest.raises(ValueError, match="state_dict_type='sharded': litbert's checkpoints are single files"):
         FSDPStrategy(state_dict_type="sharded").setup_environment()
+
+
+@pytest.mark.slow  # three train.py runs, two of them of two processes: a minute and a half on 2 cores
+def test_a_ddp_checkpoint_resumes_under_fsdp_and_not_on_another_number_of_processes(single, env, tmp_path):
+    """A run moves from DDP to FSDP at a checkpoint (its model outgrew a device): resumed under FSDP from the DDP
+    run's step 3, it ends at step 6 with one process's weights. torch's AdamW numbers its parameters group after
+    group (the decayed ones first), and Lightning's FSDP read the numbers as places in the model: the moments of one
+    parameter went to another, and the ranks failed at the first step (status 1, gloo's "Connection closed by peer").
+    One process, whose batches would hold other examples, is refused."""
+    kept = tmp_path / "kept"
+    assert_ok(train(GLUE, tmp_path / "ddp", *two_ranks("ddp", *keep_every_3(kept)), env=env))
+    halfway = kept / "epoch=0-step=3.ckpt"
+    resumed = tmp_path / "resumed"
+    assert_ok(train(GLUE, resumed, *two_ranks("fsdp", "--ckpt_path", str(halfway), "--export", "false", "--predict",
+                                              "false"), env=env))
+    assert torch.load(resumed / "checkpoints" / LAST, map_location="cpu", weights_only=True)["global_step"] == 6
+    assert_same_weights(weights(resumed / "checkpoints" / LAST), weights(single / "checkpoints" / LAST))
+
+    alone = train(GLUE, tmp_path / "alone", *args("--trainer.devices", "1", "--data.batch_size", "8", "--ckpt_path",
+                                                  str(halfway)), env=env)
+    assert alone.returncode == 2, alone.stderr[-3000:]
+    assert ("The checkpoint to resume was trained on 2 process(es) (trainer.devices x trainer.num_nodes); this run "
+            "has 1." in alone.stderr and "Resume on 2 process(es)" in alone.stderr)

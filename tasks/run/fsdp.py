@@ -12,7 +12,11 @@ optimizer with the whole parameters in view. `fsdp` and `fsdp_cpu_offload` name 
 Lightning's own class is refused (`check_strategy`).
 
 Checkpoints are full state dicts (Lightning's default `state_dict_type="full"`): rank 0 writes one file that resumes
-on any number of ranks, and the export gathers the full weights the same way (`tasks.run.export`).
+on any number of ranks, and the export gathers the full weights the same way (`tasks.run.export`). A checkpoint of
+one process or of DDP resumes under FSDP too: Lightning reads the integer keys of its optimizer state as places in
+`model.parameters()`, as its FSDP checkpoints are keyed, where torch's optimizers number their parameters group after
+group (weight-decayed first); read that way, the AdamW moments of one parameter went to another, and the first step
+failed. This strategy keys them to their parameters as torch's `Optimizer.load_state_dict` does (`by_model_order`).
 """
 
 from __future__ import annotations
@@ -21,9 +25,11 @@ from typing import Any
 
 import lightning as L
 import lightning.pytorch.strategies as strategies
+from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.strategies import StrategyRegistry
-from torch.distributed.fsdp import FullyShardedDataParallel
+from torch.distributed.fsdp import FullyShardedDataParallel, OptimStateKeyType
 from torch.nn import Module
+from torch.optim import Optimizer
 
 
 class FSDPStrategy(strategies.FSDPStrategy):
@@ -48,6 +54,41 @@ class FSDPStrategy(strategies.FSDPStrategy):
         # one unsharded copy of the model, once a fit.
         with FullyShardedDataParallel.summon_full_params(self.model, writeback=False):
             super().setup_optimizers(trainer)
+
+    def load_checkpoint(self, checkpoint_path: _PATH, weights_only: bool | None = None) -> dict[str, Any]:
+        # Lightning names the parameters of an integer-keyed optimizer state with FSDP's `rekey_optim_state_dict`,
+        # by their places in `model.parameters()`: each state is first keyed by that place (`by_model_order`).
+        rekey = vars(FullyShardedDataParallel)["rekey_optim_state_dict"]
+        optimizers = iter(self.optimizers)  # Lightning loads their states in this order
+
+        def by_places(state: dict[str, Any], key_type: OptimStateKeyType, model: Module, *args: Any,
+                      **kwargs: Any) -> dict[str, Any]:
+            if key_type == OptimStateKeyType.PARAM_NAME and not args and not kwargs:
+                state = by_model_order(state, next(optimizers), model)
+            return rekey.__func__(state, key_type, model, *args, **kwargs)
+
+        FullyShardedDataParallel.rekey_optim_state_dict = staticmethod(by_places)
+        try:
+            return super().load_checkpoint(checkpoint_path, weights_only)
+        finally:
+            FullyShardedDataParallel.rekey_optim_state_dict = rekey
+
+
+def by_model_order(state: dict[str, Any], optimizer: Optimizer, model: Module) -> dict[str, Any]:
+    """A saved optimizer state keyed by each parameter's place in `model.parameters()`. Its groups list their
+    parameters in the order of `optimizer`'s groups, whatever numbers they bear (torch's optimizers number them group
+    after group, Lightning's FSDP checkpoints by their places in the model): the numbers are matched to `optimizer`'s
+    parameters by that order, as `Optimizer.load_state_dict` matches them. The state of an FSDP checkpoint stays
+    as it is."""
+    place = {id(parameter): index for index, parameter in enumerate(model.parameters())}
+    groups = state["param_groups"]
+    if [len(group["params"]) for group in groups] != [len(own["params"]) for own in optimizer.param_groups]:
+        return state  # another model or optimizer setup: loading it fails as it would have
+    key = {saved: place[id(parameter)]
+           for group, own in zip(groups, optimizer.param_groups, strict=True)
+           for saved, parameter in zip(group["params"], own["params"], strict=True)}
+    return {**state, "state": {key[saved]: value for saved, value in state["state"].items()},
+            "param_groups": [{**group, "params": [key[saved] for saved in group["params"]]} for group in groups]}
 
 
 def register() -> None:
