@@ -404,6 +404,8 @@ class EncoderTask(L.LightningModule):
     def __init__(self, optimization: Optimization | None = None) -> None:
         super().__init__()
         self.optimization = optimization if optimization is not None else Optimization()
+        # The optimizer step whose batches `log_training` averages, and each value's sum and count over them.
+        self._window: tuple[int, dict[str, tuple[torch.Tensor, int]]] = (-1, {})
 
     def configure_optimizers(self):
         opt = self.optimization
@@ -771,19 +773,37 @@ class EncoderTask(L.LightningModule):
         (a few C x C and C x labels products per sequence) are left out."""
         return self.encoder.flops(sequence_lengths(batch), training=True)
 
-    def log_training(self, loss: torch.Tensor, batch: dict[str, torch.Tensor], **metrics: torch.Tensor) -> None:
-        """Loss, learning rate and the task's own metrics. Tokens/s and MFU come from `tasks.run.throughput`.
-        Under several processes, the values of a step that logs are the mean over the ranks (the whole batch's, as
-        the `Trainer` logs them), not rank 0's share: one all-reduce a logging window, none in the steps between."""
-        values = {"train/loss": loss} | {f"train/{name}": value for name, value in metrics.items()}
+    def log_training(self, loss: torch.Tensor, batch: dict[str, torch.Tensor], perplexity: bool = False,
+                     **metrics: torch.Tensor) -> None:
+        """Loss, learning rate and the task's own metrics (and with `perplexity`, exp of the loss). Tokens/s and MFU
+        come from `tasks.run.throughput`. The values of an optimizer step are those of its whole batch, as the
+        `Trainer` logs them: under gradient accumulation the mean over the step's batches (Lightning logs the value
+        of its last), and under several processes the mean over the ranks, not rank 0's share: one all-reduce a
+        logging window, none in the steps between."""
+        values = {"train/loss": loss.detach()} | {f"train/{name}": value.detach() for name, value in metrics.items()}
         trainer = self._trainer
+        if trainer is not None and trainer.accumulate_grad_batches > 1:
+            values = self._step_mean(values, trainer.global_step)
         if trainer is not None and trainer.world_size > 1 and trainer._logger_connector.should_update_logs:
             # (reduced here: Lightning's sync_dist may not change from one step to the next)
-            values = {key: trainer.strategy.reduce(value.detach(), reduce_op="mean") for key, value in values.items()}
+            values = {key: trainer.strategy.reduce(value, reduce_op="mean") for key, value in values.items()}
+        if perplexity:  # of the mean loss, not a mean of the batches' perplexities
+            values["train/perplexity"] = values["train/loss"].exp()
         for key, value in values.items():
             self.log(key, value)  # the loss shown by the progress bar at its refresh (tasks.run.progress)
         if self.trainer is not None and self.trainer.optimizers:
             self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"])
+
+    def _step_mean(self, values: dict[str, torch.Tensor], step: int) -> dict[str, torch.Tensor]:
+        """Each value's mean over the batches of optimizer step `step` so far (on the device: no host sync). A
+        value a batch lacks (the accuracy of a batch without a masked token) is the mean of the batches that have it."""
+        if self._window[0] != step:
+            self._window = (step, {})
+        sums = self._window[1]
+        for key, value in values.items():
+            total, count = sums.get(key, (0, 0))
+            sums[key] = (total + value, count + 1)
+        return {key: total / count for key, (total, count) in sums.items()}
 
     def export_labels(self) -> Sequence[str] | None:
         """The head's label names in id order, stored with an exported classifier."""

@@ -141,7 +141,7 @@ class MaskedLM(EncoderTask):
         loss, logits, targets = self(batch)
         # A batch without a masked token (see `vocab_cross_entropy`) has no accuracy to log.
         scored = {"accuracy": (logits.argmax(-1) == targets).float().mean()} if targets.numel() else {}
-        self.log_training(loss, batch, **scored, perplexity=loss.detach().exp())
+        self.log_training(loss, batch, perplexity=True, **scored)
         return loss
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:

@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.loggers import Logger
 from tiny import TINY, mlm_batches, trainer
 from torch.utils.data import DataLoader
 
@@ -75,6 +76,50 @@ def test_no_weight_decay_on_biases_and_norms():
     assert all(p.ndim == 1 for p in no_decay["params"])
     # The tied decoder appears once.
     assert len(decay["params"]) + len(no_decay["params"]) == len({id(p) for p in model.parameters()})
+
+
+class Recorded(Logger):
+    """The metrics Lightning hands its loggers, by step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: dict[int, dict[str, float]] = {}
+
+    name, version = "recorded", 0
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        self.rows.setdefault(step, {}).update(metrics)
+
+    def log_hyperparams(self, *args, **kwargs) -> None:
+        pass
+
+
+def test_an_accumulated_steps_logged_values_are_its_batches_mean():
+    """Lightning logs the value of a step's last batch; the `Trainer` logs the step's loss over all its batches. The
+    loss, accuracy and perplexity logged for a step of 2 accumulated batches are their mean (perplexity: exp of it)."""
+    torch.manual_seed(0)
+    model = MaskedLM(encoder=TINY, vocab_size=64)
+    losses, accuracies = [], []
+    step = model.training_step
+
+    def training_step(batch, batch_idx):
+        loss = step(batch, batch_idx)
+        logits, targets = model(batch)[1:]
+        losses.append(loss.item())
+        accuracies.append((logits.argmax(-1) == targets).float().mean().item())
+        return loss
+
+    model.training_step = training_step
+    logger = Recorded()
+    L.Trainer(max_steps=3, accelerator="cpu", accumulate_grad_batches=2, log_every_n_steps=1, logger=logger,
+              enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False).fit(
+        model, DataLoader(mlm_batches(6), batch_size=None))  # (TINY has no dropout: the logits recomputed are equal)
+    for i in range(3):
+        row = logger.rows[i]
+        mean = (losses[2 * i] + losses[2 * i + 1]) / 2
+        assert row["train/loss"] == pytest.approx(mean, rel=1e-6) and losses[2 * i] != losses[2 * i + 1]
+        assert row["train/accuracy"] == pytest.approx((accuracies[2 * i] + accuracies[2 * i + 1]) / 2, rel=1e-6)
+        assert row["train/perplexity"] == pytest.approx(math.exp(mean), rel=1e-6)
 
 
 def test_encoder_spec_and_vocab_link(tmp_path):
