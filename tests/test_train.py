@@ -27,7 +27,7 @@ from encoders import Encoder, MaskedLMHead, SequenceClassificationHead
 from tasks.base import EncoderSpec, validation_prefixes
 from tasks.classification import SequenceClassification
 from tasks.run.cli import LitbertCLI, make_cli
-from tasks.run.configs import with_bases
+from tasks.run.configs import read_config, with_bases
 from tasks.run.tracking import run_name
 
 # The runnable configs. A file other configs extend (`base:`) is the part they share (glue/base.yaml, distill/kd.yaml,
@@ -345,6 +345,15 @@ def test_a_config_file_that_is_no_mapping_of_settings_is_named_by_file_and_line(
         with_bases(["--config", str(path)])
     status = train.cli_main(["--config", str(path)])
     assert status == 2 and capsys.readouterr().err.strip().splitlines()[-1].startswith(f"{path}")
+
+
+def test_a_config_may_merge_an_anchor_and_give_its_keys_again(tmp_path):
+    """YAML's merge key (`<<: *defaults`) brings a mapping's keys to give some of them again; the check for a key
+    given twice refused every such config ('could not determine a constructor for the tag ...merge')."""
+    path = tmp_path / "merged.yaml"
+    path.write_text("shared: &shared\n  batch_size: 8\n  max_length: 32\ndata:\n  <<: *shared\n  max_length: 64\n")
+    assert read_config(path)["data"] == {"batch_size": 8, "max_length": 64}
+    assert with_bases(["--config", str(path)]) == ["--config", str(path)]
 
 
 def test_the_progress_bar_counts_steps_where_the_epochs_are_unbounded(env, minilm, tmp_path):

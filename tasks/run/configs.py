@@ -9,7 +9,7 @@ include another by itself: `with_bases` puts each file's bases before it on the 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from pathlib import Path
 
 import yaml
@@ -51,13 +51,18 @@ class _RepeatedKey(yaml.YAMLError):
 
 class _UniqueKeyLoader(yaml.SafeLoader):
     """YAML's safe loader, refusing a key given twice in one mapping: PyYAML keeps the last silently, so a second
-    `init_args:` under `data:` dropped every setting of the first."""
+    `init_args:` under `data:` dropped every setting of the first. A merge key (`<<: *defaults`) is no key of its
+    own: the keys it brings may be given again, which is what it is for."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         first: dict = {}
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
             key = self.construct_object(key_node, deep=deep)
             line = key_node.start_mark.line + 1
+            if not isinstance(key, Hashable):  # `? [a, b]`: PyYAML's own error names it
+                continue
             if key in first:
                 raise _RepeatedKey(key, line, first[key])
             first[key] = line
