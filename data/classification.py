@@ -793,11 +793,13 @@ class ClassificationDataModule(TokenizedDataModule):
         if self.skipped[split]:
             log.info("%s: skip_labels=%s left out %d of %d rows", rows.where, sorted(self.skip_labels),
                      self.skipped[split], len(rows.lines))
-        empty = [line for texts in rows.texts for line, text in zip(rows.lines, texts, strict=True)
-                 if isinstance(text, str) and not text.strip()]
+        left_out = {line for label, line in zip(rows.labels or (), rows.lines, strict=False)
+                    if label in self.skip_labels} if self.skipped[split] else set()
+        empty = sorted({line for texts in rows.texts for line, text in zip(rows.lines, texts, strict=True)
+                        if line not in left_out and isinstance(text, str) and not text.strip()})  # a line once
         if empty:  # kept (a model reads the special tokens alone), but seldom meant: a column shifted, a cell lost
             log.warning("%s: %d example(s) with an empty text, kept: line(s) %s", rows.where, len(empty),
-                        ", ".join(map(str, sorted(empty)[:10])) + (", ..." if len(empty) > 10 else ""))
+                        ", ".join(map(str, empty[:10])) + (", ..." if len(empty) > 10 else ""))
         self.truncated[split] = sum(dataset["truncated"])
         if self.truncated[split]:
             log.warning("%s: %d of %d examples were longer than max_length=%d and were cut (%s)", rows.where,

@@ -278,3 +278,16 @@ def test_examples_with_an_empty_text_are_kept_and_named(tmp_path, caplog):
         dm.setup("fit")
     assert len(dm.datasets["train"]) == 4
     assert f"{path}: 2 example(s) with an empty text, kept: line(s) 3, 4" in caplog.text
+
+
+def test_an_example_with_two_empty_texts_is_named_once_and_left_out_rows_not_at_all(tmp_path, caplog):
+    """A pair with both texts empty was counted as two examples (`line(s) 3, 3`), and a row that skip_labels leaves
+    out was named among the examples 'kept'."""
+    path = tmp_path / "pairs.csv"
+    path.write_text('premise,hypothesis,label\na,b,0\n"","",1\nc,"",-\nd,e,1\n', encoding="utf-8")
+    dm = ClassificationDataModule(MINILM, train_files=str(path), val_files=str(path), skip_labels=["-"],
+                                  text_columns=["premise", "hypothesis"], cache_dir=str(tmp_path))
+    with caplog.at_level(logging.WARNING):
+        dm.setup("fit")
+    assert len(dm.datasets["train"]) == 3
+    assert f"{path}: 1 example(s) with an empty text, kept: line(s) 3\n" in caplog.text
