@@ -247,7 +247,8 @@ def _check_numeric_classes(rows: Rows, skip: set[str], column: str) -> None:
         if spelled != label:
             raise DataError(f"{rows.where}, line {line}: label {label!r} in column {column!r} is the number of label "
                             f"{spelled!r} (line {at}) spelled another way, which would make it a class apart. Spell "
-                            f"each class one way: fix the row.")
+                            f"each class one way: fix the row; or, if they are two classes (codes such as '01' and "
+                            f"'1'), list the classes in data.label_names.")
         if fraction is None and not number.is_integer():
             fraction = (label, line)
     if fraction is not None:

@@ -141,7 +141,8 @@ def test_columns_that_leave_no_text_or_label(settings, message, tmp_path):
                                         r"it in or remove it\.$", id="multi-label-empty-label"),
     pytest.param("spelled.csv", "text,label\ngood,1\nbad,0\nfine,1.0\n", {},
                  r"spelled.csv, line 4: label '1.0' in column 'label' is the number of label '1' \(line 2\) spelled "
-                 r"another way, which would make it a class apart. Spell each class one way: fix the row.",
+                 r"another way, which would make it a class apart. Spell each class one way: fix the row; or, if they "
+                 r"are two classes \(codes such as '01' and '1'\), list the classes in data.label_names.$",
                  id="one-number-spelled-two-ways"),
     pytest.param("scores.csv", "text,label\ngood,4.5\nbad,0.25\nfine,3\n", {},
                  r"scores.csv, line 2: label '4.5' in column 'label' is a number with a fraction, and classification "
@@ -164,6 +165,16 @@ def test_labels_that_are_not_a_class_label(name, content, settings, message, tmp
     with pytest.raises(DataError, match=message):
         ClassificationDataModule(MINILM, train_files=str(path), val_files=str(path), cache_dir=str(tmp_path),
                                  **settings).setup("fit")
+
+
+def test_codes_that_are_one_number_are_two_classes_where_label_names_lists_them(tmp_path):
+    """The way on the error of a number spelled two ways, where the spellings are codes of two classes."""
+    path = tmp_path / "train.csv"
+    path.write_text("text,label\ngood,01\nbad,1\nfine,01\n", encoding="utf-8")
+    dm = ClassificationDataModule(MINILM, label_names=["1", "01"], train_files=str(path), val_files=str(path),
+                                  cache_dir=str(tmp_path))
+    dm.setup("fit")
+    assert dm.datasets["train"]["labels"] == [1, 0, 1]
 
 
 def test_empty_labels_are_left_out_by_skip_labels_and_json_floats_are_their_integers(tmp_path):
