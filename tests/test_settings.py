@@ -492,6 +492,20 @@ def test_an_unknown_setting_is_named_with_the_closest_ones(argument, said, share
     assert capsys.readouterr().err.splitlines()[-2:] == ["litbert: error in the configuration:", said]
 
 
+def test_an_unknown_setting_of_a_class_without_settings_or_out_of_reach_is_said_as_such():
+    """A class that takes no settings (`--trainer.callbacks.patience` before any callback class is given names
+    lightning.Callback) was said to have settings that 'are unknown', as was one that cannot be imported."""
+    from tasks.run.errors import unknown_setting
+
+    said = unknown_setting("trainer.callbacks", "patience", "lightning.Callback",
+                           help_of=("trainer.callbacks", "lightning.Callback"))
+    assert said == ("trainer.callbacks.patience: lightning.Callback has no setting 'patience'; it takes no settings. "
+                    "`python train.py --trainer.callbacks.help lightning.Callback` lists its settings.")
+    said = unknown_setting("data", "zzz", "nowhere.Thing", help_of=("data", "nowhere.Thing"))
+    assert said == "data.zzz: nowhere.Thing has no setting 'zzz'. `python train.py --data.help nowhere.Thing` lists " \
+                   "its settings."
+
+
 @pytest.mark.parametrize("unit", ["epochs", "steps"])
 def test_a_minimum_above_the_maximum_is_refused(unit, glue):
     """Lightning stops at max_epochs (max_steps) and leaves a larger min_epochs (min_steps) unmet, without a word."""

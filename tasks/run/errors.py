@@ -178,31 +178,34 @@ def unknown_setting(setting: str, key: str, class_path: str, help_of: tuple[str,
     the first sentence of its help, and the help that lists them all (`--data.help data.GLUEDataModule`)."""
     from tasks.run.cli import SOURCE_SETTINGS  # here: the command line imports what every run needs
 
-    settings = settings_of(class_path)
-    sources = {name for names in SOURCE_SETTINGS.values() for name in names}
-    located = [name for name in LOCAL_DATA if name in settings] if key in sources else []
-    closest = located or difflib.get_close_matches(key, list(settings), n=3)
     section, outer = help_of
     refused = f"{setting}.{key}: {class_path} has no setting {key!r}"
     way_on = f"`python train.py --{section}.help {outer}` lists its settings."
+    settings = settings_of(class_path)
+    if settings is None:  # not importable here: nothing to compare with
+        return f"{refused}. {way_on}"
+    sources = {name for names in SOURCE_SETTINGS.values() for name in names}
+    located = [name for name in LOCAL_DATA if name in settings] if key in sources else []
+    closest = located or difflib.get_close_matches(key, list(settings), n=3)
     if not closest:
-        return f"{refused}; its settings are {', '.join(sorted(settings)) or 'unknown'}. {way_on}"
+        listed = f"its settings are {', '.join(sorted(settings))}" if settings else "it takes no settings"
+        return f"{refused}; {listed}. {way_on}"
     said = [f"{setting}.{name}" + (f" ({settings[name]})" if settings[name] else "") for name in closest]
     said = f"{', '.join(said[:-1]) + ' or ' if len(said) > 1 else ''}{said[-1]}"
     return f"{refused}: it reads local data by {said}. {way_on}" if located else \
         f"{refused}. Did you mean {said}? {way_on}"
 
 
-def settings_of(class_path: str) -> dict[str, str]:
+def settings_of(class_path: str) -> dict[str, str] | None:
     """The constructor arguments of the class at `class_path`, as the command line takes them, each with the first
-    sentence of its help (empty where it has none); none where the class cannot be imported."""
+    sentence of its help (empty where it has none); None where the class cannot be imported."""
     module, _, name = class_path.rpartition(".")
     parser = ArgumentParser(exit_on_error=False)
     try:
         parser.add_class_arguments(getattr(importlib.import_module(module), name), "x", fail_untyped=False,
                                    sub_configs=True)
     except (ImportError, AttributeError, ValueError):
-        return {}
+        return None
     settings: dict[str, str] = {}
     for action in parser._actions:  # argparse keeps no public list of a parser's arguments
         if action.dest.startswith("x.") and action.dest.count(".") == 1:
