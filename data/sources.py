@@ -469,6 +469,22 @@ def _repeated_field(where: str, error: _RepeatedField) -> DataError:
                      f"{error.values[1]!r}); JSON readers keep one of them. Keep the one meant.")
 
 
+def _repeating_record(text: str) -> str:
+    """`record 2 (line 3)`: where in the JSON list `text` the first object that gives a field twice starts, read
+    again record by record (on that error alone: one `json.loads` of the whole text is the fast way)."""
+    decoder, between = json.JSONDecoder(object_pairs_hook=_unique_fields), re.compile(r"[\s,]*")
+    start, number = between.match(text, text.index("[") + 1).end(), 1
+    while True:
+        try:
+            end = decoder.raw_decode(text, start)[1]
+        except _RepeatedField:
+            line = text.count("\n", 0, start) + 1
+            return f"record {number} (line {line})"
+        except json.JSONDecodeError:
+            return "a record"
+        start, number = between.match(text, end).end(), number + 1
+
+
 def read_json_records(path: str | os.PathLike[str], required: Sequence[str]) -> dict[str, list[Any]]:
     """Columns of a JSON Lines file (one object a line) or a JSON file holding a list of objects."""
     path = Path(path)
@@ -491,7 +507,7 @@ def read_json_records(path: str | os.PathLike[str], required: Sequence[str]) -> 
         except json.JSONDecodeError as error:
             raise DataError(f"{path}, line {error.lineno}: not valid JSON ({error.msg}).") from None
         except _RepeatedField as error:
-            raise _repeated_field(str(path), error) from None
+            raise _repeated_field(f"{path}, {_repeating_record(text)}", error) from None
         if not loaded:  # else the split had no examples, which failed later inside datasets
             raise DataError(f"Data file {path} holds an empty JSON list; it needs at least one example.")
         records = list(enumerate(loaded, start=1))
