@@ -484,6 +484,8 @@ def test_checkpointing_off_writes_nothing_and_refuses_a_model_checkpoint(glue):
     # No class of its own to name: argparse's refusal, with the closest option of the group.
     ("--trainer.acumulate_grad_batches", "unrecognized arguments: --trainer.acumulate_grad_batches 1; did you mean "
                                          "--trainer.accumulate_grad_batches?"),
+    # A shortened option is no other's: argparse read `--trainer.max_step` as `--trainer.max_steps`.
+    ("--trainer.max_step", "unrecognized arguments: --trainer.max_step 1; did you mean --trainer.max_steps?"),
 ])
 def test_an_unknown_setting_is_named_with_the_closest_ones(argument, said, shared_data, monkeypatch, capsys):
     """jsonargparse says "Option 'train_files' is not accepted" and points at `--help`, hundreds of lines."""

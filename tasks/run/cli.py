@@ -476,7 +476,9 @@ def make_cli(args: Sequence[str] | None = None) -> LitbertCLI:
         # One way to set the optimizer: the task's `optimization` (AdamW groups, warmup, decay). LightningCLI's own
         # --optimizer / --lr_scheduler would replace configure_optimizers and silently void it.
         auto_configure_optimizers=False,
-        parser_kwargs={"exit_on_error": False},  # parse errors reach train.py's cli_main, which condenses them
+        # Parse errors reach train.py's cli_main, which condenses them; a shortened option (`--trainer.max_step`) is
+        # refused with the option it may mean, not read as another.
+        parser_kwargs={"exit_on_error": False, "allow_abbrev": False},
         run=False,
         args=expand(given[1:] if command == "predict" else given),
         command=command,
