@@ -547,13 +547,13 @@ class EncoderTask(L.LightningModule):
         """A resumed run steps over as many batches as the run it continues (as data.batch_size is checked by the
         datamodule): another count would train on other steps than the run it claims to continue."""
         saved = checkpoint.get("litbert_accumulate_grad_batches")  # none in checkpoints from before it was kept
-        if saved is None or self._trainer is None or self.trainer.state.fn != "fit":
+        if saved is None or not self._trains_on(checkpoint):
             return
         if saved != self.trainer.accumulate_grad_batches:
             raise ValueError(f"The checkpoint to resume accumulated gradients over trainer.accumulate_grad_batches="
                              f"{saved} batches a step; this run's is {self.trainer.accumulate_grad_batches}. Resume "
                              f"with --trainer.accumulate_grad_batches {saved}, or start a new run from its weights "
-                             f"(--model.pretrained on its export).")
+                             f"{self._way_to_weights(checkpoint)}.")
 
     def _check_processes(self, checkpoint: dict[str, typing.Any]) -> None:
         """A resumed run trains on as many processes as the run it continues: each takes its shard of the data and a
@@ -561,14 +561,31 @@ class EncoderTask(L.LightningModule):
         another number of examples, and the shards, cut otherwise, would skip other examples than the run trained on
         and repeat some it did."""
         saved = checkpoint.get("litbert_processes")  # none in checkpoints from before it was kept
-        if saved is None or self._trainer is None or self.trainer.state.fn != "fit":
+        if saved is None or not self._trains_on(checkpoint):
             return
         if saved != self.trainer.world_size:
             raise ValueError(f"The checkpoint to resume was trained on {saved} process(es) (trainer.devices x "
                              f"trainer.num_nodes); this run has {self.trainer.world_size}. Each would take another "
                              f"shard of the data, and the saved position would skip other examples than the run "
                              f"trained on. Resume on {saved} process(es), or start a new run from its weights "
-                             f"(--model.pretrained on its export).")
+                             f"{self._way_to_weights(checkpoint)}.")
+
+    def _trains_on(self, checkpoint: dict[str, typing.Any]) -> bool:
+        """Whether this fit continues training from `checkpoint`: not an evaluation, and not a resume at or past
+        trainer.max_steps, which trains no step and only evaluates and exports the weights (on any number of
+        processes, with any accumulation)."""
+        if self._trainer is None or self.trainer.state.fn != "fit":
+            return False
+        step, max_steps = checkpoint.get("global_step"), self.trainer.max_steps
+        return step is None or max_steps < 0 or step < max_steps
+
+    @staticmethod
+    def _way_to_weights(checkpoint: dict[str, typing.Any]) -> str:
+        """How a new run gets a checkpoint's weights: from the run's export, which a resume that trains no step
+        writes (an interrupted run has none yet)."""
+        step = checkpoint.get("global_step")
+        return (f"(--model.pretrained on its export; an unfinished run is exported as it is by this command with "
+                f"--trainer.max_steps {step}, which trains no step)") if step else "(--model.pretrained on its export)"
 
     def _check_steps(self, checkpoint: dict[str, typing.Any]) -> None:
         """A resume to a trainer.max_steps below the checkpoint's step would train no step, and evaluate and export

@@ -659,8 +659,11 @@ def test_a_refused_resume_leaves_the_finished_run_as_it_was(glue, assets, tmp_pa
     assert saved["litbert_processes"] == 1
     torch.save(dict(saved, litbert_processes=2), tmp_path / "two.ckpt")  # as a run of trainer.devices 2 saves it
     with pytest.raises(ValueError, match=r"trained on 2 process\(es\) \(trainer.devices x trainer.num_nodes\); this "
-                                         r"run has 1\..* Resume on 2 process\(es\)"):
-        train.run(glue(*args, "--ckpt_path", str(tmp_path / "two.ckpt")))
+                                         r"run has 1\..* Resume on 2 process\(es\), or start a new run from its "
+                                         r"weights \(--model.pretrained on its export; an unfinished run is "
+                                         r"exported as it is by this command with --trainer.max_steps 2, which trains "
+                                         r"no step\)"):
+        train.run(glue(*args, "--trainer.max_steps", "3", "--ckpt_path", str(tmp_path / "two.ckpt")))
     assert metrics.read_text() == finished and config.read_text() == settings
     # A byte of a tensor changed (a bad copy, a failing disk): torch.load reads no checksum, and the run resumed with
     # the changed weight. The entry's CRC-32 no longer matches.
@@ -692,6 +695,13 @@ def test_a_refused_resume_leaves_the_finished_run_as_it_was(glue, assets, tmp_pa
                                          r"checkpoint, tasks.classification.TokenClassification now"):
         glue(*args, "--model.class_path", "tasks.classification.TokenClassification", "--ckpt_path", "last")
     assert metrics.read_text() == finished and config.read_text() == settings
+    # The way on the process count's refusal names: at the checkpoint's step the resume trains no step, on any number
+    # of processes, and evaluates (and would export) the weights as they are.
+    metrics.unlink()
+    resumed = glue(*args, "--ckpt_path", str(tmp_path / "two.ckpt"))
+    train.run(resumed)
+    assert resumed.trainer.global_step == 2
+    assert json.loads(metrics.read_text()) == json.loads(finished)
 
 
 def test_an_accepted_resume_records_itself_once(glue, tmp_path, capsys):
