@@ -560,9 +560,17 @@ class ConllSentence:
     lines: list[int]  # the line of each word, for error messages
 
 
+# Lines end at a newline (CRLF or CR too) and columns at ASCII whitespace, as conlleval reads its bytes: Python's
+# splitlines() and split() also break at U+2028, U+0085 or a no-break space, which would split or drop a word.
+CONLL_LINES = re.compile(r"\r\n|\r|\n")
+ASCII_SPACE = " \t\f\v"
+CONLL_COLUMNS = re.compile(f"[{ASCII_SPACE}]+")
+
+
 def read_conll(path: str | os.PathLike[str], word_column: int = 0,
                label_column: int | None = -1) -> list[ConllSentence]:
-    """Sentences of a CoNLL column file: whitespace-separated columns, blank lines and `-DOCSTART-` between them.
+    """Sentences of a CoNLL column file: columns separated by ASCII spaces or tabs (a word may hold any other
+    character, a no-break space too), blank lines and `-DOCSTART-` between sentences.
 
     Every token line must have as many columns as the file's first one, and the word and label columns must be
     two different columns of it: a line that lost its tag (a lone word) is an error, not a word taken as its label.
@@ -573,8 +581,9 @@ def read_conll(path: str | os.PathLike[str], word_column: int = 0,
     sentences: list[ConllSentence] = []
     current = ConllSentence([], [], [])
     width: int | None = None  # columns per token line, set by the first one
-    for number, line in enumerate(read_text(path).splitlines(), start=1):
-        fields = line.split()
+    for number, line in enumerate(CONLL_LINES.split(read_text(path)), start=1):
+        fields = CONLL_COLUMNS.split(line.strip(ASCII_SPACE))
+        fields = [] if fields == [""] else fields
         if not fields or fields[0] == "-DOCSTART-":
             if current.words:
                 sentences.append(current)

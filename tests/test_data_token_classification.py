@@ -103,6 +103,28 @@ def test_a_converted_evaluation_file_is_a_warning_naming_the_tag(tmp_path, caplo
     assert dm.sentences["validation"][0].tags == ["B-ORG", "O", "B-PER"]
 
 
+def test_words_holding_unicode_spaces_or_line_separators_are_a_word_a_line(tmp_path):
+    """Columns are split at ASCII spaces and tabs and lines at newlines, as conlleval and the hub's conll2003 reader
+    read them: a word that is or holds a no-break or ideographic space, U+2028 or U+0085 (which Python's `split`
+    and `splitlines` break at) stays one word of its line, with its tag; the tokenizer erases some, which then
+    keep their label on the unknown token. Read as words to tag, the same file gives a word a line."""
+    words = ["Peter", "\xa0", "10\xa0000", "foo\u2028bar", "\x85", "\u3000", "Bonn"]
+    tags = ["B-PER", "O", "O", "O", "O", "O", "B-LOC"]
+    path = tmp_path / "spaces.txt"
+    path.write_text("".join(f"{w}\tNNP\t{t}\r\n" for w, t in zip(words, tags, strict=True)) + "\r\nnext\tNN\tO\n",
+                    encoding="utf-8")
+    (sentence, after) = read_conll(path)
+    assert (sentence.words, sentence.tags, sentence.lines) == (words, tags, [1, 2, 3, 4, 5, 6, 7])
+    assert (after.words, after.lines) == (["next"], [9])
+    assert [s.words for s in read_conll(path, 0, None)] == [words, ["next"]]
+    dm = TokenClassificationDataModule(MINILM, train_files=str(path), val_files=str(path), cache_dir=str(tmp_path))
+    dm.setup("validate")
+    row = dm.datasets["validation"][0]
+    first = [i for i, w in enumerate(row["word_ids"]) if w >= 0 and row["word_ids"][i - 1] != w]
+    assert [row["word_ids"][i] for i in first] == list(range(len(words)))
+    assert [dm.label_names[row["labels"][i]] for i in first] == tags
+
+
 def test_a_single_tag_is_refused_with_its_file(tmp_path):
     path = tmp_path / "plain.txt"
     path.write_text("EU O\nrejects O\n\nPeter O\n", encoding="utf-8")
