@@ -60,11 +60,11 @@ def exit_status(error: BaseException, args: Sequence[str] | None) -> int | None:
     error = next((e for e in causes(error) if isinstance(e, RunInterrupted | StoppedAtOnce | SIGTERMException)),
                  error)
     if isinstance(error, RunInterrupted | StoppedAtOnce):
-        finish_tracking(1)
+        finish_tracking(128 + error.signum)  # W&B records the run's own exit status: stopped by a signal
         print(f"litbert: {error}{resume_hint(error, args)}", file=sys.stderr, flush=True)
         return 128 + error.signum
     if isinstance(error, StoppedBeforeTraining):
-        finish_tracking(1)
+        finish_tracking(128 + error.signum)
         given = list(sys.argv[1:] if args is None else args)
         if given[:1] == ["predict"]:  # `train.py predict`, stopped while its model and data loaded, or it predicted
             print(f"litbert: stopped by {signal.Signals(error.signum).name} before the predictions were written "
@@ -76,15 +76,15 @@ def exit_status(error: BaseException, args: Sequence[str] | None) -> int | None:
               f"trained or saved, and no metrics.json was written.{restart_hint(given)}", file=sys.stderr, flush=True)
         return 128 + error.signum
     if isinstance(error, StoppedAfterTraining) and error.finishing:
-        finish_tracking(1)
+        finish_tracking(128 + error.signum)
         print(f"litbert: stopped by {signal.Signals(error.signum).name} as the run finished: its metrics.json and "
               f"export are written, but not every submission file, the upload to the Hub or the summary. "
               f"{_after_training_resume(error, 'write them (it trains no step)')}{_requeued(error)}.",
               file=sys.stderr, flush=True)
         return 128 + error.signum
     if isinstance(error, SIGTERMException):  # after training (Lightning's own: from the evaluation loops)
-        finish_tracking(1)
         signum = getattr(error, "signum", signal.SIGTERM)
+        finish_tracking(128 + signum)
         print(f"litbert: stopped by {signal.Signals(signum).name} after training, in the evaluation, export or test "
               f"predictions{_requeued(error)}; the run did not finish (metrics.json is written after the evaluation "
               f"and export, the predictions after it). "

@@ -129,7 +129,8 @@ def configure_wandb(loggers: Any, root: Path, resumed_id: str | None) -> None:
 
 
 def finish_tracking(exit_code: int) -> None:
-    """End an open W&B run now, so that its closing lines come before litbert's message, not after it."""
+    """End an open W&B run now, so that its closing lines come before litbert's message, not after it, with the
+    run's exit status (128 + N for a run stopped by signal N, as the process exits: W&B records it)."""
     wandb = sys.modules.get("wandb")
     if wandb is not None and getattr(wandb, "run", None) is not None:
         wandb.finish(exit_code=exit_code)

@@ -1,0 +1,39 @@
+"""What a run's W&B logger records and says, read back from offline runs with wandb's own reader (`runs.py`):
+its project, the command that uploads it, the exit status of a run stopped by a signal, and the attention maps
+logged beside other loggers. No training: each test drives the logger or callback the way a run does."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+from runs import wandb_records, wandb_runs
+
+from tasks.run.tracking import WandbLogger
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch, tmp_path):
+    """An offline W&B with no project of the user's, run from `tmp_path` (where wandb keeps its own files)."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.delenv("WANDB_PROJECT", raising=False)
+    monkeypatch.chdir(tmp_path)
+    yield
+    import wandb
+
+    if wandb.run is not None:  # a test that failed with its run open: the next test's logger would join that run
+        wandb.finish()
+
+
+def test_a_run_stopped_by_a_signal_records_its_exit_status(tmp_path):
+    """A run stopped by SIGTERM exits 143; its W&B run records 143, a run stopped, not one that failed (1)."""
+    from tasks.run.errors import exit_status
+    from tasks.run.signals import RunInterrupted
+
+    logger = WandbLogger(save_dir=str(tmp_path))
+    logger.log_metrics({"train/loss": 1.0}, step=0)
+    assert exit_status(RunInterrupted(signal.SIGTERM, 3, None), ["--config", "configs/quickstart.yaml"]) == 143
+    (run,) = wandb_runs(tmp_path)
+    (path,) = run.glob("run-*.wandb")
+    assert [record["exit"]["exit_code"] for record in wandb_records(path) if record["type"] == "exit"] == [143]
