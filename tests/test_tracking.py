@@ -5,9 +5,10 @@ logged beside other loggers. No training: each test drives the logger or callbac
 from __future__ import annotations
 
 import signal
+from types import SimpleNamespace
 
 import pytest
-from runs import wandb_records, wandb_runs
+from runs import wandb_history, wandb_records, wandb_runs
 
 from tasks.run.tracking import WandbLogger
 
@@ -37,3 +38,25 @@ def test_a_run_stopped_by_a_signal_records_its_exit_status(tmp_path):
     (run,) = wandb_runs(tmp_path)
     (path,) = run.glob("run-*.wandb")
     assert [record["exit"]["exit_code"] for record in wandb_records(path) if record["type"] == "exit"] == [143]
+
+
+def test_attention_maps_are_logged_to_wandb_beside_another_logger(tmp_path, minilm_tokenizer):
+    """W&B need not be the run's first logger (`--trainer.logger '[CSVLogger, ...WandbLogger]'`): the maps go to
+    it, at the step validated."""
+    pytest.importorskip("matplotlib")
+    from lightning.pytorch.loggers import CSVLogger
+
+    from encoders import Encoder, EncoderConfig
+    from tasks.run.tracking import AttentionMaps
+
+    wandb = WandbLogger(save_dir=str(tmp_path))
+    trainer = SimpleNamespace(loggers=[CSVLogger(str(tmp_path)), wandb], logger=None, sanity_checking=False,
+                              is_global_zero=True, global_step=3,
+                              datamodule=SimpleNamespace(tokenizer=minilm_tokenizer))
+    module = SimpleNamespace(encoder=Encoder(EncoderConfig.from_name("bert-tiny", vocab_size=30522)))
+    maps = AttentionMaps()
+    maps.on_fit_start(trainer, module)
+    maps.on_validation_end(trainer, module)
+    wandb.finish()
+    images = [row for row in wandb_history(tmp_path) if "attention/maps._type" in row]
+    assert [(row["trainer/global_step"], row["attention/maps._type"]) for row in images] == [(3, "images/separated")]

@@ -193,15 +193,17 @@ class AttentionMaps(L.Callback):
 
     def __init__(self, sentence: str = "The movie was not good, but the actors saved it.") -> None:
         self.sentence = sentence
+        self.logger: LightningWandbLogger | None = None  # the run's W&B logger, found as fitting starts
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         from encoders.plots import pyplot
 
         pyplot()  # ImportError with the install command when matplotlib is missing
-        if not isinstance(trainer.logger, LightningWandbLogger):
-            found = "none" if trainer.logger is None else type(trainer.logger).__name__
+        self.logger = next((logger for logger in trainer.loggers if isinstance(logger, LightningWandbLogger)), None)
+        if self.logger is None:  # W&B may be any of the run's loggers, not only the first
+            found = ", ".join(type(logger).__name__ for logger in trainer.loggers) or "none"
             raise ValueError(f"AttentionMaps logs pictures to W&B, but the run's logger is {found}; use the default "
-                             f"W&B logger or remove the callback.")
+                             f"W&B logger (beside others: --trainer.logger+=...) or remove the callback.")
         if getattr(trainer.datamodule, "tokenizer", None) is None:
             raise ValueError("AttentionMaps needs the datamodule's tokenizer to encode its sentence; this "
                              "datamodule has none.")
@@ -213,4 +215,4 @@ class AttentionMaps(L.Callback):
 
         with tempfile.TemporaryDirectory() as folder:
             path = plot_attention(pl_module.encoder, trainer.datamodule.tokenizer, Path(folder), self.sentence)
-            trainer.logger.log_image("attention/maps", [str(path)], step=trainer.global_step)
+            self.logger.log_image("attention/maps", [str(path)], step=trainer.global_step)
