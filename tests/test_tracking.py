@@ -27,6 +27,15 @@ def offline(monkeypatch, tmp_path):
         wandb.finish()
 
 
+def test_the_project_is_the_configs_else_wandb_project_else_litbert(monkeypatch, tmp_path):
+    """WANDB_PROJECT, which wandb reads where the code names no project, names the run's project; a project the
+    config names wins over it."""
+    assert WandbLogger(save_dir=str(tmp_path))._wandb_init["project"] == "litbert"
+    monkeypatch.setenv("WANDB_PROJECT", "theirs")
+    assert WandbLogger(save_dir=str(tmp_path))._wandb_init["project"] == "theirs"
+    assert WandbLogger(project="mine", save_dir=str(tmp_path))._wandb_init["project"] == "mine"
+
+
 def test_a_run_stopped_by_a_signal_records_its_exit_status(tmp_path):
     """A run stopped by SIGTERM exits 143; its W&B run records 143, a run stopped, not one that failed (1)."""
     from tasks.run.errors import exit_status

@@ -2,7 +2,8 @@
 
 Online when the user is logged in (an API key in `WANDB_API_KEY` or in the netrc file that `wandb login` writes),
 otherwise offline into the run folder, with one line on how to upload the run later. `WANDB_MODE` set by the user
-wins over both. Lightning creates the run on rank 0 only. A run can track with CSV instead
+wins over both, and `WANDB_PROJECT` names the project where the config names none.
+Lightning creates the run on rank 0 only. A run can track with CSV instead
 (`--trainer.logger CSVLogger`) or not at all (`--trainer.logger false`); a logger that writes files and is given no
 `save_dir` writes them into the run folder, as the W&B logger does. The resolved config is saved as
 `<default_root_dir>/config.yaml` whatever the logger.
@@ -27,6 +28,7 @@ from encoders.choices import check_choice
 from tasks.run.folders import remove_earlier_metrics
 
 TrackingMode = Literal["auto", "online", "offline"]
+DEFAULT_PROJECT = "litbert"
 
 
 def wandb_logged_in() -> bool:
@@ -44,7 +46,7 @@ class WandbLogger(LightningWandbLogger):
     """Lightning's `WandbLogger` that picks online or offline by itself and logs into the run folder.
 
     Args:
-        project: W&B project.
+        project: W&B project; None: `WANDB_PROJECT` where it is set, else `litbert`.
         name: Display name of the run.
         save_dir: Folder of the `wandb/` run files; litbert sets it to the trainer's `default_root_dir`.
         mode: `auto` (online when logged in, else offline), `online` or `offline`.
@@ -58,7 +60,7 @@ class WandbLogger(LightningWandbLogger):
 
     def __init__(
         self,
-        project: str = "litbert",
+        project: str | None = None,
         name: str | None = None,
         save_dir: str | None = None,
         mode: TrackingMode = "auto",
@@ -72,6 +74,8 @@ class WandbLogger(LightningWandbLogger):
         offline = mode == "offline" or (mode == "auto" and not wandb_logged_in())
         if "WANDB_MODE" in os.environ:  # the user's explicit choice, e.g. `disabled` in CI
             offline = os.environ["WANDB_MODE"] in ("offline", "dryrun")
+        # Given explicitly, a project would void the user's WANDB_PROJECT (wandb lets an argument win over it).
+        project = project or os.environ.get("WANDB_PROJECT") or DEFAULT_PROJECT
         if offline and log_model:  # W&B cannot upload artifacts from an offline run
             rank_zero_info("litbert: W&B is offline, so checkpoints are not logged as artifacts (log_model ignored); "
                            "they stay in the run's checkpoints folder.")
