@@ -36,6 +36,21 @@ def test_the_project_is_the_configs_else_wandb_project_else_litbert(monkeypatch,
     assert WandbLogger(project="mine", save_dir=str(tmp_path))._wandb_init["project"] == "mine"
 
 
+def test_a_disabled_run_says_that_nothing_was_logged(monkeypatch, tmp_path):
+    """WANDB_MODE=disabled: wandb hands out a run whose folder is never made; the summary line does not name it."""
+    import wandb
+
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    logger = WandbLogger(save_dir=str(tmp_path))
+    try:
+        logger.log_metrics({"train/loss": 1.0}, step=0)
+        assert logger.describe() == "none: W&B is disabled (WANDB_MODE=disabled), so nothing was logged"
+        logger.finish()
+    finally:
+        wandb.teardown()  # wandb keeps the mode it was set up in for the process: the next test's run is offline
+    assert list(tmp_path.rglob("*.wandb")) == []
+
+
 def test_a_run_stopped_by_a_signal_records_its_exit_status(tmp_path):
     """A run stopped by SIGTERM exits 143; its W&B run records 143, a run stopped, not one that failed (1)."""
     from tasks.run.errors import exit_status

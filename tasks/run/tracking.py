@@ -2,7 +2,7 @@
 
 Online when the user is logged in (an API key in `WANDB_API_KEY` or in the netrc file that `wandb login` writes),
 otherwise offline into the run folder, with one line on how to upload the run later. `WANDB_MODE` set by the user
-wins over both, and `WANDB_PROJECT` names the project where the config names none.
+wins over both (`disabled` logs nothing), and `WANDB_PROJECT` names the project where the config names none.
 Lightning creates the run on rank 0 only. A run can track with CSV instead
 (`--trainer.logger CSVLogger`) or not at all (`--trainer.logger false`); a logger that writes files and is given no
 `save_dir` writes them into the run folder, as the W&B logger does. The resolved config is saved as
@@ -72,8 +72,10 @@ class WandbLogger(LightningWandbLogger):
     ) -> None:
         check_choice("WandbLogger mode", mode, TrackingMode)
         offline = mode == "offline" or (mode == "auto" and not wandb_logged_in())
+        disabled = False
         if "WANDB_MODE" in os.environ:  # the user's explicit choice, e.g. `disabled` in CI
             offline = os.environ["WANDB_MODE"] in ("offline", "dryrun")
+            disabled = os.environ["WANDB_MODE"] == "disabled"
         # Given explicitly, a project would void the user's WANDB_PROJECT (wandb lets an argument win over it).
         project = project or os.environ.get("WANDB_PROJECT") or DEFAULT_PROJECT
         if offline and log_model:  # W&B cannot upload artifacts from an offline run
@@ -85,10 +87,12 @@ class WandbLogger(LightningWandbLogger):
         resume = {"resume": "allow"} if id is not None else {}  # continue that run's history, or start it
         super().__init__(name=name, project=project, save_dir=save_dir, offline=offline, log_model=log_model,
                          entity=entity, group=group, tags=tags, id=id, **resume)
-        self.mode = "offline" if offline else "online"
+        self.mode = "disabled" if disabled else "offline" if offline else "online"
 
     def describe(self) -> str:
         """One line: where the run is, and for an offline run the command that uploads it."""
+        if self.mode == "disabled":  # wandb hands out a run that writes nothing, with a folder never made
+            return "none: W&B is disabled (WANDB_MODE=disabled), so nothing was logged"
         run = self.experiment
         if self.mode == "offline":
             folder = Path(run.dir).parent  # .../wandb/offline-run-<time>-<id>; run.dir is its files/ folder
