@@ -51,6 +51,23 @@ def test_a_disabled_run_says_that_nothing_was_logged(monkeypatch, tmp_path):
     assert list(tmp_path.rglob("*.wandb")) == []
 
 
+def test_an_offline_run_resumed_is_uploaded_with_every_part(tmp_path):
+    """A resumed offline run is a folder per part, with the same id: the upload command names all of them, in
+    order, not the last alone (which holds the steps since the resume only)."""
+    first = WandbLogger(save_dir=str(tmp_path), id="resumed1")
+    first.log_metrics({"train/loss": 1.0}, step=0)
+    assert first.describe().endswith("(offline; upload with `wandb sync "
+                                     f"{wandb_runs(tmp_path)[0]}`)")
+    first.finish()
+    second = WandbLogger(save_dir=str(tmp_path), id="resumed1")
+    second.log_metrics({"train/loss": 0.5}, step=1)
+    parts = wandb_runs(tmp_path)
+    assert len(parts) == 2 and all("-resumed1" in part.name for part in parts)
+    assert second.describe() == (f"{parts[1]} (offline, resumed: 2 parts; upload them all with `wandb sync "
+                                 f"{parts[0]} {parts[1]}`)")
+    second.finish()
+
+
 def test_a_run_stopped_by_a_signal_records_its_exit_status(tmp_path):
     """A run stopped by SIGTERM exits 143; its W&B run records 143, a run stopped, not one that failed (1)."""
     from tasks.run.errors import exit_status

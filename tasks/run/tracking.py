@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import netrc
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -90,12 +91,21 @@ class WandbLogger(LightningWandbLogger):
         self.mode = "disabled" if disabled else "offline" if offline else "online"
 
     def describe(self) -> str:
-        """One line: where the run is, and for an offline run the command that uploads it."""
+        """One line: where the run is, and for an offline run the command that uploads it: every part of it, where
+        it was resumed (an offline run resumed is a folder per part, with the same id; `wandb sync` uploads the
+        parts of one run in order, and the last part alone would upload only the steps since the resume)."""
         if self.mode == "disabled":  # wandb hands out a run that writes nothing, with a folder never made
             return "none: W&B is disabled (WANDB_MODE=disabled), so nothing was logged"
         run = self.experiment
         if self.mode == "offline":
             folder = Path(run.dir).parent  # .../wandb/offline-run-<time>-<id>; run.dir is its files/ folder
+            # offline-run-<date>_<time>-<id>, and -<n> after it for a part started in the same second as another
+            part = re.compile(rf"offline-run-\d{{8}}_\d{{6}}-{re.escape(run.id)}(-\d+)?")
+            parts = sorted((path for path in folder.parent.iterdir() if part.fullmatch(path.name)),
+                           key=lambda path: path.name)
+            if len(parts) > 1:
+                return (f"{folder} (offline, resumed: {len(parts)} parts; upload them all with `wandb sync "
+                        f"{' '.join(str(part) for part in parts)}`)")
             return f"{folder} (offline; upload with `wandb sync {folder}`)"
         return str(getattr(run, "url", None) or Path(run.dir).parent)
 
