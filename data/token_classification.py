@@ -13,8 +13,9 @@ and the field.
 Words are split into sub-tokens; the word's label goes on its first sub-token and the others get -100, as in
 BERT's NER setup (Devlin et al., 2019, section 5.3), or on every sub-token (`label_all_subtokens`). Sentences with
 more sub-tokens than fit in `max_length` are split, at word boundaries, into consecutive windows, each a separate
-example with its `sentence` index kept, so nothing is cut; the number split is logged. With `label_all_subtokens`, a
-`B-` word's later sub-tokens take the chunk's `I-` tag.
+example with its `sentence` index kept, so no word is cut off; the number split is logged. A single word longer than
+a window (a URL, a run of dashes) keeps the sub-tokens a window holds, its tag on the first, and is logged. With
+`label_all_subtokens`, a `B-` word's later sub-tokens take the chunk's `I-` tag.
 
 Tags: CoNLL-2003 was released in IOB1 (a chunk starts with I- unless it follows a chunk of the same type); most
 copies, and this project's, use IOB2 (every chunk starts with B-). `tag_scheme="auto"` converts a file that has
@@ -357,7 +358,7 @@ class TokenClassificationDataModule(TokenizedDataModule):
                                      "parts": []}
         if self.uses_token_types:
             out["token_type_ids"] = []
-        erased = 0
+        erased, shortened = 0, []
         for row, (sentence, labels) in enumerate(zip(batch["words"], batch["labels"], strict=True)):
             pieces: list[list[int]] = [[] for _ in sentence]
             for token, word in zip(encoded["input_ids"][row], encoded.word_ids(row), strict=True):
@@ -366,10 +367,9 @@ class TokenClassificationDataModule(TokenizedDataModule):
                 if not ids:
                     pieces[i] = [self.tokenizer.unk_token_id]
                     erased += 1
-                if len(pieces[i]) > budget:
-                    raise DataError(f"{batch['where'][row]} {batch['lines'][row][i]}: word {sentence[i]!r} "
-                                    f"has {len(pieces[i])} sub-tokens, more than a window of max_length="
-                                    f"{self.max_length} holds; raise max_length.")
+                if len(pieces[i]) > budget:  # (a URL, a run of dashes): its tag is on its first sub-token
+                    pieces[i] = pieces[i][:budget]
+                    shortened.append(f"{batch['lines'][row][i]} ({sentence[i][:40]!r})")
             start = 0
             windows = self._windows([len(p) for p in pieces], budget)
             for number, window in enumerate(windows):
@@ -391,6 +391,7 @@ class TokenClassificationDataModule(TokenizedDataModule):
                     out["token_type_ids"].append(types)
                 start += window
         out["erased"] = [erased] + [0] * (len(out["input_ids"]) - 1)
+        out["shortened"] = [shortened] + [[] for _ in out["input_ids"][1:]]
         return out
 
     def _continuation(self) -> list[int]:
@@ -418,7 +419,7 @@ class TokenClassificationDataModule(TokenizedDataModule):
         identity = file_identity(path) if path is not None else \
             ["hub", self.dataset, self.dataset_config, split, self._hub_table(split)._fingerprint]
         settings = (self.word_column, self.label_column, self.tag_scheme, self.label_names, self.max_length,
-                    self.label_all_subtokens, 3)
+                    self.label_all_subtokens, 4)
         key = fingerprint(split, identity, self.tokenizer_key(), settings)
 
         def raw() -> datasets.Dataset:
@@ -448,12 +449,18 @@ class TokenClassificationDataModule(TokenizedDataModule):
         self.windows[split] = {"sentences": len(windows) - extra, "examples": len(windows),
                                "split_sentences": split_sentences}
         if split_sentences:
-            log.warning("%s: %d of %d sentences were longer than max_length=%d and were split into windows "
-                        "(%d examples in all); nothing was cut", where, split_sentences, len(windows) - extra,
+            log.warning("%s: %d of %d sentences were longer than max_length=%d and were split into windows at word "
+                        "boundaries (%d examples in all)", where, split_sentences, len(windows) - extra,
                         self.max_length, len(windows))
         erased = sum(dataset["erased"])
         if erased:
             log.warning("%s: %d words had no sub-tokens and were given the unknown token", where, erased)
+        shortened = [word for words in dataset["shortened"] for word in words]
+        if shortened:
+            log.warning("%s: %d word(s) had more sub-tokens than a window of max_length=%d holds and kept their first "
+                        "%d (each word's tag is on its first): line(s) %s", where, len(shortened), self.max_length,
+                        self.max_length - self.template.num_special(),
+                        ", ".join(shortened[:5]) + (", ..." if len(shortened) > 5 else ""))
         return dataset
 
     # ---- the source, and predictions of new text ----------------------------------------------------------

@@ -155,6 +155,28 @@ def test_long_sentences_become_windows(tmp_path, caplog):
             assert label == (-100 if w < 0 else dm.label_names.index("B-LOC" if w % 5 == 0 else "O"))
 
 
+def test_a_word_longer_than_a_window_keeps_what_a_window_holds(tmp_path, caplog):
+    """A single word of more sub-tokens than a window holds (CoNLL-2003's train.txt has a 35-piece run of dashes) used
+    to refuse the whole file at a short max_length; its tag sits on its first sub-token, so it keeps the sub-tokens a
+    window holds, is logged by line, and every word of its sentence is still tagged once."""
+    dashes = "Company" + "-" * 30 + "Price"
+    path = tmp_path / "long_word.txt"
+    path.write_text(f"Peter NNP B-PER\n{dashes} NN O\nBonn NNP B-LOC\n", encoding="utf-8")
+    dm = TokenClassificationDataModule(MINILM, train_files=str(path), val_files=str(path), max_length=16,
+                                       cache_dir=str(tmp_path))
+    with caplog.at_level(logging.WARNING):
+        dm.setup("fit")
+    assert (f"{path}: 1 word(s) had more sub-tokens than a window of max_length=16 holds and kept their first 14 (each "
+            f"word's tag is on its first): line(s) 2 ({dashes[:40]!r})") in caplog.text
+    rows = list(dm.datasets["train"])
+    assert all(len(r["input_ids"]) <= 16 for r in rows)
+    word_ids = [w for r in rows for w in r["word_ids"] if w >= 0]
+    assert word_ids.count(1) == 14 and sorted(set(word_ids)) == [0, 1, 2]
+    firsts = [(w, label) for r in rows for i, (w, label) in enumerate(zip(r["word_ids"], r["labels"], strict=True))
+              if w >= 0 and (i == 0 or r["word_ids"][i - 1] != w)]
+    assert [(w, dm.label_names[label]) for w, label in firsts] == [(0, "B-PER"), (1, "O"), (2, "B-LOC")]
+
+
 def test_entities_split_by_windows_are_scored_as_conlleval_counts_them(shared_data, tmp_path):
     """The real dev set at max_length 64, where some entities cross a window boundary: its evaluation batches,
     scored with the gold tags as predictions, hold exactly the 5,942 entities conlleval counts in valid.txt (each
