@@ -43,7 +43,7 @@ from tasks.run.export import check_export_format, export
 from tasks.run.folders import export_path
 from tasks.run.predict import check_trained_head, predict_file, predict_test_sets
 from tasks.run.publish import push, write_card
-from tasks.run.results import print_summary, write_metrics
+from tasks.run.results import print_summary, summarise_in_trackers, write_metrics
 from tasks.run.signals import RunSignals, StoppedAtOnce, StoppedBeforeTraining, end_after_launcher
 
 
@@ -125,6 +125,7 @@ def _run(cli: LitbertCLI, signals: RunSignals) -> dict[str, float | int]:
     signals.check(trainer)
     if trainer.is_global_zero:  # before predicting: the run's results are kept whatever prediction meets
         write_metrics(root / "metrics.json", metrics)
+        summarise_in_trackers(trainer, metrics)
     predictions = predict_test_sets(trainer, model, data) if predicts else None
     signals.finish(trainer)  # the last point where the ranks stop together; rank 0 writes the rest alone
     submission = []

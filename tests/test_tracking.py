@@ -101,3 +101,20 @@ def test_attention_maps_are_logged_to_wandb_beside_another_logger(tmp_path, mini
     wandb.finish()
     images = [row for row in wandb_history(tmp_path) if "attention/maps._type" in row]
     assert [(row["trainer/global_step"], row["attention/maps._type"]) for row in images] == [(3, "images/separated")]
+
+
+def test_the_runs_summary_holds_metrics_json(tmp_path):
+    """The W&B summary holds metrics.json's values, the early-stopping step among them (no history point has it)."""
+    from tasks.run.results import summarise_in_trackers
+
+    logger = WandbLogger(save_dir=str(tmp_path))
+    logger.log_metrics({"val/loss": 0.9}, step=4)
+    metrics = {"early_stopping/stopped_at_step": 10, "val/loss": 0.5}
+    summarise_in_trackers(SimpleNamespace(loggers=[logger]), metrics)
+    logger.finish()
+    (path,) = wandb_runs(tmp_path)[0].glob("run-*.wandb")
+    summary = {}
+    for record in wandb_records(path):
+        if record["type"] == "summary":
+            summary.update({key: value for key, value in record["summary"]["update"].items()})
+    assert {key: summary.get(key) for key in metrics} == metrics, summary

@@ -20,6 +20,14 @@ def write_metrics(path: Path, metrics: dict[str, float | int]) -> None:
     path.write_text(json.dumps(finite_or_none(metrics), indent=2, allow_nan=False) + "\n")
 
 
+def summarise_in_trackers(trainer: L.Trainer, metrics: dict[str, float | int]) -> None:
+    """Each W&B run's summary holds metrics.json's values: the best checkpoint's evaluation (as its last `val/`
+    point) and what the history has no point of, the step early stopping stopped at."""
+    for logger in trainer.loggers:
+        if isinstance(logger, WandbLogger) and logger.mode != "disabled":
+            logger.experiment.summary.update(metrics)
+
+
 def finite_or_none(metrics: dict[str, float | int]) -> dict[str, float | int | None]:
     """JSON has no NaN: an undefined metric (a correlation of constant predictions) is written as null."""
     out: dict[str, float | int | None] = {}
