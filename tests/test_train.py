@@ -863,3 +863,25 @@ def test_a_run_that_takes_no_step_says_its_results_are_the_starting_weights(env,
     out = capsys.readouterr().out
     assert "litbert: trained          no step (trainer.max_steps=0): the metrics and the export are the starting " \
            "weights', with any new head untrained" in out
+
+
+def test_a_package_the_settings_need_and_the_machine_lacks_is_named(env, minilm, tmp_path, capsys, monkeypatch):
+    """`--trainer.logger TensorBoardLogger` without tensorboard: Lightning's ModuleNotFoundError, which names the
+    package to install, ended the run with a traceback and status 1, as a bug does; it is the machine's to fix."""
+    import functools
+
+    from lightning.pytorch.loggers import CSVLogger
+
+    built = CSVLogger.__init__
+
+    @functools.wraps(built)
+    def lacking(self, *args, **kwargs):
+        raise ModuleNotFoundError("Neither `tensorboard` nor `tensorboardX` is available. Try `pip install`ing either.")
+
+    monkeypatch.setattr(CSVLogger, "__init__", lacking)
+    status = train.cli_main(["--config", "configs/glue/wnli.yaml", "--model.encoder.preset", "bert-tiny",
+                             "--data.tokenizer", minilm, "--trainer.default_root_dir", str(tmp_path / "run"),
+                             "--trainer.logger", "CSVLogger"])
+    assert status == 2
+    assert capsys.readouterr().err.splitlines()[-1] == \
+        "Neither `tensorboard` nor `tensorboardX` is available. Try `pip install`ing either."

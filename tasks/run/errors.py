@@ -38,7 +38,8 @@ from tasks.run.tracking import finish_tracking
 # Errors about the user's configuration, data or files: shown as litbert's message, without a traceback. Lightning
 # raises MisconfigurationException for trainer settings the machine cannot take (an accelerator it lacks, devices 0).
 USER_ERRORS = (DataError, CheckpointError, RunFolderError, ValueError, FileNotFoundError, NotADirectoryError,
-               PermissionError, IsADirectoryError, MisconfigurationException)
+               PermissionError, IsADirectoryError, MisconfigurationException,
+               ModuleNotFoundError)  # a package the settings ask for and the machine lacks (TensorBoardLogger's)
 
 # Storage the run cannot write to, a user's to fix as much as a missing file (PermissionError covers EACCES, EPERM).
 STORAGE_ERRNOS = (errno.EROFS, errno.ENOSPC, errno.EDQUOT)
