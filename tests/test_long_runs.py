@@ -10,6 +10,7 @@ import functools
 import http.server
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -121,7 +122,9 @@ def test_kill_9_and_resume_repeats_the_uninterrupted_run_exactly(task, env, toke
 
     assert_ok(train(config, killed, *args, "--ckpt_path", str(last), env=env))
     first, second = wandb_runs(killed)[0], wandb_runs(killed)[-1]
-    assert second != first and second.name.split("-")[-1] == first.name.split("-")[-1]  # the same W&B run id
+    # The same W&B run id: offline-run-<date>_<time>-<id>, and -<n> after it for a part started in the same second
+    run_id = [re.fullmatch(r"offline-run-\d{8}_\d{6}-([a-z0-9]+)(-\d+)?", run.name).group(1) for run in (first, second)]
+    assert second != first and run_id[0] == run_id[1]
     resumed = wandb_history(killed, second)
     for key in ("train/loss", "val/loss"):
         expected = {step: value for step, value in by_step(reference, key).items() if step >= resumed_at}
