@@ -472,14 +472,18 @@ class EncoderTask(L.LightningModule):
 
     def resumable_settings(self) -> dict[str, typing.Any]:
         """The settings a resumed run may change without changing what the weights compute, by their names on the
-        command line: the dropouts, and the task's own (`objective_settings`). Stored in every training checkpoint;
-        a resume that changes one says so, as it does for a changed learning rate."""
+        command line: the dropouts, the precision and gradient clipping, and the task's own (`objective_settings`).
+        Stored in every training checkpoint; a resume that changes one says so, as it does for a changed learning
+        rate."""
         config = self.encoder.config
         settings = {f"{self.encoder_setting}.{name}": getattr(config, name)
                     for name in ("hidden_dropout", "attention_dropout", "attention_output_dropout")}
         head_dropout = getattr(getattr(self.head, "dropout", None), "p", None)  # a classifier's
         if head_dropout is not None:
             settings["model.classifier_dropout"] = head_dropout
+        if self._trainer is not None:  # how the steps compute and clip, which a resume may change (another machine)
+            settings["trainer.precision"] = self.trainer.precision
+            settings["trainer.gradient_clip_val"] = self.trainer.gradient_clip_val
         return settings | self.objective_settings()
 
     def objective_settings(self) -> dict[str, typing.Any]:

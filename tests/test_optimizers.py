@@ -336,8 +336,9 @@ def test_a_resume_to_more_steps_decays_over_them_from_its_first_step(tmp_path):
 
 
 def test_a_resume_with_other_dropouts_says_so(tmp_path, capsys):
-    """Dropouts (and a distillation's temperature and loss weights) may change on resuming, as the learning rate
-    may: they apply from the next step, and the run names them; unchanged ones are not named."""
+    """Dropouts (and a distillation's temperature and loss weights), the precision and gradient clipping may change
+    on resuming, as the learning rate may: they apply from the next step, and the run names them; unchanged ones are
+    not named."""
     first = trainer(8, callbacks=[StopAt(4)])
     first.fit(classifier(), DataLoader(batches(8), batch_size=None))
     first.save_checkpoint(tmp_path / "step4.ckpt")
@@ -346,9 +347,12 @@ def test_a_resume_with_other_dropouts_says_so(tmp_path, capsys):
     resumed = SequenceClassification(num_labels=2, encoder=dataclasses.replace(TINY, hidden_dropout=0.2),
                                      vocab_size=64, classifier_dropout=0.3,
                                      optimization=Optimization(learning_rate=1e-3, warmup=0, schedule="constant"))
-    trainer(8).fit(resumed, DataLoader(batches(8), batch_size=None), ckpt_path=tmp_path / "step4.ckpt")
+    trainer(8, precision="bf16-mixed", gradient_clip_val=0.5).fit(
+        resumed, DataLoader(batches(8), batch_size=None), ckpt_path=tmp_path / "step4.ckpt")
     assert ("litbert: resuming with model.encoder.hidden_dropout=0.2 (the checkpoint's: 0.0), "
-            "model.classifier_dropout=0.3 (the checkpoint's: 0.0); from its next step.") in capsys.readouterr().out
+            "model.classifier_dropout=0.3 (the checkpoint's: 0.0), trainer.precision='bf16-mixed' (the checkpoint's: "
+            "'32-true'), trainer.gradient_clip_val=0.5 (the checkpoint's: None); from its next step.") \
+        in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("layer_decay", [None, 0.5])
