@@ -134,6 +134,30 @@ def test_the_grid_sweep_reports_each_tasks_best_setting_over_seeds_and_the_glue_
             "STS-B.tsv": "sweep/stsb/learning_rate=1e-5/seed2", "RTE.tsv": "sweep/rte/learning_rate=1e-5/seed2"}
 
 
+def test_a_run_whose_correlations_are_undefined_has_no_score_and_the_table_is_still_written(tmp_path):
+    """A collapsed STS-B run predicts a constant: its Pearson and Spearman correlations are undefined, and train.py
+    writes them as null (`write_metrics`, from the NaN the metrics give). Such a run has no score, as a diverged
+    one: its setting is listed, not chosen, and the table and GLUE average are written (a null used to stop the
+    sweep with a TypeError, and a NaN would have won every comparison and made the average NaN)."""
+    from tasks.run.results import write_metrics
+
+    for lr, pearson in (("1e-4", float("nan")), ("2e-5", 0.80)):
+        root = tmp_path / "stsb" / f"learning_rate={lr}" / "seed0"
+        write_metrics(root / "metrics.json", {"val/pearson": pearson, "val/spearman": pearson - 0.02})
+        (root / "sweep.json").write_text(json.dumps({
+            "task": "stsb", "grid": {"learning_rate": lr}, "seed": 0, "status": 0, "seconds": 6.0,
+            "metrics": json.loads((root / "metrics.json").read_text())}))
+    summary = glue_sweep.write_results(tmp_path)
+    stsb = summary["tasks"]["stsb"]
+    assert stsb["best"] == "learning_rate=2e-5" and stsb["best_run"].endswith("learning_rate=2e-5/seed0")
+    assert summary["glue_average"]["score"] == pytest.approx(0.79)
+    table = (tmp_path / "results.md").read_text()
+    assert "| STS-B | learning_rate=1e-4 | n/a | – | 0 of 1 |" in table
+    assert ("- STS-B learning_rate=1e-4 seed 0: status 1: val/pearson, val/spearman undefined (null in metrics.json): "
+            "the best checkpoint predicts a constant on dev") in table
+    assert "| GLUE average | | | | 79.00 | | | |" in table
+
+
 def test_an_interrupted_grid_sweep_goes_on_where_it_stopped_and_a_wider_grid_adds_to_it(tmp_path, monkeypatch):
     """Killed inside its third run, the sweep run again keeps the two finished runs, resumes the third from its last
     checkpoint and trains the rest; given a wider grid into the same folder, it trains only the new setting, and

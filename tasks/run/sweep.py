@@ -198,8 +198,15 @@ def summarize(records: list[dict]) -> dict:
         setting = task["settings"].setdefault(label, {"setting": label, "grid": record["grid"], "runs": []})
         run = {"seed": record["seed"], "status": record["status"], "folder": record["folder"]}
         missing = [name for name in task["metrics"] if name not in record["metrics"]]
+        # metrics.json holds null for a metric that is undefined (a correlation of constant predictions): the run
+        # has no score, as a diverged one, rather than a NaN that would win every comparison or a None that stops
+        # the table.
+        undefined = [name for name in task["metrics"] if name in record["metrics"] and record["metrics"][name] is None]
         if record["status"] == 0 and missing:
             run.update(status=1, error=f"metrics.json has no {', '.join(missing)}")
+        elif record["status"] == 0 and undefined:
+            run.update(status=1, error=f"{', '.join(undefined)} undefined (null in metrics.json): the best checkpoint "
+                                      f"predicts a constant on dev")
         elif record["status"] != 0:
             run["error"] = record.get("error", "")
         else:  # the task's score: the mean of its official metrics (MRPC's F1 and accuracy, STS-B's correlations)
