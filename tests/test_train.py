@@ -885,3 +885,18 @@ def test_a_package_the_settings_need_and_the_machine_lacks_is_named(env, minilm,
     assert status == 2
     assert capsys.readouterr().err.splitlines()[-1] == \
         "Neither `tensorboard` nor `tensorboardX` is available. Try `pip install`ing either."
+
+
+def test_a_missing_litbert_module_is_a_bug_with_its_traceback(monkeypatch, capsys):
+    """A ModuleNotFoundError is the user's to fix when it names a package to install, but one for litbert's own
+    module (a lazy import of a module renamed away) is a bug: it propagates with its traceback, not as status 2."""
+    from tasks.run.errors import OWN_MODULES, exit_status
+
+    monkeypatch.delenv("LITBERT_TRACEBACK", raising=False)
+    assert set(OWN_MODULES) == {path.parent.name for path in REPO.glob("*/__init__.py")} | {"train"}
+    with pytest.raises(ModuleNotFoundError) as missing:
+        importlib.import_module("tasks.run.gone")
+    assert exit_status(missing.value, []) is None and capsys.readouterr().err == ""
+    lacking = ModuleNotFoundError("No module named 'tensorboard'", name="tensorboard")
+    assert exit_status(lacking, []) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == "No module named 'tensorboard'"

@@ -41,6 +41,10 @@ USER_ERRORS = (DataError, CheckpointError, RunFolderError, ValueError, FileNotFo
                PermissionError, IsADirectoryError, MisconfigurationException,
                ModuleNotFoundError)  # a package the settings ask for and the machine lacks (TensorBoardLogger's)
 
+# litbert's own top-level packages and modules: a ModuleNotFoundError for one of them (`tasks.run.gone`) is a bug,
+# with its traceback, not a package for the user to install.
+OWN_MODULES = ("bench", "data", "encoders", "tasks", "train")
+
 # Storage the run cannot write to, a user's to fix as much as a missing file (PermissionError covers EACCES, EPERM).
 STORAGE_ERRNOS = (errno.EROFS, errno.ENOSPC, errno.EDQUOT)
 
@@ -104,7 +108,8 @@ def exit_status(error: BaseException, args: Sequence[str] | None) -> int | None:
         return None
     own = own_error(error)
     storage = isinstance(own, OSError) and own.errno in STORAGE_ERRNOS
-    if not (isinstance(own, USER_ERRORS) or storage) or os.environ.get("LITBERT_TRACEBACK"):
+    own_module = isinstance(own, ModuleNotFoundError) and (own.name or "").split(".")[0] in OWN_MODULES
+    if not (isinstance(own, USER_ERRORS) or storage) or own_module or os.environ.get("LITBERT_TRACEBACK"):
         return None
     finish_tracking(2)
     # Lightning's own refusals name the value but not always the setting (`No supported gpu backend found!`).
