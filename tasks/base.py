@@ -406,6 +406,8 @@ class EncoderTask(L.LightningModule):
         self.optimization = optimization if optimization is not None else Optimization()
         # The optimizer step whose batches `log_training` averages, and each value's sum and count over them.
         self._window: tuple[int, dict[str, tuple[torch.Tensor, int]]] = (-1, {})
+        # A resumed optimizer's groups with this run's settings (`_resume_with_own_rates`), for `on_train_start`.
+        self._resumed_groups: list[dict[str, typing.Any]] | None = None
 
     def configure_optimizers(self):
         opt = self.optimization
@@ -442,6 +444,14 @@ class EncoderTask(L.LightningModule):
         apply only from the next step. The rate is the schedule's at the restored step again, which an unchanged
         run's is already. A decay that ends with `trainer.max_time` keeps the restored rate: it is the one for the
         time the step was saved at."""
+        groups, self._resumed_groups = self._resumed_groups, None
+        if groups is not None and self.trainer.optimizers:
+            # Under FSDP, Lightning loads the optimizer state with the checkpoint, before `on_load_checkpoint` gives
+            # its groups this run's settings, and not again: the groups take them here (other strategies have them).
+            optimizer = self.trainer.optimizers[0]
+            if len(groups) == len(optimizer.param_groups):
+                for own, saved in zip(optimizer.param_groups, groups, strict=True):
+                    own.update(saved)
         if self.trainer.ckpt_path is None or getattr(self, "_timer", None) is not None:
             return
         for config in self.trainer.lr_scheduler_configs:
@@ -517,6 +527,10 @@ class EncoderTask(L.LightningModule):
         self._check_processes(checkpoint)
         self._check_steps(checkpoint)
         rates, settings = self._resume_with_own_rates(checkpoint), self._changed_settings(checkpoint)
+        states = checkpoint.get("optimizer_states") or []
+        if self._trainer is not None and self.trainer.state.fn == "fit" and len(states) == 1:
+            self._resumed_groups = [{key: value for key, value in group.items() if key != "params"}
+                                    for group in states[0].get("param_groups", [])]
         if (rates or settings) and self._trainer is not None and self.trainer.state.fn == "fit":  # not evaluations
             schedule = " (the schedule goes on from its step, at the new rate)" if rates else ""
             print(f"litbert: resuming with {', '.join(rates + settings)}; from its next step{schedule}.", flush=True)

@@ -130,6 +130,21 @@ def test_an_fsdp_run_resumed_from_its_checkpoint_ends_as_one_process_does(single
     assert all(torch.equal(last[k], v) for k, v in weights(whole).items())
     assert_same_weights(last, reference)
 
+    # A resume that changes the optimizer's settings trains with them under FSDP as under DDP. Lightning's FSDP loads
+    # the optimizer state before the task gives its groups the new settings, and kept the checkpoint's weight decay
+    # and eps (only the schedule carried the new rate), while the run said it resumed with them.
+    changed = ("--model.optimization.weight_decay", "0", "--model.optimization.learning_rate", "3e-3",
+               "--model.optimization.eps", "1e-3", "--ckpt_path", str(halfway), "--export", "false", "--predict",
+               "false")
+    ends = {}
+    for strategy in ("fsdp", "ddp"):
+        done = train(GLUE, tmp_path / f"changed-{strategy}", *two_ranks(strategy, *changed), env=env)
+        assert_ok(done)
+        assert "resuming with model.optimization.learning_rate=0.003 (the checkpoint's: 0.001)" in done.stdout
+        ends[strategy] = weights(tmp_path / f"changed-{strategy}" / "checkpoints" / LAST)
+    assert_same_weights(ends["fsdp"], ends["ddp"])
+    assert max((ends["fsdp"][k] - v).abs().max() for k, v in last.items()) > 100 * ATOL  # the settings took effect
+
 
 def test_fsdp_is_litberts_strategy_and_refused_on_the_cpu(tmp_path, monkeypatch, shared_data):
     """`--trainer.strategy fsdp` names litbert's FSDPStrategy, which Lightning refuses off CUDA; Lightning's own class
