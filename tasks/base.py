@@ -813,8 +813,8 @@ class EncoderTask(L.LightningModule):
         """Loss, learning rate and the task's own metrics (and with `perplexity`, exp of the loss). Tokens/s and MFU
         come from `tasks.run.throughput`. The values of an optimizer step are those of its whole batch, as the
         `Trainer` logs them: under gradient accumulation the mean over the step's batches (Lightning logs the value
-        of its last), and under several processes the mean over the ranks, not rank 0's share: one all-reduce a
-        logging window, none in the steps between."""
+        of its last), and under several processes the mean over the ranks, not rank 0's share: an all-reduce for
+        each batch of a step that logs, none in the steps between."""
         values = {"train/loss": loss.detach()} | {f"train/{name}": value.detach() for name, value in metrics.items()}
         trainer = self._trainer
         if trainer is not None and trainer.accumulate_grad_batches > 1:
