@@ -38,11 +38,11 @@ from tasks.run.tracking import finish_tracking
 # Errors about the user's configuration, data or files: shown as litbert's message, without a traceback. Lightning
 # raises MisconfigurationException for trainer settings the machine cannot take (an accelerator it lacks, devices 0).
 USER_ERRORS = (DataError, CheckpointError, RunFolderError, ValueError, FileNotFoundError, NotADirectoryError,
-               PermissionError, IsADirectoryError, MisconfigurationException,
-               ModuleNotFoundError)  # a package the settings ask for and the machine lacks (TensorBoardLogger's)
+               PermissionError, IsADirectoryError, MisconfigurationException)
 
-# litbert's own top-level packages and modules: a ModuleNotFoundError for one of them (`tasks.run.gone`) is a bug,
-# with its traceback, not a package for the user to install.
+# litbert's own top-level packages and modules. A ModuleNotFoundError for another is a package the settings ask for
+# and the machine lacks (TensorBoardLogger's tensorboard), the user's to install; for one of these (`tasks.run.gone`)
+# it is a bug, with its traceback.
 OWN_MODULES = ("bench", "data", "encoders", "tasks", "train")
 
 # Storage the run cannot write to, a user's to fix as much as a missing file (PermissionError covers EACCES, EPERM).
@@ -108,8 +108,8 @@ def exit_status(error: BaseException, args: Sequence[str] | None) -> int | None:
         return None
     own = own_error(error)
     storage = isinstance(own, OSError) and own.errno in STORAGE_ERRNOS
-    own_module = isinstance(own, ModuleNotFoundError) and (own.name or "").split(".")[0] in OWN_MODULES
-    if not (isinstance(own, USER_ERRORS) or storage) or own_module or os.environ.get("LITBERT_TRACEBACK"):
+    lacking = isinstance(own, ModuleNotFoundError) and (own.name or "").split(".")[0] not in OWN_MODULES
+    if not (isinstance(own, USER_ERRORS) or storage or lacking) or os.environ.get("LITBERT_TRACEBACK"):
         return None
     finish_tracking(2)
     # Lightning's own refusals name the value but not always the setting (`No supported gpu backend found!`).
