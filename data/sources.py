@@ -582,8 +582,7 @@ def read_conll(path: str | os.PathLike[str], word_column: int = 0,
     current = ConllSentence([], [], [])
     width: int | None = None  # columns per token line, set by the first one
     for number, line in enumerate(CONLL_LINES.split(read_text(path)), start=1):
-        fields = CONLL_COLUMNS.split(line.strip(ASCII_SPACE))
-        fields = [] if fields == [""] else fields
+        fields = [field for field in CONLL_COLUMNS.split(line) if field]
         if not fields or fields[0] == "-DOCSTART-":
             if current.words:
                 sentences.append(current)
