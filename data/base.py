@@ -25,8 +25,8 @@ log = logging.getLogger(__name__)
 # result), and what only evaluation or prediction reads. The seed and labels are checked on their own.
 RESUMABLE_DATA_SETTINGS = ("tokenizer", "train_tokenizer", "data_root", "data_dir", "cache_dir", "num_workers",
                            "num_proc", "eval_batch_size", "pad_to_multiple_of", "pad_last_batch", "seed", "val_files",
-                           "test_files", "predict_file", "val_split", "max_val_documents", "val_mlm_probability",
-                           "val_mask_seed", "metrics")
+                           "test_files", "predict_file", "predict_format", "val_split", "max_val_documents",
+                           "val_mlm_probability", "val_mask_seed", "metrics")
 
 # Columns a batch hands to the model; a dataset may hold more (word ids, sentence index) for later use.
 # `example_index` keys an example's dynamic MLM masks; the collator removes it.

@@ -558,6 +558,7 @@ class ConllSentence:
     words: list[str]
     tags: list[str]
     lines: list[int]  # the line of each word, for error messages
+    fields: list[list[str]] = field(default_factory=list)  # each word's whole line, where read without tags
 
 
 # Lines end at a newline (CRLF or CR too) and columns at ASCII whitespace, as conlleval reads its bytes: Python's
@@ -575,7 +576,7 @@ def read_conll(path: str | os.PathLike[str], word_column: int = 0,
     Every token line must have as many columns as the file's first one, and the word and label columns must be
     two different columns of it: a line that lost its tag (a lone word) is an error, not a word taken as its label.
     `label_column=None` reads the words alone (text to tag: a word a line, or a column file whose tags are not read),
-    and the sentences have no tags.
+    and the sentences have no tags but keep each word's line (`fields`).
     """
     path = Path(path)
     sentences: list[ConllSentence] = []
@@ -589,7 +590,7 @@ def read_conll(path: str | os.PathLike[str], word_column: int = 0,
                 current = ConllSentence([], [], [])
             continue
         if width is None:
-            width, first, first_fields = len(fields), number, fields
+            width, first = len(fields), number
             if label_column is None and not -width <= word_column < width:
                 raise DataError(f"{path}, line {number}: the file has {width} column(s) {fields}, so word_column="
                                 f"{word_column} names none of them. Fix the setting or the file.")
@@ -602,26 +603,38 @@ def read_conll(path: str | os.PathLike[str], word_column: int = 0,
                 )
         if len(fields) != width:
             needs = "the word and its tag" if label_column is not None else "the same columns as the others"
+            text = ("; text, a sentence a line, is no training data" if label_column is not None else
+                    "; or is the file text, a sentence a line? Then set data.predict_format lines")
             raise DataError(
                 f"{path}, line {number}: {len(fields)} column(s) {fields} where the file's first token line (line "
                 f"{first}) has {width}; one of the two lines is malformed. A token line needs {needs} "
                 f"(word_column={word_column}, label_column={label_column}): fix the line (a missing tag, or stray "
-                f"spaces in a token?)."
+                f"spaces in a token?){text}."
             )
         current.words.append(fields[word_column])
         if label_column is not None:
             current.tags.append(fields[label_column])
+        else:
+            current.fields.append(fields)
         current.lines.append(number)
     if current.words:
         sentences.append(current)
     if not sentences:
         raise DataError(f"{path}: no sentences (only -DOCSTART- or blank lines); it needs at least one token line.")
-    if label_column is None and width > 1 and all(len(sentence.words) == 1 for sentence in sentences):
-        # Text to tag, a sentence a line: read as columns, each line would be one word (its first), the rest unread.
-        raise DataError(f"{path}: every sentence is one line of {width} fields (line {first}: "
-                        f"{' '.join(first_fields)}); a column file holds a word a line, with a blank line between "
-                        f"sentences, and only the word_column={word_column} field of each line would be tagged. Put "
-                        f"each word on its own line, or give JSON lines of words ({{\"tokens\": [...]}}).")
+    return sentences
+
+
+def read_sentence_lines(path: str | os.PathLike[str]) -> list[ConllSentence]:
+    """Sentences of plain text, a sentence a line, its words separated by ASCII spaces or tabs (as a column file's
+    columns are); blank lines are skipped. The sentences have no tags."""
+    path = Path(path)
+    sentences = []
+    for number, line in enumerate(CONLL_LINES.split(read_text(path)), start=1):
+        words = [word for word in CONLL_COLUMNS.split(line) if word]
+        if words:
+            sentences.append(ConllSentence(words, [], [number] * len(words)))
+    if not sentences:
+        raise DataError(f"{path}: no sentences (only blank lines); it needs a line of words.")
     return sentences
 
 

@@ -29,8 +29,12 @@ Deviations, on purpose:
   is not lost; the count is logged.
 
 New text (`predict_file`, read by `python train.py predict`) is a column file of words (a word a line, blank lines
-between sentences; other columns, tags among them, are not read), split into windows as above; `write_predictions`
-gives each word the tag predicted on its first sub-token, as CoNLL lines `word<TAB>tag`.
+between sentences; other columns, tags among them, are not read), JSON lines of words, or, with `predict_format:
+lines`, text a sentence a line, words separated by spaces. Nothing tells a column file from text whose every line
+has as many words, so a file to tag that reads as columns only where it may be text (every sentence one line, or
+one sentence of several lines without a blank line) is refused unless `predict_format` says which; a `.csv` (a table
+of texts) is refused too. The sentences are split into windows as above; `write_predictions` gives each word the
+tag predicted on its first sub-token, as CoNLL lines `word<TAB>tag`.
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ from data.sources import (
     one_file_per_split,
     read_conll,
     read_json_records,
+    read_sentence_lines,
     written_whole,
 )
 from encoders.choices import check_choice
@@ -66,8 +71,10 @@ from encoders.choices import check_choice
 log = logging.getLogger(__name__)
 
 TagScheme = Literal["auto", "iob1", "iob2", "none"]
+PredictFormat = Literal["columns", "lines"]
 CHUNK_PREFIXES = ("B-", "I-", "E-", "S-")  # IOB and BIOES, as tasks.metrics.is_chunk_tagging reads them
-TABLE_SUFFIXES = (".json", ".jsonl")  # files of rows (a sentence a row); any other is a column file
+TABLE_SUFFIXES = (".json", ".jsonl")  # files of rows (a sentence a row); any other is a column file, but:
+TEXT_TABLE_SUFFIXES = (".csv",)  # tables of texts, not of words: refused rather than read as columns
 
 
 def _chunk_type(tag: str) -> str | None:
@@ -145,7 +152,11 @@ class TokenClassificationDataModule(TokenizedDataModule):
         val_files: Local validation file (either format).
         test_files: Local test file (either format).
         predict_file: A file of words to tag with `python train.py predict`: a column file (a word a line in
-            `word_column`, blank lines between sentences) or JSON lines of words; its tags, if any, are not read.
+            `word_column`, blank lines between sentences), JSON lines of words, or text a sentence a line
+            (`predict_format: lines`); its tags, if any, are not read.
+        predict_format: How `predict_file` is read: `columns` a column file, `lines` text a sentence a line (words
+            separated by spaces); unset, by its suffix (`.json`/`.jsonl` rows of words, `.csv` refused, any other a
+            column file, refused where it may be text: see `_check_predict_columns`).
         word_column: The words: a column number in column files (unset: 0), a field name in JSON lines and hub
             datasets (unset: `tokens`).
         label_column: The tags: a column number in column files (unset: -1, the last; CoNLL-2003 chunks -2, POS 1),
@@ -172,6 +183,7 @@ class TokenClassificationDataModule(TokenizedDataModule):
         val_files: str | list[str] | None = None,
         test_files: str | list[str] | None = None,
         predict_file: str | None = None,
+        predict_format: PredictFormat | None = None,
         word_column: int | str | None = None,
         label_column: int | str | None = None,
         tag_scheme: TagScheme = "auto",
@@ -184,6 +196,8 @@ class TokenClassificationDataModule(TokenizedDataModule):
         super().__init__(tokenizer, max_length=max_length, data_root=data_root, **loading)
         self.save_hyperparameters(ignore=["label_names"])  # the task logs the final label names (linked from here)
         check_choice("tag_scheme", tag_scheme, TagScheme, DataError)
+        if predict_format is not None:
+            check_choice("predict_format", predict_format, PredictFormat, DataError)
         train_files, val_files, test_files = one_file_per_split(train_files=train_files, val_files=val_files,
                                                                 test_files=test_files)
         check_source(dataset, train_files, {"val_files": val_files, "test_files": test_files}, data_root)
@@ -192,7 +206,7 @@ class TokenClassificationDataModule(TokenizedDataModule):
                             f"local files; remove it.")
         self.dataset, self.dataset_config = dataset, dataset_config
         self.files = {"train": train_files, "validation": val_files, "test": test_files}
-        self.predict_file = predict_file
+        self.predict_file, self.predict_format = predict_file, predict_format
         self.word_column, self.label_column = word_column, label_column
         self.tag_scheme = tag_scheme
         self.label_all_subtokens = label_all_subtokens
@@ -268,9 +282,12 @@ class TokenClassificationDataModule(TokenizedDataModule):
             return self.sentences[split]
         labelled = split != "predict"
         path = self._path(split)
+        source = self._format(split)
         if path is None:
             sentences = self._from_hub(split)
-        elif Path(path).suffix.lower() in TABLE_SUFFIXES:
+        elif source == "lines":
+            sentences = read_sentence_lines(path)
+        elif source == "rows":
             words, tags = self._field_names(path, "tags")
             columns = read_json_records(path, [words, tags] if labelled else [words])
             sentences = self._rows(split, columns[words], columns[tags] if labelled else None, columns["_line"],
@@ -278,6 +295,8 @@ class TokenClassificationDataModule(TokenizedDataModule):
         else:
             word_column, label_column = self._column_numbers(path)
             sentences = read_conll(path, word_column, label_column if labelled else None)
+            if not labelled and self.predict_format is None:
+                self._check_predict_columns(path, sentences)
         if self.tag_scheme != "none" and labelled:
             opening = next(((s, i) for s in sentences if (i := starts_with_inside(s.tags)) is not None), None)
             if opening is not None and self.tag_scheme == "iob2":
@@ -296,6 +315,44 @@ class TokenClassificationDataModule(TokenizedDataModule):
                     sentence.tags = iob1_to_iob2(sentence.tags)
         self.sentences[split] = sentences
         return sentences
+
+    def _format(self, split: str) -> Literal["hub", "rows", "columns", "lines"]:
+        """How a split's file is read: by its suffix, or for the predict file as `predict_format` says; a CSV (a
+        table of texts, not of words) and a suffix that contradicts `predict_format` are refused."""
+        path = self._path(split)
+        if path is None:
+            return "hub"
+        suffix = Path(path).suffix.lower()
+        by_suffix = "rows" if suffix in TABLE_SUFFIXES else "columns"
+        setting = self.predict_format if split == "predict" else None
+        if suffix in TEXT_TABLE_SUFFIXES:
+            way = ("give its texts a sentence a line in a .txt file, with data.predict_format lines, or JSON lines of "
+                   "words" if split == "predict" else "give a column file (a word and its tag a line) or JSON lines "
+                   "of words and tags")
+            raise DataError(f"{path}: a {suffix} file is a table of texts, but tagging reads words (a column file, "
+                            f"JSON lines of {{\"tokens\": [...]}}); {way} (docs/data.md, Words and tags).")
+        if setting is not None and by_suffix == "rows":
+            raise DataError(f"{path} is JSON (its suffix), but data.predict_format={setting!r} reads "
+                            f"{'a column file' if setting == 'columns' else 'text, a sentence a line'}; unset "
+                            f"data.predict_format, or name the file for what it holds (.txt).")
+        return setting or by_suffix
+
+    def _check_predict_columns(self, path: str, sentences: list[ConllSentence]) -> None:
+        """Refuse a column file to tag that may as well be text, a sentence a line: every sentence one line of
+        several fields, or one sentence of several lines of as many fields (names, two words a line), no blank line
+        between. Read as columns, each line would be one word, its first field; `predict_format` says which."""
+        width = len(sentences[0].fields[0])
+        one_line = all(len(sentence.words) == 1 for sentence in sentences)
+        if width == 1 or not (one_line or len(sentences) == 1):
+            return
+        first = sentences[0]
+        shape = (f"every sentence is one line of {width} fields" if one_line else
+                 f"its {len(first.words)} lines of {width} fields have no blank line between them, so they read as "
+                 f"one sentence, a word a line")
+        raise DataError(f"{path}: {shape} (line {first.lines[0]}: {' '.join(first.fields[0])}), and only "
+                        f"the word_column={self.word_column or 0} field of each line would be tagged. If "
+                        f"the file is text, a sentence a line, set data.predict_format lines; if it is a column file "
+                        f"(a word a line, a blank line between sentences), set data.predict_format columns.")
 
     def _column_numbers(self, path: str) -> tuple[int, int]:
         for name, value in (("word_column", self.word_column), ("label_column", self.label_column)):
@@ -419,7 +476,7 @@ class TokenClassificationDataModule(TokenizedDataModule):
         identity = file_identity(path) if path is not None else \
             ["hub", self.dataset, self.dataset_config, split, self._hub_table(split)._fingerprint]
         settings = (self.word_column, self.label_column, self.tag_scheme, self.label_names, self.max_length,
-                    self.label_all_subtokens, 4)
+                    self.label_all_subtokens, self._format(split), 4)
         key = fingerprint(split, identity, self.tokenizer_key(), settings)
 
         def raw() -> datasets.Dataset:

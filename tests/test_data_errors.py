@@ -290,10 +290,6 @@ def test_a_missing_pretraining_file_is_named(train_files, tmp_path):
     pytest.param("words.txt", b"EU\nrejects\n", read_conll,
                  r"words.txt, line 1: the file has 1 column\(s\) \['EU'\], so word_column=0 and label_column=-1 do "
                  r"not name two different columns", id="conll-file-of-words-only"),
-    pytest.param("text.txt", b"EU rejects German call\n\nPeter Blackburn was here\n",
-                 lambda path: read_conll(path, label_column=None),
-                 r"text.txt: every sentence is one line of 4 fields \(line 1: EU rejects German call\); a column "
-                 r"file holds a word a line", id="text-to-tag-a-sentence-a-line"),
 ])
 def test_malformed_file(name, content, read, message, tmp_path):
     path = tmp_path / name

@@ -417,6 +417,86 @@ def test_a_field_name_for_a_conll_file_is_refused(tmp_path):
         TokenClassificationDataModule(MINILM, train_files=str(path), label_column="ner_tags", cache_dir=str(tmp_path))
 
 
+TEXT = ["EU rejects German call .", "Peter Blackburn", "BRUSSELS 1996-08-22"]
+
+
+def tagging(tmp_path, predict_file: str, **settings) -> TokenClassificationDataModule:
+    """A datamodule of a tiny training file, to read `predict_file`."""
+    tmp_path.mkdir(exist_ok=True)
+    train = tmp_path / "train.txt"
+    train.write_text("Peter B-PER\nsaid O\n\nyes O\n", encoding="utf-8")
+    return TokenClassificationDataModule(MINILM, train_files=str(train), val_files=str(train), max_length=16,
+                                         predict_file=predict_file, cache_dir=str(tmp_path / "cache"), **settings)
+
+
+@pytest.mark.parametrize("content", ["\n".join(TEXT) + "\n", "\r\n\r\n".join(TEXT) + "\r\n",
+                                     "\ufeff" + "\n\n  \n".join(t.replace(" ", "\t") for t in TEXT)])
+def test_text_a_sentence_a_line_is_tagged_with_predict_format_lines(tmp_path, content):
+    """Each line a sentence, its words split at spaces or tabs, blank lines skipped (CRLF, a BOM): the examples that
+    JSON lines of the same words give."""
+    text = tmp_path / "new.txt"
+    text.write_text(content, encoding="utf-8")
+    words = [line.split() for line in TEXT]
+    rows = write_jsonl(tmp_path / "new.jsonl", [{"tokens": sentence} for sentence in words])
+    built = []
+    for path, settings in ((str(text), {"predict_format": "lines"}), (rows, {})):
+        dm = tagging(tmp_path / str(len(built)), path, **settings)
+        dm.setup("predict")
+        assert [s.words for s in dm._sentences("predict")] == words
+        built.append(dm.datasets["predict"].to_dict())
+    assert built[0] == built[1] and len(built[0]["sentence"]) == 3
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    pytest.param("Peter Blackburn\nAngela Merkel\n",
+                 r"names.txt: its 2 lines of 2 fields have no blank line between them, so they read as one sentence, "
+                 r"a word a line \(line 1: Peter Blackburn\), and only the word_column=0 field of each line would be "
+                 r"tagged. If the file is text, a sentence a line, set data.predict_format lines; if it is a column "
+                 r"file \(a word a line, a blank line between sentences\), set data.predict_format columns",
+                 id="one-sentence-of-lines-of-as-many-fields"),
+    pytest.param("EU rejects German call\n\nPeter Blackburn was here\n",
+                 r"names.txt: every sentence is one line of 4 fields \(line 1: EU rejects German call\), and only the "
+                 r"word_column=0 field", id="every-sentence-one-line"),
+    pytest.param("EU rejects German call .\nPeter Blackburn\n",
+                 r"names.txt, line 2: 2 column\(s\) \['Peter', 'Blackburn'\] where the file's first token line \(line "
+                 r"1\) has 5; .* or is the file text, a sentence a line\? Then set data.predict_format lines",
+                 id="lines-of-other-widths"),
+])
+def test_a_file_to_tag_that_may_be_text_is_refused_unless_its_format_is_set(tmp_path, content, message):
+    """Read as columns, each line of text would be one word, its first field (`Peter`, `Angela`): refused, and
+    `predict_format` says how to read it."""
+    path = tmp_path / "names.txt"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(DataError, match=message):
+        tagging(tmp_path, str(path)).setup("predict")
+    if "Angela" in content:
+        columns = tagging(tmp_path / "columns", str(path), predict_format="columns")
+        columns.setup("predict")
+        assert [s.words for s in columns._sentences("predict")] == [["Peter", "Angela"]]
+        lines = tagging(tmp_path / "lines", str(path), predict_format="lines")
+        assert [s.words for s in lines._sentences("predict")] == [["Peter", "Blackburn"], ["Angela", "Merkel"]]
+
+
+@pytest.mark.parametrize("split", ["train", "predict"])
+def test_a_csv_is_refused_as_words(tmp_path, split):
+    """A CSV holds texts (a `text` column), not a word a line: read as columns, `text` would be a word."""
+    path = tmp_path / "new.csv"
+    path.write_text("text\nEU\nrejects\n", encoding="utf-8")
+    files = {"train_files": str(path), "val_files": str(path)} if split == "train" else {}
+    with pytest.raises(DataError, match=r"new.csv: a .csv file is a table of texts, but tagging reads words"):
+        if split == "train":
+            TokenClassificationDataModule(MINILM, cache_dir=str(tmp_path), **files)
+        else:
+            tagging(tmp_path, str(path)).setup("predict")
+
+
+@pytest.mark.parametrize("setting", ["lines", "columns"])
+def test_a_predict_format_that_contradicts_a_json_suffix_is_refused(tmp_path, setting):
+    path = write_jsonl(tmp_path / "new.jsonl", [{"tokens": ["EU"]}])
+    with pytest.raises(DataError, match=rf"new.jsonl is JSON \(its suffix\), but data.predict_format='{setting}'"):
+        tagging(tmp_path, path, predict_format=setting).setup("predict")
+
+
 @pytest.mark.slow  # two short fine-tunes of MiniLM-L6 through train.py: a minute or two on 2 CPU cores
 def test_train_py_on_a_hub_dataset_equals_the_conll_files(shared_data, tmp_path, hub_cache, monkeypatch):
     """The shipped NER config trained a few steps on CoNLL-2003 sentences from CoNLL files and on the same sentences

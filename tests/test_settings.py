@@ -248,6 +248,7 @@ def alternative(key: str, value: Any, assets: dict[str, str]) -> Any:
              "metrics": ["f1", "accuracy"], "pretrained_layers": "every_other", "layer_decay": 0.8,
              "optimizer_args": {"amsgrad": True}, "patience": 2,
              "predict_file": "{tmp}/new.csv",  # read by `train.py predict` only: a training run refuses it
+             "predict_format": "lines",  # the same
              "threshold": 0.3, "multi_label": True, "varlen": True, "label_columns": ["pos", "neg"],
              "label_separator": "|", "classifier_dropout": 0.3}
     if name in CHOICES:

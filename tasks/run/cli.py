@@ -216,7 +216,8 @@ class LitbertCLI(LightningCLI):
         if self.command == "predict":
             self._prepare_prediction()
             return
-        for name, value in (("--output", config.output), ("data.predict_file", data.get("predict_file"))):
+        for name, value in (("--output", config.output), ("data.predict_file", data.get("predict_file")),
+                            ("data.predict_format", data.get("predict_format"))):
             if value is not None:
                 raise ValueError(f"{name}={value} is for `python train.py predict`, which predicts a file with a "
                                  f"trained model; a training run does not read it. Remove it, and predict after "
