@@ -576,7 +576,7 @@ def read_conll(path: str | os.PathLike[str], word_column: int = 0,
     Every token line must have as many columns as the file's first one, and the word and label columns must be
     two different columns of it: a line that lost its tag (a lone word) is an error, not a word taken as its label.
     `label_column=None` reads the words alone (text to tag: a word a line, or a column file whose tags are not read),
-    and the sentences have no tags but keep each word's line (`fields`).
+    and the sentences have no tags but keep each word's line (`fields`), which predictions write back.
     """
     path = Path(path)
     sentences: list[ConllSentence] = []

@@ -34,7 +34,7 @@ lines`, text a sentence a line, words separated by spaces. Nothing tells a colum
 has as many words, so a file to tag that reads as columns only where it may be text (every sentence one line, or
 one sentence of several lines without a blank line) is refused unless `predict_format` says which; a `.csv` (a table
 of texts) is refused too. The sentences are split into windows as above; `write_predictions` gives each word the
-tag predicted on its first sub-token, as CoNLL lines `word<TAB>tag`.
+tag predicted on its first sub-token, as CoNLL lines `word<TAB>tag`, a column file's lines keeping their columns.
 """
 
 from __future__ import annotations
@@ -545,7 +545,9 @@ class TokenClassificationDataModule(TokenizedDataModule):
     def write_predictions(self, outputs: Sequence[Sequence[float]], path: str | os.PathLike[str]) -> Path:
         """The words of `predict_file` with their tags, as CoNLL lines `word<TAB>tag` and a blank line after each
         sentence, from `outputs`: the predicted tag ids of each example (window) of the predict split, in its order
-        (padding after the tokens). A word's tag is the one predicted on its first sub-token."""
+        (padding after the tokens). A word's tag is the one predicted on its first sub-token. A column file's word
+        keeps its line's columns before the tag (`EU<TAB>NNP<TAB>B-NP<TAB>B-ORG<TAB>B-ORG`), so that a file with
+        tags pairs them with the predicted ones as conlleval reads them; its `-DOCSTART-` lines are left out."""
         self.check_predictions_path(path)
         dataset = self.datasets["predict"]
         sentences = self._sentences("predict")
@@ -560,6 +562,9 @@ class TokenClassificationDataModule(TokenizedDataModule):
         path = Path(path)
         with written_whole(path) as handle:
             for sentence, predicted in zip(sentences, tags, strict=True):
-                handle.writelines(f"{word}\t{tag}\n" for word, tag in zip(sentence.words, predicted, strict=True))
+                # A column file's line keeps its columns (a gold tag last, as conlleval pairs tags); others, the word.
+                lines = sentence.fields or [[word] for word in sentence.words]
+                handle.writelines("\t".join([*line, tag]) + "\n"  # type: ignore[list-item]
+                                  for line, tag in zip(lines, predicted, strict=True))
                 handle.write("\n")
         return path

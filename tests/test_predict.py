@@ -193,6 +193,35 @@ def test_the_summary_counts_the_sentences_and_words_tagged(tagger, tmp_path, cap
     assert f"litbert: predictions      {tmp_path / 'tags.txt'} ({said})\n" in capsys.readouterr().out
 
 
+def test_tags_of_a_column_file_keep_its_columns_and_match_other_formats(tagger, tmp_path):
+    """A CoNLL-2003 file (word POS chunk NER, -DOCSTART-, CRLF) gets its token lines back with the predicted tag
+    after its gold one, as conlleval pairs them, a blank line after each sentence; text a sentence a line
+    (`--data.predict_format lines`) and JSON lines of the same words get the same tags, a `word<TAB>tag` line a
+    word."""
+    sentences = [["EU", "rejects", "German", "call"], ["Peter", "Blackburn"]]
+    columns = [[[word, "NNP", "B-NP", "O"] for word in words] for words in sentences]
+    conll = tmp_path / "test.txt"
+    conll.write_bytes(("-DOCSTART- -X- -X- O\r\n\r\n" + "\r\n\r\n".join(
+        "\r\n".join(" ".join(line) for line in lines) for lines in columns) + "\r\n").encode())
+    text = tmp_path / "text.txt"
+    text.write_text("".join(" ".join(words) + "\n" for words in sentences))
+    rows = tmp_path / "words.jsonl"
+    rows.write_text("".join(json.dumps({"tokens": words}) + "\n" for words in sentences))
+    written = {}
+    for name, path, extra in (("conll", conll, []), ("text", text, ["--data.predict_format", "lines"]),
+                              ("rows", rows, [])):
+        predict(tagger["config"], tagger["model"], str(path), tmp_path / f"{name}.tags", *extra)
+        output = (tmp_path / f"{name}.tags").read_text()
+        assert output.endswith("\n\n") and "\n\n\n" not in output
+        written[name] = [[line.split("\t") for line in block.splitlines()] for block in output[:-2].split("\n\n")]
+    assert [[line[:-1] for line in block] for block in written["conll"]] == columns
+    tags = [[line[-1] for line in block] for block in written["conll"]]
+    assert all(tag in ("O", "B-PER", "I-PER") for block in tags for tag in block)
+    for name in ("text", "rows"):
+        assert written[name] == [[[word, tag] for word, tag in zip(words, sentence_tags, strict=True)]
+                                 for words, sentence_tags in zip(sentences, tags, strict=True)], name
+
+
 @pytest.mark.parametrize(("texts", "output", "said"), [(SENTENCES, "out.tsv", "7 inputs"),
                                                         (SENTENCES[:1], "out.tsv", "1 input"),
                                                         (SENTENCES[:2], "out.jsonl", "2 inputs")])
