@@ -292,6 +292,8 @@ class TokenClassificationDataModule(TokenizedDataModule):
             columns = read_json_records(path, [words, tags] if labelled else [words])
             sentences = self._rows(split, columns[words], columns[tags] if labelled else None, columns["_line"],
                                    (words, tags), None)
+            if not labelled:
+                self._check_words_fit_lines(path, sentences)
         else:
             word_column, label_column = self._column_numbers(path)
             sentences = read_conll(path, word_column, label_column if labelled else None)
@@ -353,6 +355,17 @@ class TokenClassificationDataModule(TokenizedDataModule):
                         f"the word_column={self.word_column or 0} field of each line would be tagged. If "
                         f"the file is text, a sentence a line, set data.predict_format lines; if it is a column file "
                         f"(a word a line, a blank line between sentences), set data.predict_format columns.")
+
+    @staticmethod
+    def _check_words_fit_lines(path: str, sentences: list[ConllSentence]) -> None:
+        """Refuse a word to tag that holds a tab or a line break: its `word<TAB>tag` line would become two lines, or
+        three fields, and the tags would no longer pair with the words."""
+        for sentence in sentences:
+            for word, line in zip(sentence.words, sentence.lines, strict=True):
+                if any(character in word for character in "\t\n\r"):
+                    raise DataError(f"{path}, line {line}: word {word!r} holds a tab or a line break, which the "
+                                    f"predictions' `word<TAB>tag` lines cannot hold; replace it with a space, or "
+                                    f"split the word in two.")
 
     def _column_numbers(self, path: str) -> tuple[int, int]:
         for name, value in (("word_column", self.word_column), ("label_column", self.label_column)):

@@ -3,6 +3,7 @@ IOB1 -> IOB2, windows for long sentences (counted, nothing cut), and the all-sub
 
 import logging
 import os
+import re
 
 import pytest
 import torch
@@ -488,6 +489,15 @@ def test_a_csv_is_refused_as_words(tmp_path, split):
             TokenClassificationDataModule(MINILM, cache_dir=str(tmp_path), **files)
         else:
             tagging(tmp_path, str(path)).setup("predict")
+
+
+@pytest.mark.parametrize("word", ["New\nYork", "New\tYork", "New\r\nYork"])
+def test_a_word_to_tag_holding_a_tab_or_line_break_is_refused(tmp_path, word):
+    """Its `word<TAB>tag` line would split, and the tags after it would no longer pair with the words."""
+    path = write_jsonl(tmp_path / "new.jsonl", [{"tokens": ["EU"]}, {"tokens": ["in", word]}])
+    with pytest.raises(DataError, match=rf"new.jsonl, line 2: word {re.escape(repr(word))} holds a tab or a line "
+                                        r"break"):
+        tagging(tmp_path, path).setup("predict")
 
 
 @pytest.mark.parametrize("setting", ["lines", "columns"])
