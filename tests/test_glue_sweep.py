@@ -158,6 +158,49 @@ def test_a_run_whose_correlations_are_undefined_has_no_score_and_the_table_is_st
     assert "| GLUE average | | | | 79.00 | | | |" in table
 
 
+# How a fake STS-B run ends: (train.py's exit status, its last line, the metrics.json it wrote or None).
+ENDINGS = {
+    "undefined": (0, "litbert: metrics          sweep/stsb/metrics.json", {"val/pearson": None, "val/spearman": None}),
+    "diverged": (1, "litbert: the loss diverged at step 41", None),
+    "crash": (1, "RuntimeError: CUDA error: an illegal memory access was encountered", None),
+    "sigterm": (143, "litbert: stopped by SIGTERM at step 12; resume with --ckpt_path last", None),
+    "sigkill": (-9, "", None),  # killed outright (the OOM killer): subprocess gives -signal
+}
+
+
+@pytest.mark.parametrize("ending", list(ENDINGS))
+def test_a_sweep_with_a_run_that_has_no_score_trains_the_rest_and_exits_1_naming_it(ending, tmp_path, monkeypatch,
+                                                                                     capsys):
+    """STS-B's run fails in each way a run can (an undefined correlation, though train.py exits 0, among them): the
+    sweep still trains CoLA after it and writes the table, then exits 1, its last line naming the run. (A run
+    whose correlation was undefined used to leave the exit status 0: a job's script took the sweep as a success.)"""
+    status, last, metrics = ENDINGS[ending]
+    trained = []
+
+    def train_py(command, **kwargs):
+        root, task = Path(value(command, "--trainer.default_root_dir")), Path(value(command, "--config")).stem
+        trained.append(task)
+        root.mkdir(parents=True, exist_ok=True)
+        written = metrics if task == "stsb" else {"val/matthews_corrcoef": 0.5}
+        if task == "cola" or metrics is not None:
+            (root / "metrics.json").write_text(json.dumps(written))
+        return subprocess.CompletedProcess(command, 0 if task == "cola" else status, stderr=f"step 12\n{last}\n")
+
+    monkeypatch.setattr(glue_sweep.subprocess, "run", train_py)
+    monkeypatch.chdir(tmp_path)
+    assert sweep("--tasks", "stsb", "cola") == 1
+    assert trained == ["stsb", "cola"]  # the failed run first: it stopped nothing
+    summary = json.loads((tmp_path / "sweep" / "results.json").read_text())
+    assert summary["tasks"]["cola"]["best"] == "(config)" and summary["tasks"]["stsb"]["best"] is None
+    err = capsys.readouterr().err.strip().splitlines()
+    code = 1 if ending == "undefined" else status
+    assert err[-1] == (f"sweep: 1 run(s) failed, so the exit status is 1: STS-B (config) (status {code}). "
+                       f"results.md gives each one's cause.")
+    # Run again, the failed run is retried (or kept, where train.py finished it) and the status stays 1.
+    assert sweep("--tasks", "stsb", "cola") == 1
+    assert sweep("--tasks", "cola") == 0  # the runs asked for all have a score
+
+
 def test_an_interrupted_grid_sweep_goes_on_where_it_stopped_and_a_wider_grid_adds_to_it(tmp_path, monkeypatch):
     """Killed inside its third run, the sweep run again keeps the two finished runs, resumes the third from its last
     checkpoint and trains the rest; given a wider grid into the same folder, it trains only the new setting, and

@@ -16,12 +16,14 @@ scores, naming the tasks it is over), of every run the folder holds; and `<out>/
 best run (the best setting's best seed). Grid keys are the short names of SHORT_NAMES or full dotted train.py
 options, which train.py checks (`--print_config`) before the sweep trains.
 
-A run that fails (its data missing, say) is reported with train.py's last line, and the sweep goes on; the exit
-status is then 1. Run again into the same folder, the sweep keeps the runs that finished (`--redo` trains them
-again), resumes an unfinished one from its last checkpoint (a run that diverged resumes into it: `--redo` it), and
-starts one that saved none afresh; a folder whose runs were trained from another checkpoint or with other train.py
-arguments is refused. Arguments after `--` go to every train.py run. Paths are the caller's: train.py runs in the
-folder the sweep was started from. `zip` gathers the files of a finished sweep again.
+A run that fails (its data missing, say, or stopped by a signal) is reported with train.py's last line, and the
+sweep goes on; so is a run whose best checkpoint scores an undefined metric (a correlation of constant predictions).
+Once every run is done and the results are written, the exit status is 1 where any run of the tasks asked for has
+no score, and the last line names them. Run again into the same folder, the sweep keeps the runs that finished
+(`--redo` trains them again), resumes an unfinished one from its last checkpoint (a run that diverged resumes into
+it: `--redo` it), and starts one that saved none afresh; a folder whose runs were trained from another checkpoint or
+with other train.py arguments is refused. Arguments after `--` go to every train.py run. Paths are the caller's:
+train.py runs in the folder the sweep was started from. `zip` gathers the files of a finished sweep again.
 """
 
 from __future__ import annotations
@@ -353,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = args.out  # relative to the folder the sweep and its train.py runs share (W&B names a run by its path)
 
-    status = 0
+    status, failures = 0, []
     if args.command == "run":
         grid = parse_grid(args.grid)
         check_grid(grid, extra, args.seeds)
@@ -385,7 +387,8 @@ def main(argv: list[str] | None = None) -> int:
             record.write_text(json.dumps({**result, **keys}, indent=1) + "\n")
             write_results(out)
         summary = write_results(out)
-        status = int(any(record["status"] != 0 for record in recorded(out) if record["task"] in args.tasks))
+        failures = failed_runs(summary, args.tasks)
+        status = int(bool(failures))
         print(results_table(summary))
         print(f"sweep: results in {out / 'results.md'} and {out / 'results.json'}")
     elif not out.is_dir():
@@ -397,11 +400,23 @@ def main(argv: list[str] | None = None) -> int:
     if archive is None:
         print(f"sweep: no submission file in the best run of any task under {out}: nothing to zip (a run writes "
               f"its files when train.py finishes it with --predict true)", file=sys.stderr)
-        return status if args.command == "run" else 1
-    print(f"sweep: {archive}, from each task's best run" + (
-        f"; missing for a complete GLUE submission: {', '.join(missing)}" if missing
-        else "; it holds every file of a GLUE submission"))
-    return status
+    else:
+        print(f"sweep: {archive}, from each task's best run" + (
+            f"; missing for a complete GLUE submission: {', '.join(missing)}" if missing
+            else "; it holds every file of a GLUE submission"))
+    if args.command == "run" and failures:  # last, where a job's log is read: which runs to look at
+        print(f"sweep: {len(failures)} run(s) failed, so the exit status is 1: {'; '.join(failures)}. results.md "
+              f"gives each one's cause.", file=sys.stderr)
+    return status if args.command == "run" else int(archive is None)
+
+
+def failed_runs(summary: dict, tasks: list[str]) -> list[str]:
+    """Every run of `tasks` with no score (failed, stopped, or an undefined metric), named by task, setting and
+    seed: any makes the sweep's exit status 1, though it went on with the other runs."""
+    return [f"{_title(name)} {setting['setting']}" + (f" seed {run['seed']}" if run["seed"] is not None else "")
+            + f" (status {run['status']})"
+            for name, task in summary["tasks"].items() if name in tasks for setting in task["settings"]
+            for run in setting["runs"] if "score" not in run]
 
 
 def finished(root: Path) -> bool:
