@@ -5,6 +5,7 @@ logged beside other loggers. No training: each test drives the logger or callbac
 from __future__ import annotations
 
 import signal
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -66,6 +67,64 @@ def test_an_offline_run_resumed_is_uploaded_with_every_part(tmp_path):
     assert second.describe() == (f"{parts[1]} (offline, resumed: 2 parts; upload them all with `wandb sync "
                                  f"{parts[0]} {parts[1]}`)")
     second.finish()
+
+
+def run_projects(root) -> list[str]:
+    """The W&B project of each offline run part under `root`, oldest first, as its run record holds it."""
+    return [record["run"]["project"] for part in wandb_runs(root) for record in wandb_records(
+        next(part.glob("run-*.wandb"))) if record["type"] == "run"]
+
+
+@pytest.mark.parametrize("now", ["WANDB_PROJECT", "config", "unset"])
+def test_a_resumed_run_continues_in_its_checkpoints_project(now, monkeypatch, tmp_path, caplog):
+    """W&B names a run by entity, project and id. A run started with WANDB_PROJECT=first and resumed with another
+    WANDB_PROJECT, another project in the config, or none (the default, litbert) continues its own run in `first`,
+    where its checkpoint was logged, and says what it did not follow; the resumed part used to go to the project
+    of the moment, as a second run of that id holding the steps after the resume only."""
+    from jsonargparse import Namespace
+
+    from tasks.run.checkpoints import LastCheckpoint
+    from tasks.run.tracking import WANDB_LOGGER, configure_wandb
+
+    monkeypatch.setenv("WANDB_PROJECT", "first")
+    first = WandbLogger(save_dir=str(tmp_path), id="resumed2")
+    first.log_metrics({"train/loss": 1.0}, step=0)
+    saving = LastCheckpoint()
+    saving._trainer = SimpleNamespace(loggers=[first])
+    state = saving.state_dict()  # what last.ckpt holds of the run
+    first.finish()
+
+    monkeypatch.delenv("WANDB_PROJECT")
+    project = None
+    if now == "WANDB_PROJECT":
+        monkeypatch.setenv("WANDB_PROJECT", "second")
+    elif now == "config":
+        project = "second"
+    logger = Namespace(class_path=WANDB_LOGGER, init_args=Namespace(name=None, project=project, entity=None, id=None))
+    configure_wandb(logger, tmp_path, state)
+    setting = {"WANDB_PROJECT": "WANDB_PROJECT names 'second'", "config": "trainer.logger.init_args.project names "
+               "'second'", "unset": "the default names 'litbert'"}[now]
+    assert (f"litbert: the resumed run continues W&B run resumed2 in project 'first', where its checkpoint was "
+            f"logged; {setting}, which would start a second run of that id there.") in caplog.text
+    second = WandbLogger(save_dir=str(tmp_path), **logger.init_args.as_dict())
+    second.log_metrics({"train/loss": 0.5}, step=1)
+    second.finish()
+    assert run_projects(tmp_path) == ["first", "first"]
+
+
+def test_a_checkpoint_that_names_no_project_resumes_in_the_project_of_the_moment(monkeypatch):
+    """A checkpoint saved before litbert kept the project holds the run id alone: the run resumes with it, in the
+    project the config or WANDB_PROJECT names now, as it did; a run id the user gives is theirs to place."""
+    from jsonargparse import Namespace
+
+    from tasks.run.tracking import WANDB_LOGGER, configure_wandb
+
+    logger = Namespace(class_path=WANDB_LOGGER, init_args=Namespace(name=None, project=None, entity=None, id=None))
+    configure_wandb(logger, Path("runs/glue/rte"), {"wandb_id": "old1"})
+    assert logger.init_args.as_dict() == {"name": "glue-rte", "project": None, "entity": None, "id": "old1"}
+    logger.init_args.id = "mine"
+    configure_wandb(logger, Path("runs/glue/rte"), {"wandb_id": "old1", "wandb_project": "first"})
+    assert logger.init_args.as_dict() == {"name": "glue-rte", "project": None, "entity": None, "id": "mine"}
 
 
 def test_a_run_stopped_by_a_signal_records_its_exit_status(tmp_path):

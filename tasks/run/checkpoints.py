@@ -4,9 +4,9 @@
   `every_n_minutes`, after each validation and epoch, at the end of training, and at the first step boundary after
   SIGTERM, SIGINT or (under SLURM with auto-requeue) the requeue signal, after which the run stops with a non-zero
   exit (`tasks.run.signals.RunInterrupted`). Each checkpoint also holds every random generator's state (torch, CUDA,
-  numpy, Python; per rank), restored just before the next training batch, and the W&B run id, so that a resumed run
-  continues that run. With the data position that `data.loading.ResumableLoader` adds, a resumed run on CPU logs
-  exactly the losses the uninterrupted run logs.
+  numpy, Python; per rank), restored just before the next training batch, and the W&B run's id, project and entity,
+  so that a resumed run continues that run. With the data position that `data.loading.ResumableLoader` adds, a
+  resumed run on CPU logs exactly the losses the uninterrupted run logs.
 - `ValidateFinalStep` validates the weights of the last step of a run that ends at `max_steps`, so that they can be
   the best checkpoint.
 - `BestCheckpoint` is Lightning's `ModelCheckpoint` on the task's own metric that never takes a non-finite value
@@ -265,13 +265,17 @@ class LastCheckpoint(Checkpoint):
             dist.all_gather_object(states, state)
         else:
             states = [state]
-        wandb_id = None
+        run: dict[str, Any] = {"wandb_id": None}
         if self._trainer is not None:
             for logger in self._trainer.loggers:
                 if type(logger).__name__ == "WandbLogger":
-                    wandb_id = logger.version
+                    # W&B names a run by entity, project and id: a resumed run continues it only given all three.
+                    experiment = getattr(logger, "_experiment", None)  # rank 0's, once it has logged
+                    run = {"wandb_id": logger.version,
+                           "wandb_project": getattr(experiment, "project", None) or logger.name,
+                           "wandb_entity": getattr(experiment, "entity", None) or logger._wandb_init.get("entity")}
         loaders = [loader.state_dict() for loader in _train_loaders(self._trainer)]
-        return {"random_state": states, "wandb_id": wandb_id, "train_loaders": loaders}
+        return {"random_state": states, **run, "train_loaders": loaders}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._pending_random_state = state_dict.get("random_state")

@@ -231,8 +231,7 @@ class LitbertCLI(LightningCLI):
         check_same_classes(config, resumed, self.resume_path)
         if "seed" in data and data.seed is None:
             data.seed = data_seed(config, resumed)
-        configure_wandb(config.trainer.logger, root,
-                        resumed.get("callbacks", {}).get(LastCheckpoint.STATE_KEY, {}).get("wandb_id"))
+        configure_wandb(config.trainer.logger, root, resumed.get("callbacks", {}).get(LastCheckpoint.STATE_KEY, {}))
 
     def _prepare_prediction(self) -> None:
         """`train.py predict`: the run's config with a trained model and a file to predict. Nothing is written but

@@ -2,8 +2,9 @@
 
 Online when the user is logged in (an API key in `WANDB_API_KEY` or in the netrc file that `wandb login` writes),
 otherwise offline into the run folder, with one line on how to upload the run later. `WANDB_MODE` set by the user
-wins over both (`disabled` logs nothing), and `WANDB_PROJECT` names the project where the config names none.
-Lightning creates the run on rank 0 only. A run can track with CSV instead
+wins over both (`disabled` logs nothing), and `WANDB_PROJECT` names the project where the config names none; a
+resumed run continues in the project and entity its checkpoint was logged to. Lightning creates the run on rank 0
+only. A run can track with CSV instead
 (`--trainer.logger CSVLogger`) or not at all (`--trainer.logger false`); a logger that writes files and is given no
 `save_dir` writes them into the run folder, as the W&B logger does. The resolved config is saved as
 `<default_root_dir>/config.yaml` whatever the logger.
@@ -134,16 +135,33 @@ def default_logger_folders(loggers: Any, root: Path) -> None:
             init_args.save_dir = str(root)
 
 
-def configure_wandb(loggers: Any, root: Path, resumed_id: str | None) -> None:
+def configure_wandb(loggers: Any, root: Path, resumed: dict[str, Any]) -> None:
     """Fill in the parsed config's W&B loggers (their files are in the run folder: `default_logger_folders`): the
-    run named after the folder, and a resumed run continuing the W&B run its checkpoint was saved by."""
+    run named after the folder, and a resumed run continuing the W&B run its checkpoint was saved by (`resumed`: the
+    checkpoint's `LastCheckpoint` state), in that run's project and entity. W&B names a run by entity, project and
+    id: the same id in another project would start a second run there holding only the steps since the resume, so
+    the checkpoint's project wins over a `WANDB_PROJECT` or config that now names another, and the run says so."""
     for logger in loggers if isinstance(loggers, list) else [loggers]:
         if getattr(logger, "class_path", None) != WANDB_LOGGER:
             continue
-        if logger.init_args.name is None:
-            logger.init_args.name = run_name(root)
-        if logger.init_args.id is None and resumed_id:
-            logger.init_args.id = resumed_id
+        init_args = logger.init_args
+        if init_args.name is None:
+            init_args.name = run_name(root)
+        run_id = resumed.get("wandb_id")
+        if not run_id or init_args.id not in (None, run_id):  # a run of the user's choice: theirs to place
+            continue
+        init_args.id = run_id
+        for key, variable, default in (("project", "WANDB_PROJECT", DEFAULT_PROJECT), ("entity", "WANDB_ENTITY", None)):
+            saved = resumed.get(f"wandb_{key}")  # absent from a checkpoint of an earlier litbert: as it was
+            if not saved:
+                continue
+            given, setting = (getattr(init_args, key), f"trainer.logger.init_args.{key}") if getattr(init_args, key) \
+                else (os.environ.get(variable), variable) if os.environ.get(variable) else (default, "the default")
+            if given is not None and given != saved:
+                rank_zero_info(f"litbert: the resumed run continues W&B run {run_id} in {key} {saved!r}, where its "
+                               f"checkpoint was logged; {setting} names {given!r}, which would start a second run of "
+                               f"that id there. Start a new run (without --ckpt_path) to log elsewhere.")
+            setattr(init_args, key, saved)
 
 
 def finish_tracking(exit_code: int) -> None:
