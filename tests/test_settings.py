@@ -607,9 +607,11 @@ def test_a_used_run_folder_is_never_silently_reused(glue, tmp_path):
     with pytest.raises(RunFolderError, match=rf"Resume it with --ckpt_path {root / 'checkpoints' / LAST}, choose"):
         glue(root=root)
     (root / "lightning_logs" / "version_0").mkdir(parents=True)  # the earlier run's CSVLogger
+    (root / "version_0").mkdir()  # and `--trainer.logger CSVLogger`'s, which has the W&B logger's name: none
     glue("--overwrite", "true", root=root)
     assert not (root / "metrics.json").exists() and not (root / "checkpoints").exists()
-    assert not (root / "lightning_logs").exists()  # or the new run's logs go beside the old ones, as version_1
+    # or the new run's logs go beside the old ones, as version_1
+    assert not (root / "lightning_logs").exists() and not (root / "version_0").exists()
     with pytest.raises(ValueError, match="--ckpt_path resumes one in place"):
         glue("--overwrite", "true", "--ckpt_path", str(root / "last.ckpt"), root=root)
     with pytest.raises(ValueError, match="--export is false"):

@@ -18,8 +18,9 @@ from tasks.run.checkpoint_io import LAST
 # What a run writes into its folder; any of them there means the folder holds a run.
 RUN_FILES = ("config.yaml", "metrics.json", "checkpoints", "submission")
 # What its loggers write there (`tasks.run.tracking.default_logger_folders`: CSV and TensorBoard logs, W&B's files),
-# replaced with the run: left, a CSVLogger would log the new run beside the old one's, as its version_1.
-LOG_FOLDERS = ("lightning_logs", "wandb")
+# replaced with the run: left, a CSVLogger would log the new run beside the old one's, as its version_1. A logger
+# that takes the run's W&B settings (`--trainer.logger CSVLogger`) has no name, and its versions are in the folder.
+LOG_FOLDERS = ("lightning_logs", "wandb", "version_[0-9]*")
 
 
 class RunFolderError(ValueError):
@@ -83,7 +84,7 @@ def check_run_folder(config: Any, resume_path: str | None) -> None:
         raise RunFolderError(
             f"trainer.default_root_dir={root} already holds a run ({listing}). {resume}choose another "
             f"--trainer.default_root_dir, or pass --overwrite true to replace it.")
-    used += [root / name for name in LOG_FOLDERS if (root / name).exists()]
+    used += [path for name in LOG_FOLDERS for path in sorted(root.glob(name)) if path.is_dir()]
     for path in used:  # every rank of a job may get here: what another removed is gone
         remove_path(path)
     print(f"litbert: --overwrite: removed the earlier run's {', '.join(p.name for p in used)} from {root}",
