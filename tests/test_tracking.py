@@ -177,3 +177,37 @@ def test_the_runs_summary_holds_metrics_json(tmp_path):
         if record["type"] == "summary":
             summary.update({key: value for key, value in record["summary"]["update"].items()})
     assert {key: summary.get(key) for key in metrics} == metrics, summary
+
+
+def test_a_resumed_csv_log_goes_on_in_its_file_without_the_stopped_parts_rows(tmp_path):
+    """`--trainer.logger CSVLogger` resumed at step 4 from a part that logged up to step 5 before it was killed: the
+    resumed run writes into the same metrics.csv (Lightning's logger would start version_1 beside it), drops the
+    rows of steps 4 and 5 that it logs again, and widens the header for a new metric. Until it logs, the folder is
+    left as it was (a resume refused for a changed setting keeps the log and its hparams.yaml)."""
+    import csv
+
+    from lightning.pytorch.loggers import CSVLogger
+
+    from tasks.run.tracking import continue_csv_logs
+
+    log = tmp_path / "version_0"
+    log.mkdir()
+    (log / "metrics.csv").write_text("epoch,step,train/loss,val/accuracy\n" + "".join(
+        f"0,{step},0.{9 - step},\n" for step in range(6)) + "0,3,,0.5\n")
+    (log / "hparams.yaml").write_text("lr: 0.1\n")
+    logger = CSVLogger(str(tmp_path), name=None)
+    continue_csv_logs([logger], resumed_step=4)
+    logger.log_hyperparams({"lr": 0.2})
+    assert logger.log_dir == str(log)
+    assert (log / "hparams.yaml").read_text() == "lr: 0.1\n" and len((log / "metrics.csv").read_text().split()) == 8
+    logger.log_metrics({"train/loss": 0.45, "train/tokens_per_sec": 9.0}, step=4)
+    logger.save()
+    logger.log_metrics({"train/loss": 0.35}, step=5)
+    logger.finalize("success")
+    rows = list(csv.DictReader((log / "metrics.csv").open()))
+    assert [(row["step"], row["train/loss"], row["val/accuracy"], row["train/tokens_per_sec"]) for row in rows] == [
+        ("0", "0.9", "", ""), ("1", "0.8", "", ""), ("2", "0.7", "", ""), ("3", "0.6", "", ""), ("3", "", "0.5", ""),
+        ("4", "0.45", "", "9.0"), ("5", "0.35", "", "")]
+    assert "lr: 0.2" in (log / "hparams.yaml").read_text()
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["version_0"]
+

@@ -60,7 +60,13 @@ from tasks.run.precision import choose_precision
 from tasks.run.progress import ProgressBar
 from tasks.run.publish import check_push
 from tasks.run.throughput import Throughput
-from tasks.run.tracking import WANDB_LOGGER, LogConfigCallback, configure_wandb, default_logger_folders
+from tasks.run.tracking import (
+    WANDB_LOGGER,
+    LogConfigCallback,
+    configure_wandb,
+    continue_csv_logs,
+    default_logger_folders,
+)
 
 # (datamodule attribute, task argument, transform). A link whose attribute the datamodule lacks, or whose argument
 # the task lacks, does not apply: MLM data has no labels, and token classification takes label names, not a count.
@@ -229,6 +235,7 @@ class LitbertCLI(LightningCLI):
         check_run_folder(config, self.resume_path)
         resumed = load_checkpoint_file(self.resume_path, whole=True) if self.resume_path else {}
         check_same_classes(config, resumed, self.resume_path)
+        self.resumed_step = resumed.get("global_step")
         if "seed" in data and data.seed is None:
             data.seed = data_seed(config, resumed)
         configure_wandb(config.trainer.logger, root, resumed.get("callbacks", {}).get(LastCheckpoint.STATE_KEY, {}))
@@ -362,6 +369,8 @@ class LitbertCLI(LightningCLI):
             self.save_config_kwargs = {**self.save_config_kwargs, "resumes": self.resume_path is not None}
         trainer = super().instantiate_trainer(**kwargs)
         check_strategy(trainer.strategy)
+        if self.resume_path is not None:
+            continue_csv_logs(trainer.loggers, self.resumed_step)
         if not trainer._accelerator_connector.use_distributed_sampler and trainer.world_size > 1:
             # litbert's datamodules shard their loaders themselves (`TokenizedDataModule.distributed`) and leave no
             # way to shard them otherwise: without it every rank would train on the same batches, count every dev

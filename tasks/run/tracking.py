@@ -4,14 +4,15 @@ Online when the user is logged in (an API key in `WANDB_API_KEY` or in the netrc
 otherwise offline into the run folder, with one line on how to upload the run later. `WANDB_MODE` set by the user
 wins over both (`disabled` logs nothing), and `WANDB_PROJECT` names the project where the config names none; a
 resumed run continues in the project and entity its checkpoint was logged to. Lightning creates the run on rank 0
-only. A run can track with CSV instead
-(`--trainer.logger CSVLogger`) or not at all (`--trainer.logger false`); a logger that writes files and is given no
+only. A run can track with CSV instead (`--trainer.logger CSVLogger`; a resumed run goes on in the same metrics.csv:
+`ContinuedCSVWriter`) or not at all (`--trainer.logger false`); a logger that writes files and is given no
 `save_dir` writes them into the run folder, as the W&B logger does. The resolved config is saved as
 `<default_root_dir>/config.yaml` whatever the logger.
 """
 
 from __future__ import annotations
 
+import csv
 import netrc
 import os
 import re
@@ -23,8 +24,11 @@ from urllib.parse import urlparse
 
 import lightning as L
 from lightning.pytorch.cli import SaveConfigCallback
+from lightning.pytorch.core.saving import save_hparams_to_yaml
+from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers import WandbLogger as LightningWandbLogger
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.loggers.csv_logs import ExperimentWriter
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 
 from encoders.choices import check_choice
 from tasks.run.folders import remove_earlier_metrics
@@ -162,6 +166,63 @@ def configure_wandb(loggers: Any, root: Path, resumed: dict[str, Any]) -> None:
                                f"checkpoint was logged; {setting} names {given!r}, which would start a second run of "
                                f"that id there. Start a new run (without --ckpt_path) to log elsewhere.")
             setattr(init_args, key, saved)
+
+
+class ContinuedCSVWriter(ExperimentWriter):
+    """A resumed run's `CSVLogger` writer: it goes on with the metrics.csv of the run's earlier parts, in their
+    folder. Lightning's would start a `version_<n+1>` folder beside it (the curve split in two), or, given the
+    version, delete it. At its first write, once the resume was accepted and training logs, it drops the rows from
+    `resumed_step` on (logged after the checkpoint by a part that was stopped: the resumed run logs those steps
+    again) and keeps the file's columns, which a new metric widens as Lightning's does. Until then the folder stays
+    as it was, hparams.yaml too: a resume refused for a changed setting leaves the log whole."""
+
+    def __init__(self, log_dir: str, resumed_step: int) -> None:
+        self.resumed_step: int | None = resumed_step
+        super().__init__(log_dir)
+
+    def _check_log_dir_exists(self) -> None:
+        pass  # Lightning's removes metrics.csv from a folder that holds one: here it is the run's log so far
+
+    def log_hparams(self, params: dict[str, Any]) -> None:
+        self.hparams.update(params)  # written with the metrics, once the resumed run logs
+
+    def save(self) -> None:
+        if not self.metrics:
+            return
+        if self.resumed_step is not None:
+            if self._fs.isfile(self.metrics_file_path):
+                with self._fs.open(self.metrics_file_path, "r", newline="") as file:
+                    reader = csv.DictReader(file)
+                    rows = [row for row in reader if int(float(row["step"])) < self.resumed_step]
+                    self.metrics_keys = list(reader.fieldnames or [])
+                with self._fs.open(self.metrics_file_path, "w", newline="") as file:
+                    writer = csv.DictWriter(file, fieldnames=self.metrics_keys)
+                    writer.writeheader()
+                    writer.writerows(rows)
+            self.resumed_step = None
+        save_hparams_to_yaml(os.path.join(self.log_dir, self.NAME_HPARAMS_FILE), self.hparams)
+        super().save()
+
+
+def continue_csv_logs(loggers: list[Any], resumed_step: int) -> None:
+    """A run resumed at `resumed_step` logs into the folder of its last CSV log (`version_<n>`, the newest under the
+    logger's folder, or the version it names) rather than a new one: `ContinuedCSVWriter`. Rank 0 only, as
+    Lightning's loggers write; nothing where no earlier part logged to CSV."""
+    for logger in loggers:
+        if not isinstance(logger, CSVLogger) or rank_zero_only.rank != 0 or logger._experiment is not None:
+            continue
+        if logger._version is None:
+            newest = logger._get_next_version() - 1  # -1: no version folder yet
+            if newest < 0:
+                continue
+            logger._version = newest
+        if os.path.isfile(os.path.join(logger.log_dir, ExperimentWriter.NAME_METRICS_FILE)):
+            logger._experiment = ContinuedCSVWriter(logger.log_dir, resumed_step)
+
+
+def csv_logs(loggers: list[Any]) -> list[str]:
+    """The metrics.csv of each of the run's CSV loggers (one file for all of a resumed run's parts)."""
+    return [logger.experiment.metrics_file_path for logger in loggers if isinstance(logger, CSVLogger)]
 
 
 def finish_tracking(exit_code: int) -> None:
