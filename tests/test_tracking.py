@@ -211,3 +211,53 @@ def test_a_resumed_csv_log_goes_on_in_its_file_without_the_stopped_parts_rows(tm
     assert "lr: 0.2" in (log / "hparams.yaml").read_text()
     assert sorted(path.name for path in tmp_path.iterdir()) == ["version_0"]
 
+
+def csv_rows(root: Path) -> list[dict[str, str]]:
+    import csv
+
+    (log,) = root.glob("version_*/metrics.csv")  # one log, whatever the parts
+    return [{key: value for key, value in row.items() if value and key != "train/tokens_per_sec"
+             and key != "train/samples_per_sec" and key != "train/tflops"} for row in csv.DictReader(log.open())]
+
+
+@pytest.mark.slow  # four short runs of bert-tiny: 40 s on 2 cores
+def test_a_csv_log_resumed_twice_holds_the_uninterrupted_runs_rows(shared_data, minilm, monkeypatch, tmp_path,
+                                                                    capsys):
+    """A CSV-logged WNLI run of 8 steps, and the same run in parts: 4 steps, resumed to 6, then resumed again from
+    the step-4 checkpoint (as after a kill -9 that lost the checkpoint of step 6) to 8. The parts' log is one
+    metrics.csv holding the uninterrupted run's rows: every step once, at its own step, with the same losses,
+    validations and final evaluation, and the closing lines name it. (A resume used to start a version_<n> folder
+    per part; and a part resumed from a fit that had ended on a validation logged every step one too far on.)"""
+    import shutil
+
+    from runs import REPO
+
+    import train
+
+    monkeypatch.setenv("LITBERT_DATA", str(shared_data))
+    monkeypatch.setenv("LITBERT_CACHE", str(tmp_path / "cache"))
+
+    def run(root: Path, steps: int, *extra: str) -> None:
+        assert train.cli_main([
+            "--config", str(REPO / "configs" / "glue" / "wnli.yaml"), "--model.encoder.preset", "bert-tiny",
+            "--data.tokenizer", minilm, "--trainer.accelerator", "cpu", "--trainer.precision", "32",
+            "--model.optimization.schedule", "constant", "--model.optimization.warmup", "0",
+            "--trainer.default_root_dir", str(root), "--trainer.log_every_n_steps", "1",
+            "--checkpoint.every_n_steps", "2", "--trainer.val_check_interval", "2", "--trainer.limit_val_batches",
+            "1", "--trainer.enable_progress_bar", "false", "--predict", "false", "--export", "false",
+            "--trainer.logger", "CSVLogger", "--trainer.logger.flush_logs_every_n_steps", "1",
+            "--trainer.max_steps", str(steps), *extra]) == 0
+
+    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    run(whole, 8)
+    run(parts, 4)
+    last = parts / "checkpoints" / "last.ckpt"
+    shutil.copy(last, tmp_path / "step4.ckpt")
+    run(parts, 6, "--ckpt_path", "last")
+    shutil.copy(tmp_path / "step4.ckpt", last)
+    capsys.readouterr()
+    run(parts, 8, "--ckpt_path", "last")
+    assert f"litbert: CSV log          {parts / 'version_0' / 'metrics.csv'}\n" in capsys.readouterr().out
+    reference = csv_rows(whole)
+    assert [row["step"] for row in reference if "train/loss" in row] == [str(step) for step in range(8)]
+    assert csv_rows(parts) == reference

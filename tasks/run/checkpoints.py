@@ -158,6 +158,7 @@ class LastCheckpoint(Checkpoint):
         self._saved_time = time.monotonic()
         self._pending_random_state: list[dict[str, Any]] | None = None
         self._pending_loaders: list[dict[str, Any]] | None = None
+        self._log_step: int | None = None  # a resumed run's step count for the loggers, until its first batch
         self._signal: int | None = None
         self._previous_handlers: dict[int, Any] = {}
         self._pid: int | None = None  # the training process's, where the handlers were installed
@@ -297,10 +298,20 @@ class LastCheckpoint(Checkpoint):
                     loader.load_state_dict(state)
         if trainer.ckpt_path and self.last_path is None:  # resumed: until it saves, the newest state is that file
             self.last_path, self.saved_step = str(trainer.ckpt_path), trainer.global_step
+        loop = trainer.fit_loop.epoch_loop
+        # Saved as its fit ended, after a validation (`on_train_epoch_end`), the state counts the last step for the
+        # loggers already; Lightning, resuming from it, skips that validation with an empty pass of its loop, which
+        # counts it again, and every step after would be logged (CSV `step`, W&B `trainer/global_step`) one too far.
+        self._log_step = loop._batches_that_stepped if trainer.ckpt_path and loop.restarted_on_last \
+            and loop._batches_that_stepped == trainer.global_step else None
         self._install_handlers(trainer)
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
                              batch_idx: int) -> None:
+        loop = trainer.fit_loop.epoch_loop
+        if self._log_step is not None and loop._batches_that_stepped == self._log_step + 1:
+            loop._batches_that_stepped = self._log_step  # see on_train_start
+        self._log_step = None
         if self._pending_random_state is None:
             return
         states, self._pending_random_state = self._pending_random_state, None
