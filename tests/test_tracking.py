@@ -226,8 +226,9 @@ def test_a_csv_log_resumed_twice_holds_the_uninterrupted_runs_rows(shared_data, 
     """A CSV-logged WNLI run of 8 steps, and the same run in parts: 4 steps, resumed to 6, then resumed again from
     the step-4 checkpoint (as after a kill -9 that lost the checkpoint of step 6) to 8. The parts' log is one
     metrics.csv holding the uninterrupted run's rows: every step once, at its own step, with the same losses,
-    validations and final evaluation, and the closing lines name it. (A resume used to start a version_<n> folder
-    per part; and a part resumed from a fit that had ended on a validation logged every step one too far on.)"""
+    validations and final evaluation; the same best checkpoint, metrics.json and closing lines, which name the log.
+    (A resume used to start a version_<n> folder per part; and a part resumed from a fit that had ended on a
+    validation logged every step one too far on.)"""
     import shutil
 
     from runs import REPO
@@ -248,8 +249,15 @@ def test_a_csv_log_resumed_twice_holds_the_uninterrupted_runs_rows(shared_data, 
             "--trainer.logger", "CSVLogger", "--trainer.logger.flush_logs_every_n_steps", "1",
             "--trainer.max_steps", str(steps), *extra]) == 0
 
+    def closing_lines(root: Path) -> list[str]:  # the summary printed last, with the run folder's name out
+        lines = capsys.readouterr().out.splitlines()
+        return [line.replace(str(root), "<run>") for line in lines[lines.index(next(
+            line for line in lines if line.startswith("litbert: resolved config"))):]]
+
     whole, parts = tmp_path / "whole", tmp_path / "parts"
     run(whole, 8)
+    expected = closing_lines(whole)
+    assert "litbert: CSV log          <run>/version_0/metrics.csv" in expected
     run(parts, 4)
     last = parts / "checkpoints" / "last.ckpt"
     shutil.copy(last, tmp_path / "step4.ckpt")
@@ -257,7 +265,11 @@ def test_a_csv_log_resumed_twice_holds_the_uninterrupted_runs_rows(shared_data, 
     shutil.copy(tmp_path / "step4.ckpt", last)
     capsys.readouterr()
     run(parts, 8, "--ckpt_path", "last")
-    assert f"litbert: CSV log          {parts / 'version_0' / 'metrics.csv'}\n" in capsys.readouterr().out
+    assert closing_lines(parts) == expected
     reference = csv_rows(whole)
     assert [row["step"] for row in reference if "train/loss" in row] == [str(step) for step in range(8)]
     assert csv_rows(parts) == reference
+    # The whole run's results, not the last part's: its best checkpoint over every validation, and its metrics.
+    assert sorted(path.name for path in (parts / "checkpoints").iterdir()) == \
+        sorted(path.name for path in (whole / "checkpoints").iterdir())
+    assert (parts / "metrics.json").read_text() == (whole / "metrics.json").read_text()
