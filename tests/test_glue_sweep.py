@@ -6,9 +6,13 @@ writes the metrics.json and submission file a real one would; the slow test trai
 from __future__ import annotations
 
 import json
+import os
+import signal
 import statistics
 import subprocess
 import sys
+import threading
+import time
 import zipfile
 from pathlib import Path
 
@@ -85,6 +89,7 @@ def test_the_grid_sweep_reports_each_tasks_best_setting_over_seeds_and_the_glue_
     over those four tasks only (said so), the JSON beside the table, and the zip from each task's best run."""
     fake = FakeTrainPy()
     monkeypatch.setattr(glue_sweep.subprocess, "run", fake)
+    monkeypatch.setattr(glue_sweep, "train_py", fake)
     monkeypatch.chdir(tmp_path)
     status = sweep("--tasks", "cola", "mrpc", "stsb", "rte", "--grid", "learning_rate=1e-5,3e-5", "--seeds", "0", "1",
                    "2", "--", "--trainer.logger", "false")
@@ -187,6 +192,7 @@ def test_a_sweep_with_a_run_that_has_no_score_trains_the_rest_and_exits_1_naming
         return subprocess.CompletedProcess(command, 0 if task == "cola" else status, stderr=f"step 12\n{last}\n")
 
     monkeypatch.setattr(glue_sweep.subprocess, "run", train_py)
+    monkeypatch.setattr(glue_sweep, "train_py", train_py)
     monkeypatch.chdir(tmp_path)
     assert sweep("--tasks", "stsb", "cola") == 1
     assert trained == ["stsb", "cola"]  # the failed run first: it stopped nothing
@@ -208,6 +214,7 @@ def test_an_interrupted_grid_sweep_goes_on_where_it_stopped_and_a_wider_grid_add
     monkeypatch.chdir(tmp_path)
     fake = FakeTrainPy(kill_at=3)
     monkeypatch.setattr(glue_sweep.subprocess, "run", fake)
+    monkeypatch.setattr(glue_sweep, "train_py", fake)
     with pytest.raises(KeyboardInterrupt):
         sweep("--tasks", "cola", "--grid", "learning_rate=1e-5,3e-5", "--seeds", "0", "1")
     killed = json.loads((tmp_path / "sweep" / "cola" / "learning_rate=3e-5" / "seed0" / "sweep.json").read_text())
@@ -215,6 +222,7 @@ def test_an_interrupted_grid_sweep_goes_on_where_it_stopped_and_a_wider_grid_add
 
     fake = FakeTrainPy()
     monkeypatch.setattr(glue_sweep.subprocess, "run", fake)
+    monkeypatch.setattr(glue_sweep, "train_py", fake)
     assert sweep("--tasks", "cola", "--grid", "learning_rate=1e-5,3e-5", "--seeds", "0", "1") == 0
     assert [(value(c, "--trainer.default_root_dir"), c[c.index("--trainer.default_root_dir") + 2:][:2])
             for c in fake.commands] == [("sweep/cola/learning_rate=3e-5/seed0", ["--ckpt_path", "last"]),
@@ -223,6 +231,7 @@ def test_an_interrupted_grid_sweep_goes_on_where_it_stopped_and_a_wider_grid_add
 
     fake = FakeTrainPy()
     monkeypatch.setattr(glue_sweep.subprocess, "run", fake)
+    monkeypatch.setattr(glue_sweep, "train_py", fake)
     # The same option by its dotted path is the same setting: its runs are kept, not trained again.
     assert sweep("--tasks", "cola", "--grid", "model.optimization.learning_rate=1e-5,3e-5,2e-5", "--seeds", "0",
                  "1") == 0
@@ -234,6 +243,91 @@ def test_an_interrupted_grid_sweep_goes_on_where_it_stopped_and_a_wider_grid_add
                                                                    ("1e-5", "2e-5", "3e-5")]
 
 
+# A train.py stand-in: it says it is ready, then on SIGTERM or SIGINT writes which and ends with 128 + its number,
+# as train.py does after saving.
+STOPPABLE = """
+import signal, sys, time
+def stop(signum, frame):
+    sys.stderr.write(f"litbert: stopped by {signal.Signals(signum).name}\\n")
+    sys.exit(128 + signum)
+signal.signal(signal.SIGTERM, stop)
+signal.signal(signal.SIGINT, stop)
+open(sys.argv[1], "w").close()
+time.sleep(60)
+"""
+
+
+def wait_for(path: Path) -> None:
+    for _ in range(600):
+        if path.exists():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{path} never appeared")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_the_sweep_alone_is_passed_on_to_the_run_it_waits_for(signum, tmp_path):
+    """A scheduler or container that signals the first process alone, or `kill <sweep>`: train.py gets the signal
+    and stops as it does on its own (saving), and the sweep learns that it was stopped. (Before, train.py went on
+    training in the background, and the sweep died.)"""
+    ready, handlers = tmp_path / "ready", (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT))
+    threading.Thread(target=lambda: (wait_for(ready), os.kill(os.getpid(), signum)), daemon=True).start()
+    with pytest.raises(glue_sweep.SweepStopped) as stopped:
+        glue_sweep.train_py([sys.executable, "-c", STOPPABLE, str(ready)])
+    assert stopped.value.signum == signum and stopped.value.done.returncode == 128 + signum
+    assert stopped.value.done.stderr == f"litbert: stopped by {signal.Signals(signum).name}\n"
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == handlers  # the sweep's again
+
+
+def test_a_run_outlives_no_sweep_killed_outright(tmp_path):
+    """SIGKILL to the sweep passes nothing on: train.py then gets SIGTERM from the kernel (Linux) and stops."""
+    ready, sweep_py = tmp_path / "ready", [sys.executable, "-c", (
+        f"import sys; from tasks.run import sweep; sweep.train_py([sys.executable, '-c', {STOPPABLE!r}, "
+        f"{str(tmp_path / 'ready')!r}])")]
+    with subprocess.Popen([*sweep_py], cwd=REPO, env=environment(), stderr=subprocess.PIPE, text=True) as parent:
+        wait_for(ready)
+        pid = int(subprocess.run(["pgrep", "-P", str(parent.pid)], capture_output=True, text=True).stdout.split()[0])
+        parent.kill()
+        _, err = parent.communicate()
+        assert parent.returncode == -signal.SIGKILL
+    for _ in range(200):  # the orphan ends on its SIGTERM
+        if not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text():
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        raise AssertionError("train.py kept running after the sweep was killed")
+
+
+def test_a_sweep_stopped_inside_a_run_records_it_and_starts_no_other(tmp_path, monkeypatch, capsys):
+    """The run the signal stopped is recorded as train.py left it (resumed from its checkpoint when the sweep is run
+    again), the results are written, and the sweep ends with 128 + the signal's number."""
+    monkeypatch.chdir(tmp_path)
+    fake = FakeTrainPy()
+    started = []
+
+    def stopped_in_second(command):
+        started.append(command)
+        if len(started) == 2:
+            Path(value(command, "--trainer.default_root_dir"), "checkpoints").mkdir(parents=True)
+            Path(value(command, "--trainer.default_root_dir"), "checkpoints", "last.ckpt").write_text("")
+            raise glue_sweep.SweepStopped(signal.SIGTERM, subprocess.CompletedProcess(
+                command, 143, stderr="litbert: stopped by SIGTERM at step 12; resume with --ckpt_path last\n"))
+        return fake(command)
+
+    monkeypatch.setattr(glue_sweep.subprocess, "run", fake)
+    monkeypatch.setattr(glue_sweep, "train_py", stopped_in_second)
+    assert sweep("--tasks", "cola", "--grid", "learning_rate=1e-5,3e-5", "--seeds", "0") == 143
+    assert len(started) == 2
+    record = json.loads((tmp_path / "sweep" / "cola" / "learning_rate=3e-5" / "seed0" / "sweep.json").read_text())
+    assert record["status"] == 143 and record["error"].startswith("litbert: stopped by SIGTERM")
+    assert (tmp_path / "sweep" / "results.json").is_file()
+    assert capsys.readouterr().err.splitlines()[-1].startswith("sweep: stopped by SIGTERM inside sweep/cola/")
+    monkeypatch.setattr(glue_sweep, "train_py", fake)
+    assert sweep("--tasks", "cola", "--grid", "learning_rate=1e-5,3e-5", "--seeds", "0") == 0
+    assert fake.commands[-1][fake.commands[-1].index("--trainer.default_root_dir") + 2:][:2] == ["--ckpt_path", "last"]
+
+
 def test_a_grid_key_is_a_short_name_or_a_dotted_option_train_py_accepts(tmp_path, monkeypatch):
     """A bad key is refused naming it and the short names, before any run; a dotted key goes through train.py's
     parser (`--print_config`) once, before training; an option set by both the grid and the arguments after `--`,
@@ -241,6 +335,7 @@ def test_a_grid_key_is_a_short_name_or_a_dotted_option_train_py_accepts(tmp_path
     monkeypatch.chdir(tmp_path)
     fake = FakeTrainPy(refused=("trainer.acumulate_grad_batches",))
     monkeypatch.setattr(glue_sweep.subprocess, "run", fake)
+    monkeypatch.setattr(glue_sweep, "train_py", fake)
     with pytest.raises(SystemExit, match="'lr' is not a grid key: give one of the short names learning_rate "
                                          "\\(model.optimization.learning_rate\\), batch_size \\(data.batch_size\\), "
                                          "epochs \\(trainer.max_epochs\\), warmup"):
@@ -266,6 +361,7 @@ def test_a_grid_key_is_a_short_name_or_a_dotted_option_train_py_accepts(tmp_path
 
     fake = FakeTrainPy()
     monkeypatch.setattr(glue_sweep.subprocess, "run", fake)
+    monkeypatch.setattr(glue_sweep, "train_py", fake)
     assert sweep("--tasks", "rte", "--grid", "learning_rate=1e-5", "trainer.accumulate_grad_batches=1,2", "--seeds",
                  "0") == 0
     assert len(fake.checks) == 1 and fake.checks[0][-5:] == [

@@ -19,7 +19,8 @@ options, which train.py checks (`--print_config`) before the sweep trains.
 A run that fails (its data missing, say, or stopped by a signal) is reported with train.py's last line, and the
 sweep goes on; so is a run whose best checkpoint scores an undefined metric (a correlation of constant predictions).
 Once every run is done and the results are written, the exit status is 1 where any run of the tasks asked for has
-no score, and the last line names them. Run again into the same folder, the sweep keeps the runs that finished
+no score, and the last line names them. A signal to the sweep stops the run it waits for and then the sweep
+(`train_py`). Run again into the same folder, the sweep keeps the runs that finished
 (`--redo` trains them again), resumes an unfinished one from its last checkpoint (a run that diverged resumes into
 it: `--redo` it), and starts one that saved none afresh; a folder whose runs were trained from another checkpoint or
 with other train.py arguments is refused. Arguments after `--` go to every train.py run. Paths are the caller's:
@@ -29,9 +30,11 @@ train.py runs in the folder the sweep was started from. `zip` gathers the files 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import itertools
 import json
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -145,8 +148,16 @@ def run_task(task: str, pretrained: str, root: Path, extra: list[str], redo: boo
                "--model.pretrained", pretrained, "--trainer.default_root_dir", str(root), *again, *extra]
     print(f"sweep: {task}: {' '.join(command)}", flush=True)
     start = time.perf_counter()
-    done = subprocess.run(command, stderr=subprocess.PIPE, text=True, check=False)
-    seconds = time.perf_counter() - start
+    try:
+        done = train_py(command)
+    except SweepStopped as stopped:
+        stopped.result = ended(task, root, stopped.done, time.perf_counter() - start, again)
+        raise
+    return ended(task, root, done, time.perf_counter() - start, again)
+
+
+def ended(task: str, root: Path, done: subprocess.CompletedProcess, seconds: float, again: list[str]) -> dict:
+    """The outcome of a train.py run into `root`: its metrics, time and status, or its last line where it failed."""
     sys.stderr.write(done.stderr[-4000:])
     metrics_path = root / "metrics.json"
     resumed = {"resumed": True} if again[:1] == ["--ckpt_path"] else {}
@@ -158,6 +169,47 @@ def run_task(task: str, pretrained: str, root: Path, extra: list[str], redo: boo
                 **resumed}
     return {"task": task, "status": 0, "seconds": seconds, "metrics": json.loads(metrics_path.read_text()),
             **resumed}
+
+
+class SweepStopped(Exception):
+    """A signal stopped the sweep inside a run: train.py was stopped with it and has ended (`done`); the sweep records
+    the run (`result`), writes its results and ends with 128 + the signal's number, starting no other run."""
+
+    def __init__(self, signum: int, done: subprocess.CompletedProcess) -> None:
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum, self.done, self.result = signum, done, None
+
+
+def train_py(command: list[str]) -> subprocess.CompletedProcess:
+    """Run train.py to its end, its stderr kept. A SIGTERM or SIGINT to the sweep (a scheduler or a container that
+    signals the first process alone, or `kill`) is passed on to train.py, which saves at its next step and stops,
+    and SweepStopped is raised once it has ended. train.py has a process group of its own, so a Ctrl+C in the
+    terminal reaches it once, through the sweep (a second one would stop it without saving); on Linux it is also
+    sent SIGTERM should the sweep die without passing a signal on (SIGKILL)."""
+    received: list[int] = []
+    with subprocess.Popen(command, stderr=subprocess.PIPE, text=True, process_group=0,
+                          preexec_fn=_stop_with_parent) as child:
+        def pass_on(signum: int, frame: object) -> None:
+            received.append(signum)
+            if child.poll() is None:
+                child.send_signal(signum)
+
+        previous = {signum: signal.signal(signum, pass_on) for signum in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            _, stderr = child.communicate()
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+    done = subprocess.CompletedProcess(command, child.returncode, stderr=stderr)
+    if received:
+        raise SweepStopped(received[0], done)
+    return done
+
+
+def _stop_with_parent() -> None:
+    """In train.py's process before it starts: SIGTERM when the sweep dies (Linux's parent-death signal)."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def recorded(out: Path) -> list[dict]:
@@ -383,7 +435,15 @@ def main(argv: list[str] | None = None) -> int:
             # Until the run ends, the record says it was cut short (a killed sweep leaves it so).
             record.write_text(json.dumps({"task": task, "status": -1, "seconds": 0.0, "metrics": {},
                                           "error": "the sweep stopped inside this run", **keys}) + "\n")
-            result = run_task(task, args.pretrained, root, [*extra, *option_args(point, seed)], redo=args.redo)
+            try:
+                result = run_task(task, args.pretrained, root, [*extra, *option_args(point, seed)], redo=args.redo)
+            except SweepStopped as stopped:  # recorded as train.py left it: run again, the sweep resumes it
+                record.write_text(json.dumps({**stopped.result, **keys}, indent=1) + "\n")
+                write_results(out)
+                print(f"sweep: stopped by {signal.Signals(stopped.signum).name} inside {root} (train.py's status "
+                      f"{stopped.done.returncode}); run the same command again to go on where it stopped.",
+                      file=sys.stderr)
+                return 128 + stopped.signum
             record.write_text(json.dumps({**result, **keys}, indent=1) + "\n")
             write_results(out)
         summary = write_results(out)
