@@ -59,6 +59,7 @@ from data.sources import (
     fingerprint,
     load_hub_split,
     local_split_file,
+    map_into_cache,
     read_table,
     read_text_documents,
     replaced_when_whole,
@@ -621,8 +622,8 @@ class MLMDataModule(TokenizedDataModule):
         path = self.cache_path / f"mlm-masks-{key}.arrow"
         if path.is_file():
             return datasets.Dataset.from_file(str(path))
-        return dataset.map(mask, batched=True, batch_size=1000, with_indices=True, cache_file_name=str(path),
-                           new_fingerprint=key, desc="fixing masks")
+        return map_into_cache(dataset, mask, path, batched=True, batch_size=1000, with_indices=True,
+                              new_fingerprint=key, desc="fixing masks")
 
     def setup(self, stage: str | None = None) -> None:
         if "train" not in self.datasets and stage in (None, "fit") and not self.streaming:

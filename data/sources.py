@@ -21,6 +21,7 @@ import logging
 import os
 import re
 import shutil
+import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -690,10 +691,32 @@ def cached_map(
         raise DataError(f"data.num_proc={num_proc} must be at least 1 (the processes that tokenize).")
     raw = build()
     processes = min(num_proc, max(1, len(raw)))
-    mapped = raw.map(function, batched=True, batch_size=batch_size, with_indices=with_indices,
-                     remove_columns=raw.column_names, cache_file_name=str(path), new_fingerprint=key,
-                     load_from_cache_file=False, num_proc=processes if processes > 1 else None,
-                     desc=f"tokenizing {name}")
+    mapped = map_into_cache(raw, function, path, batched=True, batch_size=batch_size, with_indices=with_indices,
+                            remove_columns=raw.column_names, new_fingerprint=key,
+                            num_proc=processes if processes > 1 else None, desc=f"tokenizing {name}")
     if processes > 1:
-        record.write_text(json.dumps({"shards": [Path(f["filename"]).name for f in mapped.cache_files]}) + "\n")
+        with written_whole(record) as handle:
+            handle.write(json.dumps({"shards": [Path(f["filename"]).name for f in mapped.cache_files]}) + "\n")
     return mapped
+
+
+def map_into_cache(dataset: datasets.Dataset, function: Callable[..., dict[str, list[Any]]], path: Path,
+                   **settings: Any) -> datasets.Dataset:
+    """`dataset.map(function, **settings)` written to the cache file `path` (its shards beside it under `num_proc`:
+    `datasets` names them after it), opened memory-mapped from there.
+
+    `datasets` writes each file to a temporary one of the folder and renames it into place once whole, but removes
+    that temporary file only on an Exception or Ctrl+C: a run that a signal stopped (`SystemExit`) left it in the
+    cache, as large as the cache file, at every stop. Here the map writes into a folder of its own, removed however
+    the block ends, and its finished files are moved into the cache; a killed run (`kill -9`) leaves that folder,
+    never a part of a cache file under a cache file's name."""
+    with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{path.stem}.") as scratch:
+        mapped = dataset.map(function, cache_file_name=str(Path(scratch) / path.name),
+                             load_from_cache_file=False, **settings)
+        files = [Path(f["filename"]) for f in mapped.cache_files]
+        for file in files:
+            os.replace(file, path.parent / file.name)
+    if not files:  # an empty dataset: `datasets` maps it in memory, writing no file
+        return mapped
+    parts = [datasets.Dataset.from_file(str(path.parent / file.name)) for file in files]
+    return parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)

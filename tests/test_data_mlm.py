@@ -3,6 +3,7 @@ the right token types; tokenized data is cached so a second run does not tokeniz
 loads its own shard, with as many batches as the others."""
 
 import logging
+import signal
 
 import datasets
 import numpy as np
@@ -16,6 +17,8 @@ from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, Seque
 
 from data import DataError, MLMDataModule, ResumableLoader, SameLengthBatchSampler, pack_blocks
 from data.mlm import BlockPacker, iter_documents, read_documents, write_blocks
+from data.sources import cached_map
+from tasks.run.signals import StoppedBeforeTraining
 
 
 def test_pack_blocks_keeps_every_token():
@@ -71,6 +74,30 @@ def test_tokenizing_in_two_processes_gives_the_same_data(packing, shared_data, t
     monkeypatch.setattr(type(again.tokenizer), "__call__", lambda *a, **k: calls.append(1))
     again.setup("fit")
     assert calls == [] and again.datasets["train"]["input_ids"] == one.datasets["train"]["input_ids"]
+
+
+def test_a_run_stopped_while_it_tokenizes_leaves_nothing_in_the_cache(tmp_path):
+    """A signal while the data is tokenised stops the run with a SystemExit (`StoppedBeforeTraining`), which
+    `datasets` does not clean up after: its temporary file, as large as the cache file it was becoming, stayed in the
+    cache at every stop. Nothing stays, and the next run caches the data whole under its name."""
+    texts = datasets.Dataset.from_dict({"text": ["a" * n for n in range(1, 41)]})
+
+    def lengths(batch, indices):
+        if indices[0] >= 10 and stop:  # the signal, raised by its handler in the third batch
+            raise StoppedBeforeTraining(signal.SIGTERM)
+        return {"length": [len(text) for text in batch["text"]]}
+
+    stop = True
+    with pytest.raises(StoppedBeforeTraining):
+        cached_map(lambda: texts, lengths, cache_dir=tmp_path, name="mlm-train", key="k", batch_size=5,
+                   with_indices=True)
+    assert list(tmp_path.iterdir()) == []
+    stop = False
+    mapped = cached_map(lambda: texts, lengths, cache_dir=tmp_path, name="mlm-train", key="k", batch_size=5,
+                        with_indices=True)
+    assert mapped["length"] == list(range(1, 41))
+    assert [path.name for path in tmp_path.iterdir()] == ["mlm-train-k.arrow"]
+    assert mapped.cache_files[0]["filename"] == str(tmp_path / "mlm-train-k.arrow")
 
 
 def test_num_proc_must_be_positive(tmp_path):
