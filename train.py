@@ -44,7 +44,7 @@ from tasks.run.folders import export_path
 from tasks.run.predict import check_trained_head, predict_file, predict_test_sets
 from tasks.run.publish import push, write_card
 from tasks.run.results import print_summary, summarise_in_trackers, write_metrics
-from tasks.run.signals import RunSignals, StoppedAtOnce, StoppedBeforeTraining, end_after_launcher
+from tasks.run.signals import RunSignals, StoppedAtOnce, StoppedBeforeTraining, end_after_launcher, end_with_torchrun
 
 
 def run(cli: LitbertCLI) -> dict[str, float | int]:
@@ -182,6 +182,7 @@ def main(args: Sequence[str] | None = None) -> LitbertCLI:
     the CLI with its trainer, model, datamodule and final `metrics` (`predictions`: the file written). Errors
     propagate; `cli_main` turns them into messages and exit statuses."""
     with RunSignals():  # a signal while the run is built (a tokenizer trained) stops it with its exit status too
+        end_with_torchrun()
         cli = make_cli(args)
     if cli.command == "predict":
         with RunSignals():  # and while it predicts: the file is written whole or not at all

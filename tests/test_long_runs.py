@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -26,6 +27,7 @@ from runs import (
     REPO,
     by_step,
     checkpoint_step,
+    command,
     environment,
     kill_group,
     last_lines,
@@ -226,6 +228,41 @@ def test_a_signal_to_one_ddp_rank_before_training_stops_every_rank(when, env, tm
     assert not (tmp_path / "checkpoints").exists() and not (tmp_path / "metrics.json").exists()
 
 
+@pytest.mark.slow  # two processes, MiniLM: a minute on 2 cores
+def test_kill_9_of_torchrun_stops_its_ranks(env, tmp_path):
+    """`kill -9` of torchrun during training. torchrun starts each rank in a session of its own, and its ranks went on
+    training, unseen, to the end of the run: they wrote its metrics.json and export into the folder the user took for
+    stopped. They stop as on SIGTERM, at a step boundary, with its checkpoint."""
+    args = glue_args("--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy", "ddp",
+                     "--trainer.max_steps", "500", "--checkpoint.every_n_steps", "2")
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", *command(GLUE, tmp_path,
+                                                                                               *args)[1:]]
+    process = subprocess.Popen(torchrun, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    last = tmp_path / "checkpoints" / LAST
+    wait_for_checkpoint(process, last, min_step=2)
+    ranks = [rank_process(process.pid, rank) for rank in (0, 1)]
+    process.kill()
+    process.communicate()
+    deadline = time.monotonic() + 120
+    while any(running(rank) for rank in ranks) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    left = [rank for rank in ranks if running(rank)]
+    for rank in left:
+        os.kill(rank, signal.SIGKILL)
+    assert not left, "torchrun's ranks went on training after it was killed"
+    assert not (tmp_path / "metrics.json").exists() and not (tmp_path / "model").exists()
+    assert 2 <= checkpoint_step(last) < 500
+
+
+def running(pid: int) -> bool:
+    """Whether process `pid` is running (not ended, nor a zombie that no one has reaped)."""
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] not in "ZX"
+    except OSError:
+        return False
+
+
 def sigterm_to_rank_1(when: str, env: dict[str, str], tmp_path: Path) -> str:
     """A two-step DDP run of two ranks, to which rank 1 alone sends SIGTERM at `when` (`signalling.SignalAt`): its
     stderr, once it has ended with status 143 within 4 minutes."""
@@ -244,7 +281,7 @@ def sigterm_to_rank_1(when: str, env: dict[str, str], tmp_path: Path) -> str:
 
 
 def rank_process(launcher: int, rank: int) -> int:
-    """The pid of the DDP rank that Lightning's launcher (rank 0, pid `launcher`) started as `rank`."""
+    """The pid of the DDP rank that Lightning's launcher (rank 0, pid `launcher`), or torchrun, started as `rank`."""
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:

@@ -16,9 +16,11 @@ started, and every rank stops at once. A rank that stops ends after the launcher
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from typing import Any
@@ -26,7 +28,7 @@ from typing import Any
 import lightning as L
 import torch
 import torch.distributed as dist
-from lightning.fabric.plugins.environments import SLURMEnvironment
+from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
 from lightning.pytorch.strategies.launchers import _SubprocessScriptLauncher
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
@@ -121,6 +123,23 @@ def end_after_launcher(patience: float = 60.0) -> None:
     launcher, deadline = os.getppid(), time.monotonic() + patience
     while os.getppid() == launcher and time.monotonic() < deadline:
         time.sleep(0.1)
+
+
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process receives when its parent ends
+
+
+def end_with_torchrun() -> None:
+    """Make a rank that torchrun started receive SIGTERM when torchrun ends without stopping it (`kill -9` of
+    torchrun, an agent that crashed). torchrun starts each rank in a session of its own and leaves it running: its
+    ranks went on training, unseen, to the end of the run, writing its checkpoints, export and metrics.json into the
+    folder the user took for stopped (and might start again). The SIGTERM stops a rank as any does. torchrun outlives
+    its ranks otherwise: it waits for them. Linux only (`prctl`); elsewhere nothing changes."""
+    if not sys.platform.startswith("linux") or not TorchElasticEnvironment.detect():
+        return
+    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        return
+    if os.getppid() == 1:  # torchrun ended before this process could ask (it imports for seconds first)
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 class RunSignals(L.Callback):
