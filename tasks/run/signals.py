@@ -128,15 +128,21 @@ def end_after_launcher(patience: float = 60.0) -> None:
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process receives when its parent ends
 
 
+def stop_with_parent() -> bool:
+    """Ask the kernel for a SIGTERM to this process when its parent ends (Linux's parent-death signal), which then
+    stops it as any SIGTERM does; False where it cannot (not Linux, or refused)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) == 0
+
+
 def end_with_torchrun() -> None:
     """Make a rank that torchrun started receive SIGTERM when torchrun ends without stopping it (`kill -9` of
     torchrun, an agent that crashed). torchrun starts each rank in a session of its own and leaves it running: its
     ranks went on training, unseen, to the end of the run, writing its checkpoints, export and metrics.json into the
     folder the user took for stopped (and might start again). The SIGTERM stops a rank as any does. torchrun outlives
     its ranks otherwise: it waits for them. Linux only (`prctl`); elsewhere nothing changes."""
-    if not sys.platform.startswith("linux") or not TorchElasticEnvironment.detect():
-        return
-    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+    if not TorchElasticEnvironment.detect() or not stop_with_parent():
         return
     if os.getppid() == 1:  # torchrun ended before this process could ask (it imports for seconds first)
         os.kill(os.getpid(), signal.SIGTERM)

@@ -30,7 +30,6 @@ train.py runs in the folder the sweep was started from. `zip` gathers the files 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import itertools
 import json
 import re
@@ -45,6 +44,7 @@ from pathlib import Path
 from data import GLUE_TASKS
 from tasks.base import validation_prefixes
 from tasks.run.checkpoint_io import LAST
+from tasks.run.signals import stop_with_parent
 
 REPO = Path(__file__).resolve().parents[2]
 # Every file of a complete GLUE submission, by task (AX is predicted by the MNLI model).
@@ -188,7 +188,7 @@ def train_py(command: list[str]) -> subprocess.CompletedProcess:
     sent SIGTERM should the sweep die without passing a signal on (SIGKILL)."""
     received: list[int] = []
     with subprocess.Popen(command, stderr=subprocess.PIPE, text=True, process_group=0,
-                          preexec_fn=_stop_with_parent) as child:
+                          preexec_fn=stop_with_parent) as child:
         def pass_on(signum: int, frame: object) -> None:
             received.append(signum)
             if child.poll() is None:
@@ -204,12 +204,6 @@ def train_py(command: list[str]) -> subprocess.CompletedProcess:
     if received:
         raise SweepStopped(received[0], done)
     return done
-
-
-def _stop_with_parent() -> None:
-    """In train.py's process before it starts: SIGTERM when the sweep dies (Linux's parent-death signal)."""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def recorded(out: Path) -> list[dict]:
