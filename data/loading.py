@@ -11,6 +11,10 @@ in the same order, with the same masks. So every random choice of the input pipe
 - `ResumableLoader` counts the batches it has handed out in the current epoch. Its `state_dict()` is that count;
   Lightning stores it in every checkpoint (a loader with `state_dict` is resumable to Lightning) and hands it back
   on resume, and the next epoch iteration skips that many batches without loading them.
+- Under `Batches`, batch k of every rank together are the examples k x size to (k + 1) x size of the epoch's one
+  permutation (size = batch size x ranks; `DistributedSampler` deals it out round-robin). A position saved by
+  another batch size or number of ranks therefore converts through the examples it has consumed
+  (`ResumableLoader.load_state_dict`); whether a run may resume so is `EncoderTask`'s rule.
 - Dynamic MLM masks are keyed by (seed, epoch, example index) (`data.masking`), so skipping batches skips their
   masks too. The epoch travels with the work: the batch sampler, in the main process, yields each batch's indices as
   a `Batch` that carries its epoch, and the examples fetched for it (`BatchDataset`) carry it on to the collator.
@@ -42,6 +46,8 @@ from torch.utils.data import (
     Sampler,
     SequentialSampler,
 )
+
+from data.sources import DataError
 
 
 class EpochRandomSampler(RandomSampler):
@@ -224,11 +230,44 @@ class ResumableLoader(DataLoader):
         self._position = {"epoch": 0, "batches": 0}
         self._resume: dict[str, int] | None = None
 
+    @property
+    def processes(self) -> int:
+        """The ranks that share each epoch: the distributed sampler's, 1 without one."""
+        return getattr(self.sampler, "num_replicas", 1)
+
     def state_dict(self) -> dict[str, int]:
-        return dict(self._position)
+        return {**self._position, "batch_size": self.batch_sampler.batch_size, "processes": self.processes}
 
     def load_state_dict(self, state_dict: dict[str, int]) -> None:
-        self._resume = {"epoch": int(state_dict["epoch"]), "batches": int(state_dict["batches"])}
+        """Resume at a saved position. One saved by another batch size or number of processes is converted through
+        the examples it consumed (`converted`); a checkpoint from before they were kept is taken as this loader's."""
+        batches = int(state_dict["batches"])
+        size = int(state_dict.get("batch_size", self.batch_sampler.batch_size))
+        processes = int(state_dict.get("processes", self.processes))
+        if (size, processes) != (self.batch_sampler.batch_size, self.processes):
+            batches = self.converted(batches, size, processes)
+        self._resume = {"epoch": int(state_dict["epoch"]), "batches": batches}
+
+    @property
+    def resuming(self) -> dict[str, int] | None:
+        """The position (epoch, batches) the next iteration starts at, set by `load_state_dict`; None once used."""
+        return self._resume
+
+    def converted(self, batches: int, batch_size: int, processes: int) -> int:
+        """This loader's batches that cover the examples of `batches` batches of `batch_size` on each of `processes`
+        ranks: under `Batches` both are the epoch permutation's first examples. A position past the epoch's last
+        example (the last batch was short, or the shards were evened out with repeats) is the epoch's end."""
+        examples, size = batches * batch_size * processes, self.batch_sampler.batch_size * self.processes
+        if examples >= len(self.dataset):
+            return len(self.batch_sampler)
+        if examples % size:
+            raise DataError(
+                f"The checkpoint to resume stopped after {batches} batches of {batch_size} on each of {processes} "
+                f"process(es), {examples} examples of the epoch, which is no whole number of this run's batches of "
+                f"{self.batch_sampler.batch_size} on {self.processes} process(es) ({size} examples each). Resume "
+                f"with a data.batch_size and process count whose product divides {examples}, or on "
+                f"{processes} process(es) with --data.batch_size {batch_size}.")
+        return examples // size
 
     def __iter__(self) -> Iterator[Any]:
         return self._batches()

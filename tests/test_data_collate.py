@@ -8,7 +8,8 @@ import torch.nn.functional as F
 from runs import MINILM
 from torch.utils.data import RandomSampler
 
-from data import LengthGroupedBatchSampler, PaddingCollator
+from data import DataError, LengthGroupedBatchSampler, PaddingCollator
+from data.loading import Batches, ResumableLoader, epoch_sampler
 
 
 def test_dynamic_padding_values_per_column():
@@ -37,6 +38,41 @@ def test_length_grouping_cuts_padding_and_keeps_every_index():
 
     random_batches = [list(range(i, min(i + 16, 1000))) for i in range(0, 1000, 16)]
     assert padding(batches) < padding(random_batches) / 5
+
+
+def test_a_position_converts_to_another_batch_size_and_number_of_processes():
+    """Batch k of every rank together are the examples k x size onward of the epoch's one permutation (the
+    distributed sampler deals it out round-robin): a position saved by 2 ranks of batch 4 resumes one process's
+    loader of batch 8, or 4 x 2 batches, at the very next examples; one that falls inside a batch is refused, and
+    the epoch's end (past its 37th example: the shards were evened out with a repeat) stays its end."""
+    examples = list(range(37))
+
+    def loader(batch_size: int, processes: int = 1, rank: int = 0) -> ResumableLoader:
+        distributed = {"num_replicas": processes, "rank": rank} if processes > 1 else None
+        sampler = epoch_sampler(examples, shuffle=True, seed=3, distributed=distributed)
+        sampler.set_epoch(1)
+        return ResumableLoader(examples, batch_sampler=Batches(sampler, batch_size, drop_last=False),
+                               collate_fn=list)
+
+    order = [index for batch in loader(1) for index in batch]  # the epoch's permutation
+    ranks = [loader(4, 2, rank) for rank in range(2)]
+    iterators = [iter(rank) for rank in ranks]
+    trained = [index for _ in range(3) for it in iterators for index in next(it)]  # 3 steps of 8 examples
+    assert sorted(trained) == sorted(order[:24])
+    saved = ranks[0].state_dict()
+    assert saved == {"epoch": 1, "batches": 3, "batch_size": 4, "processes": 2}
+    for batch_size in (8, 4, 2):
+        resumed = loader(batch_size)
+        resumed.load_state_dict(saved)
+        assert resumed.resuming == {"epoch": 1, "batches": 24 // batch_size}
+        assert [index for batch in resumed for index in batch] == order[24:]
+    with pytest.raises(DataError, match=r"stopped after 3 batches of 4 on each of 2 process\(es\), 24 examples of "
+                                        r"the epoch, which is no whole number of this run's batches of 5 on 1 "
+                                        r"process\(es\) \(5 examples each\)"):
+        loader(5).load_state_dict(saved)
+    ended = loader(8)
+    ended.load_state_dict({**saved, "batches": 5})  # 40 examples: the epoch's 37 and 3 repeated to even the shards
+    assert ended.resuming["batches"] == len(ended.batch_sampler) == 5 and list(ended) == []
 
 
 def test_the_collator_gives_host_built_indices_and_pads_to_a_multiple():

@@ -296,6 +296,8 @@ class LastCheckpoint(Checkpoint):
             else:
                 for loader, state in zip(loaders, pending, strict=True):
                     loader.load_state_dict(state)
+                if len(loaders) == 1:
+                    _recount_batches(trainer, int(pending[0]["batches"]), getattr(loaders[0], "resuming", None))
         if trainer.ckpt_path and self.last_path is None:  # resumed: until it saves, the newest state is that file
             self.last_path, self.saved_step = str(trainer.ckpt_path), trainer.global_step
         loop = trainer.fit_loop.epoch_loop
@@ -315,10 +317,7 @@ class LastCheckpoint(Checkpoint):
         if self._pending_random_state is None:
             return
         states, self._pending_random_state = self._pending_random_state, None
-        if len(states) != trainer.world_size:
-            rank_zero_warn(f"The checkpoint holds random states for {len(states)} process(es), this run has "
-                           f"{trainer.world_size}: dropout continues from new random streams, so the resumed run "
-                           f"will not repeat the losses of an uninterrupted one exactly.")
+        if len(states) != trainer.world_size:  # dropout draws from new streams, as the resume's line says
             return
         set_random_state(states[trainer.global_rank])
 
@@ -392,6 +391,21 @@ def _train_loaders(trainer: L.Trainer | None) -> list[Any]:
     loaders = combined.flattened if combined is not None else []
     return [loader for loader in loaders if callable(getattr(loader, "state_dict", None))
             and callable(getattr(loader, "load_state_dict", None))]
+
+
+def _recount_batches(trainer: L.Trainer, saved: int, resumed: dict[str, int] | None) -> None:
+    """Lightning counts the epoch's batches so far (`batch_progress`: when a step ends under accumulation, when the
+    epoch does). A position that the loader converted to another batch size or number of processes
+    (`ResumableLoader.load_state_dict`) moves those counts with it, where they count the position's batches."""
+    if resumed is None or resumed["batches"] == saved:
+        return
+    progress = trainer.fit_loop.epoch_loop.batch_progress
+    if progress.current.ready != saved:  # counts of another epoch than the position's
+        return
+    moved = resumed["batches"] - saved
+    for counts in (progress.current, progress.total):
+        counts.ready, counts.started = counts.ready + moved, counts.started + moved
+        counts.processed, counts.completed = counts.processed + moved, counts.completed + moved
 
 
 def _ended_a_step(trainer: L.Trainer, batch_idx: int) -> bool:
