@@ -137,11 +137,27 @@ class TokenizedDataModule(L.LightningDataModule):
 
     def training_settings(self) -> dict[str, str]:
         """The settings that decide what the training batches hold (each value's repr), kept in checkpoints: a run
-        resumed with another batch size, length or source would not go on with the batches it would have seen (its
-        saved position counts batches). The seed and labels are checked on their own."""
+        resumed with another length or source would not go on with the batches it would have seen. The seed and
+        labels are checked on their own, the batch size by the task with the process count and accumulation."""
         settings = {name: value for name, value in self.hparams.items() if name not in RESUMABLE_DATA_SETTINGS}
         settings.update(batch_size=self.batch_size, max_length=self.max_length, group_by_length=self.group_by_length)
         return {name: repr(value) for name, value in sorted(settings.items())}
+
+    def saved_batch_size(self, checkpoint: dict[str, Any]) -> int | None:
+        """data.batch_size of the run that wrote `checkpoint` (Lightning keeps this state under the class's name);
+        None where the checkpoint does not say."""
+        kept = checkpoint.get(type(self).__qualname__, {}).get("training_settings", {})
+        return int(kept["batch_size"]) if "batch_size" in kept else None
+
+    def order_per_process(self) -> str | None:
+        """Why the training batches depend on the number of processes and the batch size, beyond which examples
+        each optimizer step takes; None where they do not: batch k of every process together are examples
+        k x (batch size x processes) onward of the epoch's one permutation (`data.loading`), so a run may resume on
+        another number of processes with the same global batch."""
+        if self.group_by_length:
+            return ("data.group_by_length sorts each process's share of the data by length, in pools of its own batch "
+                    "size")
+        return None
 
     def state_dict(self) -> dict[str, Any]:
         # The tokenizer by its content, not its folder (which a resume may move): another vocabulary of the same size
@@ -163,8 +179,10 @@ class TokenizedDataModule(L.LightningDataModule):
                 f"{self.tokenizer_path}: the model would read its ids as other tokens. Resume with the run's own "
                 f"tokenizer (its folder, or the copy in the run's exported model), or start a new run.")
         kept, now = state_dict.get("training_settings", {}), self.training_settings()  # older checkpoints: none
+        # The batch size is the task's to check, with the process count and accumulation: together they make what
+        # one optimizer step averages over (`EncoderTask._check_global_batch`).
         changed = [f"data.{name}: {value} in the checkpoint, {now.get(name, '(none)')} now"
-                   for name, value in kept.items() if now.get(name) != value]
+                   for name, value in kept.items() if now.get(name) != value and name != "batch_size"]
         if changed:
             raise DataError(
                 f"The checkpoint to resume was trained on other batches: {'; '.join(changed)}. The resumed run would "

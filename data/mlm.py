@@ -638,6 +638,15 @@ class MLMDataModule(TokenizedDataModule):
             validation = self._build("validation", self.val_split or "validation", self.val_files)
             self.datasets["validation"] = self.fixed_masks(validation, self.val_mask_seed, self.val_masks)
 
+    def order_per_process(self) -> str | None:
+        if self.streaming:
+            return ("data.streaming deals the documents out to the processes and loader workers, and numbers the "
+                    "blocks and their masks within each")
+        if self.packing == "full_sentences":
+            return ("data.packing full_sentences batches each process's blocks by length: the short last block waits "
+                    "for its process's last batch, shifting the blocks after it")
+        return super().order_per_process()
+
     def batch_sampler(self, dataset: datasets.Dataset, train: bool, batch_size: int) -> ResumableBatches:
         """FULL-SENTENCES blocks all have the block length but the last: full batches of equal lengths, no padding."""
         if self.packing == "segments":

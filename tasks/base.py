@@ -389,6 +389,26 @@ def _forget_grad_scale(optimizer: torch.optim.Optimizer, args: typing.Any, kwarg
     optimizer.__dict__.pop("grad_scale", None)
 
 
+def _split(split: tuple[int | None, int | None, int]) -> str:
+    """(processes, data.batch_size, accumulate_grad_batches) in words, for messages."""
+    processes, batch, accumulation = split
+    batch_text = "" if batch is None else f" x data.batch_size {batch}"
+    return f"{processes} process(es){batch_text} x trainer.accumulate_grad_batches {accumulation}"
+
+
+def _keeping(global_batch: int, now: tuple[int, int | None, int], saved: tuple[int, int | None, int]) -> str:
+    """How a resume on this run's number of processes keeps the checkpoint's global batch: this run's batch size
+    with more or fewer batches a step, else the checkpoint's, else one batch of it all."""
+    processes, batch, _ = now
+    if batch is None or global_batch % processes:
+        return (f"The global batch of {global_batch} does not divide among {processes} process(es): resume on a "
+                f"number of processes that divides it (as {saved[0]} does)")
+    share = global_batch // processes
+    batch = next((size for size in (batch, saved[1]) if size and share % size == 0), share)
+    return (f"Resume with --data.batch_size {batch} --trainer.accumulate_grad_batches {share // batch} so that the "
+            f"global batch stays {global_batch}")
+
+
 def _fused_adam(optimizer: torch.optim.Optimizer) -> bool:
     return bool(optimizer.defaults.get("fused")) and isinstance(optimizer, torch.optim.Adam | torch.optim.AdamW)
 
@@ -523,8 +543,7 @@ class EncoderTask(L.LightningModule):
         run started (a DistilBERT classifier's pooler became ReLU). Checkpoints from before it was stored pass.
         A distillation resumes with the teacher it started with (the checkpoint holds its hash, not its weights)."""
         self._check_optimizer(checkpoint)
-        self._check_accumulation(checkpoint)
-        self._check_processes(checkpoint)
+        self._check_global_batch(checkpoint)
         self._check_steps(checkpoint)
         rates, settings = self._resume_with_own_rates(checkpoint), self._changed_settings(checkpoint)
         states = checkpoint.get("optimizer_states") or []
@@ -561,32 +580,42 @@ class EncoderTask(L.LightningModule):
                 "start a new run."
             )
 
-    def _check_accumulation(self, checkpoint: dict[str, typing.Any]) -> None:
-        """A resumed run steps over as many batches as the run it continues (as data.batch_size is checked by the
-        datamodule): another count would train on other steps than the run it claims to continue."""
-        saved = checkpoint.get("litbert_accumulate_grad_batches")  # none in checkpoints from before it was kept
-        if saved is None or not self._trains_on(checkpoint):
+    def _check_global_batch(self, checkpoint: dict[str, typing.Any]) -> None:
+        """One optimizer step averages over processes x data.batch_size x accumulate_grad_batches examples, the
+        global batch. A resumed run may split it otherwise (8 processes -> 4, after a node was lost) where the data's
+        batch order does not depend on the split (`order_per_process`): each step then takes the examples the run's
+        would have, and the data position is converted (`data.loading.ResumableLoader`). Any other change is
+        refused: steps would average over other examples, or skip and repeat some. A resume that trains no step
+        (at trainer.max_steps) may change them all."""
+        if not self._trains_on(checkpoint):
             return
-        if saved != self.trainer.accumulate_grad_batches:
-            raise ValueError(f"The checkpoint to resume accumulated gradients over trainer.accumulate_grad_batches="
-                             f"{saved} batches a step; this run's is {self.trainer.accumulate_grad_batches}. Resume "
-                             f"with --trainer.accumulate_grad_batches {saved}, or start a new run from its weights "
-                             f"{self._way_to_weights(checkpoint)}.")
-
-    def _check_processes(self, checkpoint: dict[str, typing.Any]) -> None:
-        """A resumed run trains on as many processes as the run it continues: each takes its shard of the data and a
-        batch of it a step, and the saved position counts those batches. On another count a step would average over
-        another number of examples, and the shards, cut otherwise, would skip other examples than the run trained on
-        and repeat some it did."""
-        saved = checkpoint.get("litbert_processes")  # none in checkpoints from before it was kept
-        if saved is None or not self._trains_on(checkpoint):
+        data = self.trainer.datamodule
+        now = (self.trainer.world_size, getattr(data, "batch_size", None), self.trainer.accumulate_grad_batches)
+        # Values a checkpoint does not keep (written before they were) are taken as this run's.
+        kept = (checkpoint.get("litbert_processes"),
+                data.saved_batch_size(checkpoint) if hasattr(data, "saved_batch_size") else None,
+                checkpoint.get("litbert_accumulate_grad_batches"))
+        saved = tuple(own if value is None else value for value, own in zip(kept, now, strict=True))
+        if saved == now:
             return
-        if saved != self.trainer.world_size:
-            raise ValueError(f"The checkpoint to resume was trained on {saved} process(es) (trainer.devices x "
-                             f"trainer.num_nodes); this run has {self.trainer.world_size}. Each would take another "
-                             f"shard of the data, and the saved position would skip other examples than the run "
-                             f"trained on. Resume on {saved} process(es), or start a new run from its weights "
-                             f"{self._way_to_weights(checkpoint)}.")
+        global_batch, this_batch = (math.prod(value or 1 for value in split) for split in (saved, now))
+        order = (data.order_per_process() if hasattr(data, "order_per_process") else
+                 "this run's data is no litbert datamodule, which would say whether its batches depend on the split")
+        if order is None and this_batch == global_batch:
+            print(f"litbert: resuming on {_split(now)} (the checkpoint's: {_split(saved)}), the same global batch of "
+                  f"{global_batch}: each step takes the examples the run's would, from the converted data position; "
+                  f"not bit for bit: sums run in another order, dropout draws other masks, token losses (MLM, NER) "
+                  f"average each batch's tokens, and an epoch's last, short step is split otherwise.", flush=True)
+            return
+        if order is None:
+            why = f"each step would average over {this_batch} examples instead of {global_batch}. " + _keeping(
+                global_batch, now, saved)
+        else:
+            why = (f"{order}, so another split trains on other batches than the run's. Resume on {saved[0]} "
+                   f"process(es) with --data.batch_size {saved[1]} --trainer.accumulate_grad_batches {saved[2]}")
+        raise ValueError(f"The checkpoint to resume averaged each step over {_split(saved)}; this run's is "
+                         f"{_split(now)}: {why}, or start a new run from its weights "
+                         f"{self._way_to_weights(checkpoint)}.")
 
     def _trains_on(self, checkpoint: dict[str, typing.Any]) -> bool:
         """Whether this fit continues training from `checkpoint`: not an evaluation, and not a resume at or past

@@ -389,3 +389,18 @@ def test_a_resume_with_another_vocabulary_of_the_same_size_is_refused(shared_dat
                                         rf"data.tokenizer={tmp_path / 'other'}: the model would read its ids as other"):
         other.load_state_dict(saved)
     datamodule("copy").load_state_dict(saved)
+
+
+def test_only_segments_batch_in_an_order_that_another_number_of_processes_keeps(tmp_path):
+    """A resume on another number of processes with the same global batch (`EncoderTask._check_global_batch`) needs
+    batches that are the epoch permutation's consecutive examples whatever the split: BERT-style segments are;
+    packed blocks wait per process for the short last one, and a stream is dealt out per process."""
+    text = tmp_path / "train.txt"
+    text.write_text("Some text. And more of it.\n")
+
+    def order(**settings) -> str | None:
+        return MLMDataModule(MINILM, train_files=str(text), max_length=64, **settings).order_per_process()
+
+    assert order(packing="segments") is None
+    assert order().startswith("data.packing full_sentences batches each process's blocks by length")
+    assert order(streaming=True).startswith("data.streaming deals the documents out to the processes")

@@ -645,8 +645,13 @@ def test_a_refused_resume_leaves_the_finished_run_as_it_was(glue, assets, tmp_pa
     train.run(glue(*args))
     metrics, config = tmp_path / "run" / "metrics.json", tmp_path / "run" / "config.yaml"
     finished, settings = metrics.read_text(), config.read_text()
-    with pytest.raises(DataError, match="data.batch_size: 32 in the checkpoint, 16 now"):
-        train.run(glue(*args, "--data.batch_size", "16", "--ckpt_path", "last"))
+    # Another batch size alone changes what a step averages over; the message names a split that keeps it.
+    with pytest.raises(ValueError, match=r"averaged each step over 1 process\(es\) x data.batch_size 32 x "
+                                         r"trainer.accumulate_grad_batches 1; this run's is 1 process\(es\) x "
+                                         r"data.batch_size 16 x trainer.accumulate_grad_batches 1: each step would "
+                                         r"average over 16 examples instead of 32\. Resume with --data.batch_size 16 "
+                                         r"--trainer.accumulate_grad_batches 2 so that the global batch stays 32"):
+        train.run(glue(*args, "--trainer.max_steps", "3", "--data.batch_size", "16", "--ckpt_path", "last"))
     assert metrics.read_text() == finished
     with pytest.raises(ValueError, match="model.optimization.optimizer: 'adamw' in the checkpoint, 'adam' now"):
         train.run(glue(*args, "--model.optimization.optimizer", "adam", "--ckpt_path", "last"))
@@ -656,17 +661,30 @@ def test_a_refused_resume_leaves_the_finished_run_as_it_was(glue, assets, tmp_pa
                                          r"with --trainer.max_steps 2 or more"):
         train.run(glue(*args, "--trainer.max_steps", "1", "--ckpt_path", "last"))
     assert metrics.read_text() == finished and config.read_text() == settings
-    # Another number of processes: each would take another shard, which the saved data position does not fit (a run
-    # of one process resumed on two went on with a warning about dropout alone).
+    # Another number of processes with the same per-process batch: each step would average over other examples (a
+    # run of one process resumed on two went on with a warning about dropout alone). The message names the split of
+    # the checkpoint's global batch over this run's processes.
     saved = torch.load(tmp_path / "run" / "checkpoints" / LAST, map_location="cpu", weights_only=True)
     assert saved["litbert_processes"] == 1
     torch.save(dict(saved, litbert_processes=2), tmp_path / "two.ckpt")  # as a run of trainer.devices 2 saves it
-    with pytest.raises(ValueError, match=r"trained on 2 process\(es\) \(trainer.devices x trainer.num_nodes\); this "
-                                         r"run has 1\..* Resume on 2 process\(es\), or start a new run from its "
-                                         r"weights \(--model.pretrained on its export; an unfinished run is "
-                                         r"exported as it is by this command with --trainer.max_steps 2, which trains "
-                                         r"no step\)"):
+    with pytest.raises(ValueError, match=r"averaged each step over 2 process\(es\) x data.batch_size 32 x "
+                                         r"trainer.accumulate_grad_batches 1; .* instead of 64\. Resume with "
+                                         r"--data.batch_size 32 --trainer.accumulate_grad_batches 2 so that the global "
+                                         r"batch stays 64, or start a new run from its weights \(--model.pretrained on "
+                                         r"its export; an unfinished run is exported as it is by this command with "
+                                         r"--trainer.max_steps 2, which trains no step\)"):
         train.run(glue(*args, "--trainer.max_steps", "3", "--ckpt_path", str(tmp_path / "two.ckpt")))
+    # The same global batch, but batches grouped by length: each process sorts its own share, so the batches depend
+    # on the split.
+    data_state = saved["GLUEDataModule"]
+    grouped = {**data_state, "training_settings": {**data_state["training_settings"], "group_by_length": "True"}}
+    torch.save(dict(saved, litbert_processes=2, GLUEDataModule=grouped), tmp_path / "grouped.ckpt")
+    with pytest.raises(ValueError, match=r"data.group_by_length sorts each process's share of the data by length, in "
+                                         r"pools of its own batch size, so another split trains on other batches than "
+                                         r"the run's\. Resume on 2 process\(es\) with --data.batch_size 32 "
+                                         r"--trainer.accumulate_grad_batches 1, or start a new run"):
+        train.run(glue(*args, "--trainer.max_steps", "3", "--data.group_by_length", "true",
+                       "--trainer.accumulate_grad_batches", "2", "--ckpt_path", str(tmp_path / "grouped.ckpt")))
     assert metrics.read_text() == finished and config.read_text() == settings
     # A byte of a tensor changed (a bad copy, a failing disk): torch.load reads no checksum, and the run resumed with
     # the changed weight. The entry's CRC-32 no longer matches.

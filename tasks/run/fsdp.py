@@ -12,11 +12,12 @@ optimizer with the whole parameters in view. `fsdp` and `fsdp_cpu_offload` name 
 Lightning's own class is refused (`check_strategy`).
 
 Checkpoints are full state dicts (Lightning's default `state_dict_type="full"`): rank 0 writes one file that a run on
-as many processes resumes (`EncoderTask` refuses another number), and the export gathers the full weights the same
-way (`tasks.run.export`). A checkpoint of one process or of DDP resumes under FSDP too: Lightning reads the integer
-keys of its optimizer state as places in `model.parameters()`, as its FSDP checkpoints are keyed, where torch's
-optimizers number their parameters group after group (weight-decayed first); read that way, the AdamW moments of one
-parameter went to another, and the first step failed. This strategy keys them to their parameters as torch's
+as many processes resumes, or on another number that keeps the global batch (`EncoderTask._check_global_batch`;
+FSDP shards the state anew on loading), and the export gathers the full weights the same way (`tasks.run.export`).
+A checkpoint of one process or of DDP resumes under FSDP too: Lightning reads the integer keys of its optimizer state
+as places in `model.parameters()`, as its FSDP checkpoints are keyed, where torch's optimizers number their
+parameters group after group (weight-decayed first); read that way, the AdamW moments of one parameter went to
+another, and the first step failed. This strategy keys them to their parameters as torch's
 `Optimizer.load_state_dict` does (`by_model_order`).
 """
 
