@@ -409,8 +409,9 @@ def test_a_run_resumed_from_its_best_checkpoint_keeps_one_best(env, tokenizer, t
 @pytest.mark.slow  # three fine-tuning processes: a minute and a half on 2 cores
 def test_a_resume_that_changes_what_the_weights_compute_is_refused(env, tmp_path):
     """A run resumed with another pooler activation (the same shapes, so the weights would load), another
-    data.seed, batch size, gradient accumulation or optimizer, stops with status 2, naming the setting and both
-    values; with only the dropout and learning rate changed, it resumes, and says it trains at the new rate."""
+    data.seed, global batch (batch size x gradient accumulation) or optimizer, stops with status 2, naming the
+    setting and both values; with only the dropout and learning rate changed, it resumes, and says it trains at the
+    new rate."""
     assert_ok(train(GLUE, tmp_path, *glue_args("--trainer.max_steps", "2", "--checkpoint.every_n_steps", "2"),
                     env=env))
     assert (tmp_path / "metrics.json").exists()
@@ -424,15 +425,16 @@ def test_a_resume_that_changes_what_the_weights_compute_is_refused(env, tmp_path
     refused = train(GLUE, tmp_path, *resume, "--data.seed", "5", env=env)
     assert refused.returncode == 2, refused.stderr[-3000:]
     assert "drew its training order from data.seed=0; this run's is 5" in refused.stderr
-    # Another batch size would skip other examples (the saved position counts batches).
+    # Another batch size would average each step over other examples; the message names a split that keeps them.
     refused = train(GLUE, tmp_path, *resume, "--data.batch_size", "16", env=env)
     assert refused.returncode == 2, refused.stderr[-3000:]
-    assert "data.batch_size: 32 in the checkpoint, 16 now" in last_lines(refused.stderr, 1)
+    assert ("each step would average over 16 examples instead of 32. Resume with --data.batch_size 16 "
+            "--trainer.accumulate_grad_batches 2 so that the global batch stays 32" in last_lines(refused.stderr, 1))
     # So would another count of batches a step.
     refused = train(GLUE, tmp_path, *resume, "--trainer.accumulate_grad_batches", "2", env=env)
     assert refused.returncode == 2, refused.stderr[-3000:]
-    assert ("accumulated gradients over trainer.accumulate_grad_batches=1 batches a step; this run's is 2. Resume "
-            "with --trainer.accumulate_grad_batches 1" in last_lines(refused.stderr, 1))
+    assert ("each step would average over 64 examples instead of 32. Resume with --data.batch_size 32 "
+            "--trainer.accumulate_grad_batches 1" in last_lines(refused.stderr, 1))
     # Another optimizer's state does not fit (the checkpoint holds the config's settings as train.py saved them).
     refused = train(GLUE, tmp_path, *resume, "--model.optimization.optimizer", "adam", env=env)
     assert refused.returncode == 2, refused.stderr[-3000:]
