@@ -307,6 +307,22 @@ def test_config_bases_expand_before_the_file_and_are_checked(tmp_path):
         with_bases(["--base", str(tmp_path / "a.yaml")])
 
 
+def test_the_printed_config_of_a_config_with_bases_runs_from_another_folder(env, tmp_path, capsys):
+    """`--print_config` of a config that extends another (`base: base.yaml`) holds the base's settings and no `base`:
+    saved elsewhere, it parses again with the same settings (it named base.yaml relative to a folder it left)."""
+    printed = []
+    for config in ("configs/glue/rte.yaml", str(tmp_path / "rte.yaml")):
+        with pytest.raises(SystemExit) as stop:
+            train.main(["--config", config, "--print_config"])
+        assert stop.value.code in (0, None)
+        printed.append(capsys.readouterr().out)
+        (tmp_path / "rte.yaml").write_text(printed[0])
+    settings = yaml.safe_load(printed[0])
+    assert settings["base"] is None
+    assert settings["trainer"]["gradient_clip_val"] == 1.0 and settings["data"]["init_args"]["task"] == "rte"
+    assert printed[1] == printed[0]
+
+
 def test_a_missing_config_file_is_named_with_what_to_do(env, tmp_path, capsys):
     """`--config` naming no file is refused by name, from the command line as a user gives it (jsonargparse alone said
     'config: not a valid value'); a config given inline still parses."""

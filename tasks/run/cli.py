@@ -167,9 +167,6 @@ class LitbertCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         config = self.config
         model, data = config.model.init_args, config.data.init_args
-        # The bases were read into the arguments (`tasks.run.configs`): the config saved with the run holds their
-        # settings, and a base named relative to the first config's folder would not be found from the run's.
-        config.base = None
         self.replaced_source = replace_config_source(self.args, config)
         if self.command == "predict":
             # The export is the trained model: the settings that built it (from a preset, or some layers of another

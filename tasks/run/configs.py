@@ -19,8 +19,10 @@ CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
 
 def expand(args: Sequence[str]) -> list[str]:
     """The command line as jsonargparse should read it: `--config` files checked, their bases included, nested
-    nulls spelled so that they arrive as nulls."""
-    return nested_nulls(with_bases(args))
+    nulls spelled so that they arrive as nulls. `base` itself ends null: its files are read into the arguments, and
+    the resolved config (`--print_config`, a run's config.yaml) holds their settings, where a base named relative to
+    the first config's folder would not be found from another."""
+    return nested_nulls([*with_bases(args), "--base=null"])
 
 
 def _config_file(value: str) -> Path | None:
