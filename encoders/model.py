@@ -389,7 +389,9 @@ class Encoder(nn.Module):
     @classmethod
     def from_pretrained(cls, directory: str | Path | Checkpoint, kernels: Kernels | None = None) -> Encoder:
         """Load a litbert checkpoint or a transformers-format BERT, RoBERTa or DistilBERT checkpoint directory
-        (or a `Checkpoint` already read from one), to compute with `kernels`."""
+        (or a `Checkpoint` already read from one), to compute with `kernels`. It is in training mode, dropout on, as
+        any module starts (transformers' `from_pretrained` returns its model in eval mode): `.eval()` to infer.
+        Lightning keeps a submodule's mode, so a task's encoder left in eval mode would fine-tune without dropout."""
         checkpoint = load_checkpoint(directory)
         encoder = cls(checkpoint.config, kernels)
         own = encoder.state_dict()
