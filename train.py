@@ -1,4 +1,5 @@
-"""litbert's entry point: `python train.py --config configs/<experiment>.yaml [--section.key value ...]`.
+"""litbert's entry point: `python train.py --config configs/<experiment>.yaml [--section.key value ...]` trains;
+`python train.py predict --help` tells how a trained model predicts a file of new inputs.
 
 The command line is LightningCLI over the constructors of the task (`--model`), the datamodule (`--data`) and
 Lightning's `Trainer` (`--trainer`); `tasks/run/cli.py` builds it, and `tasks/run/` holds the rest of the run
@@ -9,12 +10,12 @@ where the data has labelled test sets, export the trained model with `save_pretr
 unless `--export_dir` says otherwise, in the format of `--export_format`; `--export false` skips it) with a model
 card (README.md), write every final metric to `<default_root_dir>/metrics.json`, predict the unlabelled test sets
 (GLUE's) into `<default_root_dir>/submission` (`--predict false` skips it), and upload the export to the Hugging
-Face Hub where `--push_to_hub org/name` asks.
+Face Hub where `--push_to_hub org/name` asks. A run stopped by `--early_stopping.patience` has finished: it says why,
+and metrics.json gives the step.
 
 `python train.py predict --config <run>/config.yaml --model.pretrained <run>/model --data.predict_file FILE --output
 FILE` predicts a file of new inputs with a trained model instead, a line per input in the file's order (label and
 score, value, or a tag per word: the datamodule's `write_predictions`), through `trainer.predict`.
-A run stopped by `--early_stopping.patience` has finished: it says why, and metrics.json gives the step.
 
 A run that does not finish says so and exits non-zero: 128 + the signal number when stopped by a signal (with the
 checkpoint to resume from), 1 when training diverges or fails, 2 when the configuration, data or a checkpoint is
@@ -177,13 +178,18 @@ def predict(cli: LitbertCLI) -> Path | None:
     return written
 
 
+# What `--help` opens with, for each command: what it does (Lightning's own says "Lightning Trainer command line tool").
+HELP = {"fit": __doc__.split("\n\n")[0],
+        "predict": next(part for part in __doc__.split("\n\n") if part.startswith("`python train.py predict "))}
+
+
 def main(args: Sequence[str] | None = None) -> LitbertCLI:
     """Parse `args` (default: the command line), run (or predict, after a first argument `predict`), and return
     the CLI with its trainer, model, datamodule and final `metrics` (`predictions`: the file written). Errors
     propagate; `cli_main` turns them into messages and exit statuses."""
     with RunSignals():  # a signal while the run is built (a tokenizer trained) stops it with its exit status too
         end_with_torchrun()
-        cli = make_cli(args)
+        cli = make_cli(args, HELP)
     if cli.command == "predict":
         with RunSignals():  # and while it predicts: the file is written whole or not at all
             cli.predictions = predict(cli)

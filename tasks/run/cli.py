@@ -463,9 +463,10 @@ def part_of_each_set(limit: int | float | None) -> bool:
     return limit is not None and (isinstance(limit, int) or limit < 1)
 
 
-def make_cli(args: Sequence[str] | None = None) -> LitbertCLI:
+def make_cli(args: Sequence[str] | None = None, help: dict[str, str] | None = None) -> LitbertCLI:
     """Parse `args` (default: the command line) and build the task, datamodule and trainer, without running. A
-    first argument `predict` builds them for `python train.py predict` (`cli.command`)."""
+    first argument `predict` builds them for `python train.py predict` (`cli.command`). `help[command]` opens
+    `--help`."""
     given = list(sys.argv[1:] if args is None else args)
     command = "predict" if given[:1] == ["predict"] else "fit"
     register()  # `--trainer.strategy fsdp`: litbert's FSDPStrategy
@@ -484,7 +485,9 @@ def make_cli(args: Sequence[str] | None = None) -> LitbertCLI:
         auto_configure_optimizers=False,
         # Parse errors reach train.py's cli_main, which condenses them; a shortened option (`--trainer.max_step`) is
         # refused with the option it may mean, not read as another.
-        parser_kwargs={"exit_on_error": False, "allow_abbrev": False},
+        parser_kwargs={"exit_on_error": False, "allow_abbrev": False,
+                       **({"description": help[command]} if help else {}),
+                       **({"prog": "train.py predict"} if command == "predict" else {})},
         run=False,
         args=expand(given[1:] if command == "predict" else given),
         command=command,
