@@ -305,6 +305,11 @@ class Checkpoint:
     label_names: list[str] | None = None  # its classifier's labels in output order, where the checkpoint names them
     problem_type: str | None = None  # transformers' problem_type of its classifier, where stored (multi-label)
     classifier_dropout: dict[str, float] = field(default_factory=dict)  # head kind -> its family's rate, where stored
+    # head kind -> the EncoderConfig field its rate is, where config.json gives no rate of the classifier's own and
+    # transformers' classifier takes the encoder's (BERT's hidden_dropout_prob, DistilBERT's token classifier's
+    # `dropout`): a run that sets that field over the checkpoint moves the classifier's rate with it, as
+    # `from_pretrained(..., hidden_dropout_prob=...)` does.
+    classifier_dropout_field: dict[str, str] = field(default_factory=dict)
     dropout_before_pooler: bool = False  # its family's sequence classifier drops out before the pooler too (RoBERTa)
     head_init: Callable[[EncoderConfig], dict[str, float]] | None = None  # its family's Layout.head_init
 
@@ -590,9 +595,14 @@ def _from_transformers(directory: Path) -> Checkpoint:
     dropout = {kind: rate for kind, keys in layout.classifier_dropout.items()
                for rate in [next((hf_config[key] for key in keys if hf_config.get(key) is not None), None)]
                if rate is not None}
+    fields = {key: name for name, key in layout.config_keys.items()}
+    dropout_field = {kind: fields[key] for kind, keys in layout.classifier_dropout.items()
+                     for key in [next((key for key in keys if hf_config.get(key) is not None), None)]
+                     if key in fields}
     return Checkpoint(config, encoder, heads, options | {"norm_eps": config.norm_eps}, untied_decoder=untied,
                       label_names=None if generic or not all(names) else names,
                       problem_type=hf_config.get("problem_type"), classifier_dropout=dropout,
+                      classifier_dropout_field=dropout_field,
                       dropout_before_pooler=layout.dropout_before_pooler,
                       head_init=layout.head_init)
 

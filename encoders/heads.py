@@ -285,13 +285,16 @@ def fine_tuning_head(cls: type[ClassifierHead], checkpoint: Checkpoint | None, c
     otherwise, as transformers' `*ForSequenceClassification` / `*ForTokenClassification` of that checkpoint would:
     DistilBERT's ReLU pooler, ModernBERT's GELU and norm (and its `classifier_pooling`) before either classifier. A
     `dropout` of None is the rate those classes take from the checkpoint's config.json (DistilBERT's
-    seq_classif_dropout, 0.2; ModernBERT's classifier_dropout, 0), else `CLASSIFIER_DROPOUT`, applied where they
+    seq_classif_dropout, 0.2; ModernBERT's classifier_dropout, 0; BERT's hidden_dropout_prob where it states no
+    classifier_dropout, read from `config`, so that a hidden_dropout set over the checkpoint moves it too, as
+    `from_pretrained(..., hidden_dropout_prob=...)` does), else `CLASSIFIER_DROPOUT`, applied where they
     apply it (RoBERTa's also before its pooler, `dropout_before_pooler`). What the head holds anew starts as those
     classes start it (`new_head_stds`)."""
     kwargs = new_head_stds(checkpoint, config) | {"init_cutoff": config.initializer_cutoff} | kwargs
     if kwargs.get("dropout") is None:
         stored = checkpoint.classifier_dropout if checkpoint is not None else {}
-        kwargs["dropout"] = stored.get(cls.kind, CLASSIFIER_DROPOUT)
+        follows = checkpoint.classifier_dropout_field.get(cls.kind) if checkpoint is not None else None
+        kwargs["dropout"] = getattr(config, follows) if follows else stored.get(cls.kind, CLASSIFIER_DROPOUT)
     if cls is SequenceClassificationHead and checkpoint is not None:
         kwargs.setdefault("dropout_before_pooler", checkpoint.dropout_before_pooler)
     if checkpoint is not None and cls.kind in checkpoint.head_states:

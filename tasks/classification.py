@@ -84,8 +84,8 @@ class SequenceClassification(EncoderTask):
                 RoBERTa's tanh, DistilBERT's ReLU, ModernBERT's GELU) or the fine-tuned classifier's own, else tanh.
             classifier_dropout: dropout before the classifier; unset, the pretrained checkpoint's rate as
                 transformers' classifier of it applies it (BERT's and RoBERTa's classifier_dropout, else
-                hidden_dropout_prob; DistilBERT's seq_classif_dropout, 0.2, or for tokens its dropout; ModernBERT's
-                classifier_dropout, 0), else 0.1.
+                hidden_dropout_prob, as model.encoder.hidden_dropout sets it; DistilBERT's seq_classif_dropout,
+                0.2, or for tokens its dropout; ModernBERT's classifier_dropout, 0), else 0.1.
             teacher: a fine-tuned classifier checkpoint directory (or hub id) to distil from (logit KD): the loss
                 becomes alpha * T^2 * KL(teacher || student at temperature T) + (1 - alpha) * cross-entropy with the
                 labels; for regression alpha * MSE(student, teacher) + (1 - alpha) * MSE(student, labels).
@@ -271,8 +271,8 @@ class TokenClassification(EncoderTask):
             pad_token_id: the tokenizer's padding id; linked from the datamodule: a new encoder's padding row.
             classifier_dropout: dropout before the classifier; unset, the pretrained checkpoint's rate as
                 transformers' classifier of it applies it (BERT's and RoBERTa's classifier_dropout, else
-                hidden_dropout_prob; DistilBERT's seq_classif_dropout, 0.2, or for tokens its dropout; ModernBERT's
-                classifier_dropout, 0), else 0.1.
+                hidden_dropout_prob, as model.encoder.hidden_dropout sets it; DistilBERT's seq_classif_dropout,
+                0.2, or for tokens its dropout; ModernBERT's classifier_dropout, 0), else 0.1.
             kernels: how the encoder computes, not what (`encoders.Kernels`): when it skips padding tokens
                 (`unpad_below`), FlexAttention for ALiBi and T5 (`flex_attention`), attention over the tokens
                 packed without padding (`varlen`); chosen per run, never stored.

@@ -845,6 +845,42 @@ def test_a_classifier_over_a_checkpoint_drops_out_at_its_familys_rate(tmp_path, 
     assert task(pretrained=str(tmp_path), classifier_dropout=0.4, **labels).head.dropout.p == 0.4
 
 
+@pytest.mark.parametrize(("model", "checkpoint", "dropout"), [
+    (transformers.BertForSequenceClassification, {}, "dropout"),
+    (transformers.BertForTokenClassification, {}, "dropout"),
+    (transformers.BertForSequenceClassification, {"classifier_dropout": 0.05}, "dropout"),  # a rate of its own
+    (transformers.RobertaForSequenceClassification, {}, "classifier.dropout"),
+    (transformers.ElectraForSequenceClassification, {}, "classifier.dropout"),
+    (transformers.DistilBertForSequenceClassification, {}, "dropout"),  # seq_classif_dropout, its own
+    (transformers.DistilBertForTokenClassification, {}, "dropout"),  # the encoder's `dropout`
+    (transformers.ModernBertForSequenceClassification, {}, "drop"),  # classifier_dropout, its own
+])
+def test_a_hidden_dropout_set_over_a_checkpoint_moves_the_classifiers_where_transformers_does(
+        tmp_path, model, checkpoint, dropout):
+    """The same setting on both sides: `--model.encoder.hidden_dropout 0.25` over a checkpoint, and transformers'
+    `from_pretrained(..., hidden_dropout_prob=0.25)` (DistilBERT's `dropout`, ModernBERT's embedding and MLP
+    dropouts). Where the family's classifier takes the encoder's rate (BERT's, RoBERTa's and ELECTRA's without a
+    classifier_dropout, DistilBERT's token classifier), it drops out at 0.25 on both sides, not at the checkpoint's
+    0.1; a classifier rate of its own stays."""
+    from tasks.base import EncoderSpec
+    from tasks.classification import SequenceClassification, TokenClassification
+
+    family = model.__name__.split("For")[0].lower()
+    config = (transformers.ModernBertConfig(**SIZES, pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1,
+                                            sep_token_id=2)
+              if family == "modernbert" else hf_config(family, **checkpoint))
+    model(config).save_pretrained(tmp_path)
+    setting = {"distilbert": {"dropout": 0.25}, "modernbert": {"embedding_dropout": 0.25, "mlp_dropout": 0.25}}
+    expected = model.from_pretrained(tmp_path, **setting.get(family, {"hidden_dropout_prob": 0.25}))
+    task = SequenceClassification if "Sequence" in model.__name__ else TokenClassification
+    labels = {"num_labels": 2} if task is SequenceClassification else {"label_names": ["O", "B-X"]}
+    ours = task(pretrained=str(tmp_path), encoder=EncoderSpec(hidden_dropout=0.25), **labels)
+    assert ours.encoder.config.hidden_dropout == 0.25
+    assert ours.head.dropout.p == expected.get_submodule(dropout).p
+    assert task(pretrained=str(tmp_path), encoder=EncoderSpec(hidden_dropout=0.25), classifier_dropout=0.4,
+                **labels).head.dropout.p == 0.4
+
+
 @pytest.mark.parametrize(("model", "dropout"), [
     (transformers.BertForSequenceClassification, "dropout"),
     (transformers.BertForTokenClassification, "dropout"),
