@@ -216,7 +216,7 @@ def test_the_sweep_resumes_an_unfinished_task_keeps_finished_ones_and_tabulates_
     to both; a train.py that exits 0 without metrics.json is a failure."""
     commands = []
 
-    def fake_subprocess_run(command, **kwargs):
+    def fake_train_py(command, **kwargs):
         commands.append((command, kwargs.get("cwd")))
         root = Path(command[command.index("--trainer.default_root_dir") + 1])
         if "wnli" not in str(root):
@@ -225,7 +225,7 @@ def test_the_sweep_resumes_an_unfinished_task_keeps_finished_ones_and_tabulates_
             (root / "metrics.json").write_text(json.dumps({"val/accuracy": 0.75}))
         return subprocess.CompletedProcess(command, 0, stderr="")
 
-    monkeypatch.setattr(glue_sweep.subprocess, "run", fake_subprocess_run)
+    monkeypatch.setattr(glue_sweep, "train_py", fake_train_py)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "sweep" / "qnli" / "checkpoints").mkdir(parents=True)  # a sweep killed inside QNLI
     (tmp_path / "sweep" / "qnli" / "checkpoints" / "last.ckpt").write_text("")
