@@ -165,6 +165,41 @@ def test_a_finished_run_extended_with_more_steps_goes_on_as_one_longer_run(env, 
     assert sorted(expected) == list(range(5, 12)) and by_step(resumed, "train/loss") == expected
 
 
+@pytest.mark.slow  # three short runs of bert-tiny in this process: 40 s on 2 cores
+def test_a_run_resumed_at_an_epochs_end_trains_the_next_epoch_in_its_own_order(shared_data, minilm, monkeypatch,
+                                                                                 tmp_path):
+    """A WNLI run of 22 steps, and the same run stopped at the end of its first epoch (step 20) and resumed to 22:
+    the resumed steps train on epoch 1's order, to the uninterrupted run's weights bit for bit, and its checkpoint
+    counts the epochs as that run's does. Lightning counted the epoch that ended at the checkpoint twice: the next
+    epoch was drawn in epoch 2's order, and its checkpoint read as one taken at an epoch's end (a resume from it
+    skipped the rest of the epoch)."""
+    import train
+
+    monkeypatch.setenv("LITBERT_DATA", str(shared_data))
+    monkeypatch.setenv("LITBERT_CACHE", str(tmp_path / "cache"))
+
+    def run(root: Path, steps: int, *extra: str) -> dict:
+        assert train.cli_main([
+            "--config", str(REPO / GLUE), "--model.encoder.preset", "bert-tiny", "--data.tokenizer", minilm,
+            "--data.batch_size", "32", "--trainer.accelerator", "cpu", "--trainer.precision", "32",
+            "--model.optimization.schedule", "constant", "--model.optimization.warmup", "0",
+            "--trainer.default_root_dir", str(root), "--trainer.limit_val_batches", "1", "--trainer.logger", "false",
+            "--trainer.enable_progress_bar", "false", "--predict", "false", "--export", "false",
+            "--trainer.max_steps", str(steps), *extra]) == 0
+        return torch.load(root / "checkpoints" / LAST, map_location="cpu", weights_only=True)
+
+    whole = run(tmp_path / "whole", 22)
+    ended = run(tmp_path / "parts", 20)
+    assert ended["loops"]["fit_loop"]["epoch_loop.batch_progress"]["is_last_batch"]  # 635 pairs: 20 batches of 32
+    parts = run(tmp_path / "parts", 22, "--ckpt_path", "last")
+    position = parts["callbacks"][LastCheckpoint.STATE_KEY]["train_loaders"]
+    assert position == whole["callbacks"][LastCheckpoint.STATE_KEY]["train_loaders"] == [
+        {"epoch": 1, "batches": 2, "batch_size": 32, "processes": 1}]
+    progress = [run["loops"]["fit_loop"]["epoch_progress"] for run in (parts, whole)]
+    assert progress[0] == progress[1] and progress[1]["total"]["processed"] == 1
+    assert all(torch.equal(parts["state_dict"][key], value) for key, value in whole["state_dict"].items())
+
+
 @pytest.mark.slow  # two processes a run, three runs: minutes on 2 cores
 def test_kill_9_and_resume_under_ddp_repeats_the_run_exactly(env, tmp_path):
     """Two DDP ranks (gloo, CPU), each on its shard of length-grouped batches: the killed and resumed run logs rank

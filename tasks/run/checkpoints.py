@@ -300,6 +300,13 @@ class LastCheckpoint(Checkpoint):
                     _recount_batches(trainer, int(pending[0]["batches"]), getattr(loaders[0], "resuming", None))
         if trainer.ckpt_path and self.last_path is None:  # resumed: until it saves, the newest state is that file
             self.last_path, self.saved_step = str(trainer.ckpt_path), trainer.global_step
+        if trainer.fit_loop.restarted_on_epoch_end:
+            # Saved at its epoch's end (`on_train_epoch_end`), the state counts that epoch as processed; Lightning,
+            # resuming from it, ends the epoch again with an empty pass that counts it a second time. Each later
+            # sampler epoch is that count (`set_epoch`): the run trained epoch e + 1 in epoch e + 2's order (and
+            # masks), and its checkpoints read as taken at an epoch's end, whose resume skipped the epoch's rest.
+            for counts in (trainer.fit_loop.epoch_progress.current, trainer.fit_loop.epoch_progress.total):
+                counts.processed -= 1
         loop = trainer.fit_loop.epoch_loop
         # Saved as its fit ended, after a validation (`on_train_epoch_end`), the state counts the last step for the
         # loggers already; Lightning, resuming from it, skips that validation with an empty pass of its loop, which
