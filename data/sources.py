@@ -713,10 +713,11 @@ def map_into_cache(dataset: datasets.Dataset, function: Callable[..., dict[str, 
     with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{path.stem}.") as scratch:
         mapped = dataset.map(function, cache_file_name=str(Path(scratch) / path.name),
                              load_from_cache_file=False, **settings)
-        files = [Path(f["filename"]) for f in mapped.cache_files]
+        # An empty dataset is not mapped: `datasets` hands back its own files, to be left where they are.
+        files = [Path(f["filename"]) for f in mapped.cache_files if Path(f["filename"]).parent == Path(scratch)]
         for file in files:
             os.replace(file, path.parent / file.name)
-    if not files:  # an empty dataset: `datasets` maps it in memory, writing no file
+    if not files:  # an empty dataset: no file was written
         return mapped
     parts = [datasets.Dataset.from_file(str(path.parent / file.name)) for file in files]
     return parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)

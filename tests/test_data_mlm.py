@@ -404,3 +404,20 @@ def test_only_segments_batch_in_an_order_that_another_number_of_processes_keeps(
     assert order(packing="segments") is None
     assert order().startswith("data.packing full_sentences batches each process's blocks by length")
     assert order(streaming=True).startswith("data.streaming deals the documents out to the processes")
+
+
+def test_an_empty_dataset_mapped_into_the_cache_leaves_its_own_file_where_it_is(tmp_path):
+    """`datasets` maps an empty dataset to itself, its cache files those of the dataset it was read from (a hub
+    split's, in datasets' own cache): the map writes nothing, and that file stays where it is, not moved into the
+    cache under its own name."""
+    from datasets.arrow_writer import ArrowWriter
+
+    from data.sources import map_into_cache
+
+    source, cache = tmp_path / "source.arrow", tmp_path / "cache"
+    cache.mkdir()
+    with ArrowWriter(features=datasets.Features({"text": datasets.Value("string")}), path=str(source)) as writer:
+        writer.finalize()
+    mapped = map_into_cache(datasets.Dataset.from_file(str(source)), lambda batch: {"length": []},
+                            cache / "mlm-train-k.arrow", batched=True, remove_columns=["text"])
+    assert len(mapped) == 0 and source.is_file() and list(cache.iterdir()) == []
