@@ -425,7 +425,12 @@ class EncoderTask(L.LightningModule):
         super().__init__()
         self.optimization = optimization if optimization is not None else Optimization()
         # The optimizer step whose batches `log_training` averages, and each value's sum and count over them.
-        self._window: tuple[int, dict[str, tuple[torch.Tensor, int]]] = (-1, {})
+        self._window: tuple[int, dict[str, tuple[torch.Tensor, torch.Tensor]]] = (-1, {})
+        # A token loss's scored tokens in this optimizer step's batches so far, on the device (`token_loss`); None
+        # while the step's loss is no sum over tokens.
+        self._tokens: torch.Tensor | None = None
+        # The batch mean of a token loss whose sum `token_loss` returned, for the divergence check.
+        self._token_mean: torch.Tensor | None = None
         # A resumed optimizer's groups with this run's settings (`_resume_with_own_rates`), for `on_train_start`.
         self._resumed_groups: list[dict[str, typing.Any]] | None = None
 
@@ -464,6 +469,7 @@ class EncoderTask(L.LightningModule):
         apply only from the next step. The rate is the schedule's at the restored step again, which an unchanged
         run's is already. A decay that ends with `trainer.max_time` keeps the restored rate: it is the one for the
         time the step was saved at."""
+        self._tokens = self._token_mean = None  # a fit stopped within a step left its count
         groups, self._resumed_groups = self._resumed_groups, None
         if groups is not None and self.trainer.optimizers:
             # Under FSDP, Lightning loads the optimizer state with the checkpoint, before `on_load_checkpoint` gives
@@ -604,8 +610,8 @@ class EncoderTask(L.LightningModule):
         if order is None and this_batch == global_batch:
             print(f"litbert: resuming on {_split(now)} (the checkpoint's: {_split(saved)}), the same global batch of "
                   f"{global_batch}: each step takes the examples the run's would, from the converted data position; "
-                  f"not bit for bit: sums run in another order, dropout draws other masks, token losses (MLM, NER) "
-                  f"average each batch's tokens, and an epoch's last, short step is split otherwise.", flush=True)
+                  f"not bit for bit: sums run in another order, dropout draws other masks, a distillation's loss "
+                  f"terms average each batch's tokens, and an epoch's last, short step is split otherwise.", flush=True)
             return
         if order is None:
             why = f"each step would average over {this_batch} examples instead of {global_batch}. " + _keeping(
@@ -719,8 +725,46 @@ class EncoderTask(L.LightningModule):
                 f"cannot be resumed by this version; start the fine-tune again."
             )
 
+    def token_loss(self, mean: torch.Tensor, tokens: torch.Tensor | int) -> torch.Tensor:
+        """What `training_step` returns for a batch whose loss is the `mean` over its `tokens` scored tokens (0
+        where it has none): the optimizer step then follows the mean over all the tokens of its batches on all
+        processes, as transformers' `Trainer` averages a loss computed over `num_items_in_batch`
+        (`average_tokens_across_devices`), not the mean of the batches' means. Under gradient accumulation or
+        several processes that is the batch's sum, its tokens counted on the device; `on_before_optimizer_step`
+        divides the gradient by the step's count. One process without accumulation backpropagates the mean itself."""
+        trainer = self._trainer
+        if trainer is None or trainer.accumulate_grad_batches * trainer.world_size == 1:
+            return mean
+        if self._tokens is None:
+            self._tokens = torch.zeros((), dtype=torch.float32, device=mean.device)
+        self._tokens = self._tokens + tokens
+        self._token_mean = mean.detach()
+        return mean * tokens
+
+    def _average_tokens(self) -> None:
+        """Turn the gradient of the step's summed token losses into that of their mean over all its tokens. Lightning
+        divided each batch's loss by accumulate_grad_batches (the last, short step of an epoch too) and DDP or FSDP
+        averaged the gradients over the processes: x accumulate_grad_batches x processes / tokens undoes both. The
+        count is summed over the processes on the device, and clamped to 1 (no token: a zero gradient); it restarts
+        every step, one that fp16's loss scaler skips too."""
+        tokens, self._tokens = self._tokens, None
+        if tokens is None:
+            return
+        trainer = self.trainer
+        if trainer.world_size > 1 and dist.is_initialized():
+            dist.all_reduce(tokens)
+        factor = (trainer.accumulate_grad_batches * trainer.world_size) / tokens.clamp(min=1)
+        by_device: dict[torch.device, list[torch.Tensor]] = {}
+        for p in self.parameters():
+            if p.grad is not None:
+                by_device.setdefault(p.grad.device, []).append(p.grad)
+        for device, grads in by_device.items():  # (FSDP's CPU offload keeps the gradient shards on the host)
+            torch._foreach_mul_(grads, factor.to(device))
+
     def on_before_backward(self, loss: torch.Tensor) -> None:
-        self._step_loss = loss.detach()
+        # A token loss backpropagates its sum: the divergence check and its message take the batch's mean.
+        mean, self._token_mean = self._token_mean, None
+        self._step_loss = loss.detach() if mean is None else mean
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         """Log the gradient norm, and make sure no non-finite loss or norm reaches the weights. Under fp16 with a
@@ -730,7 +774,12 @@ class EncoderTask(L.LightningModule):
         With the fused AdamW (the default) the check stays on the device: a non-finite step, and every step after
         it, is skipped by the optimizer's own `found_inf` (GradScaler's protocol), and the host reads the verdict
         once per logging window (`check_divergence`), so a step does not wait for the GPU. Otherwise the host
-        reads it at once and stops before the step."""
+        reads it at once and stops before the step.
+
+        A token loss's gradient becomes the step's token mean first (`_average_tokens`): the norm, the clipping and
+        the check see the gradient the step applies. (Lightning calls this hook after fp16's loss scaler unscaled the
+        gradients and before it clips them.)"""
+        self._average_tokens()
         grads = [p.grad for p in self.parameters() if p.grad is not None]
         if not grads:
             return
@@ -838,19 +887,23 @@ class EncoderTask(L.LightningModule):
         return self.encoder.flops(sequence_lengths(batch), training=True)
 
     def log_training(self, loss: torch.Tensor, batch: dict[str, torch.Tensor], perplexity: bool = False,
-                     **metrics: torch.Tensor) -> None:
+                     tokens: torch.Tensor | int | None = None, **metrics: torch.Tensor) -> None:
         """Loss, learning rate and the task's own metrics (and with `perplexity`, exp of the loss). Tokens/s and MFU
         come from `tasks.run.throughput`. The values of an optimizer step are those of its whole batch, as the
         `Trainer` logs them: under gradient accumulation the mean over the step's batches (Lightning logs the value
         of its last), and under several processes the mean over the ranks, not rank 0's share: an all-reduce for
-        each batch of a step that logs, none in the steps between."""
+        each batch of a step that logs, none in the steps between. With `tokens`, the count of scored tokens the
+        batch's values average (a token loss, `token_loss`), each batch weighs as its tokens: the step's values are
+        means over its tokens, as its gradient is."""
         values = {"train/loss": loss.detach()} | {f"train/{name}": value.detach() for name, value in metrics.items()}
         trainer = self._trainer
-        if trainer is not None and trainer.accumulate_grad_batches > 1:
-            values = self._step_mean(values, trainer.global_step)
-        if trainer is not None and trainer.world_size > 1 and trainer._logger_connector.should_update_logs:
-            # (reduced here: Lightning's sync_dist may not change from one step to the next)
-            values = {key: trainer.strategy.reduce(value, reduce_op="mean") for key, value in values.items()}
+        if trainer is not None and (trainer.accumulate_grad_batches > 1 or trainer.world_size > 1):
+            sums = self._step_sums(values, trainer.global_step, tokens)
+            if trainer.world_size > 1 and trainer._logger_connector.should_update_logs:
+                # (reduced here: Lightning's sync_dist may not change from one step to the next)
+                sums = {key: trainer.strategy.reduce(torch.stack(pair), reduce_op="sum").unbind()
+                        for key, pair in sums.items()}
+            values = {key: total / count for key, (total, count) in sums.items()}
         if perplexity:  # of the mean loss, not a mean of the batches' perplexities
             values["train/perplexity"] = values["train/loss"].exp()
         for key, value in values.items():
@@ -858,16 +911,19 @@ class EncoderTask(L.LightningModule):
         if self.trainer is not None and self.trainer.optimizers:
             self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"])
 
-    def _step_mean(self, values: dict[str, torch.Tensor], step: int) -> dict[str, torch.Tensor]:
-        """Each value's mean over the batches of optimizer step `step` so far (on the device: no host sync). A
-        value a batch lacks (the accuracy of a batch without a masked token) is the mean of the batches that have it."""
+    def _step_sums(self, values: dict[str, torch.Tensor], step: int, tokens: torch.Tensor | int | None
+                   ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """Each value's weighted sum and total weight over the batches of optimizer step `step` so far, each batch
+        weighing 1 or its `tokens` (on the device: no host sync). A value a batch lacks (the accuracy of a batch
+        without a masked token) is the mean of the batches that have it."""
         if self._window[0] != step:
             self._window = (step, {})
         sums = self._window[1]
         for key, value in values.items():
+            weight = torch.ones_like(value) if tokens is None else torch.zeros_like(value) + tokens
             total, count = sums.get(key, (0, 0))
-            sums[key] = (total + value, count + 1)
-        return {key: total / count for key, (total, count) in sums.items()}
+            sums[key] = (total + value * weight, count + weight)
+        return sums
 
     def export_labels(self) -> Sequence[str] | None:
         """The head's label names in id order, stored with an exported classifier."""

@@ -303,10 +303,13 @@ class TokenClassification(EncoderTask):
         return self.head(hidden)
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        logits = self(batch)
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), batch["labels"].flatten(), ignore_index=-100)
-        self.log_training(loss, batch)
-        return loss
+        logits, labels = self(batch), batch["labels"].flatten()
+        tokens = (labels != -100).sum()  # on the device
+        # The mean over the labelled tokens, 0 where there are none (cross_entropy's mean would be NaN).
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), labels, ignore_index=-100, reduction="sum")
+        loss = loss / tokens.clamp(min=1)
+        self.log_training(loss, batch, tokens=tokens)
+        return self.token_loss(loss, tokens)  # the step's mean over all its labelled tokens
 
     def _evaluate(self, batch: dict[str, torch.Tensor], metric: EntityF1 | MulticlassAccuracy, loss: MeanMetric,
                   prefix: str) -> None:

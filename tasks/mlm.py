@@ -141,8 +141,8 @@ class MaskedLM(EncoderTask):
         loss, logits, targets = self(batch)
         # A batch without a masked token (see `vocab_cross_entropy`) has no accuracy to log.
         scored = {"accuracy": (logits.argmax(-1) == targets).float().mean()} if targets.numel() else {}
-        self.log_training(loss, batch, perplexity=True, **scored)
-        return loss
+        self.log_training(loss, batch, perplexity=True, tokens=targets.numel(), **scored)
+        return self.token_loss(loss, targets.numel())  # the step's mean over all its masked tokens
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         loss, logits, targets = self(batch)

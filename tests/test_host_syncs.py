@@ -10,6 +10,7 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 from runs import MINILM, REPO, environment
 from tiny import TINY, mlm_batches, tiny_config, trainer
 from torch.utils.data import DataLoader
@@ -17,6 +18,7 @@ from torch.utils.data import DataLoader
 from bench.syncs import HostSyncs
 from data import MLMCollator, load_tokenizer, train_tokenizer
 from encoders import Encoder, EncoderConfig, MaskedLMHead, SequenceClassificationHead
+from tasks.classification import TokenClassification
 from tasks.distillation import Distillation
 from tasks.mlm import MaskedLM
 
@@ -103,6 +105,34 @@ def test_a_steady_distillation_step_has_no_host_sync(shared_data, tmp_path):
     # The last step (6) reads everything, as training ends.
     steady = {s["step"]: s["places"] for s in syncs.steps if s["step"] < 6 and not s["logs"]}
     assert len(steady) == 4 and not {step: places for step, places in steady.items() if places}
+
+
+def test_an_accumulated_token_loss_counts_its_tokens_without_a_host_sync(shared_data, tmp_path):
+    """MLM and NER over 2 accumulated batches: each batch's token count is kept on the device and the step's
+    gradient divided by it there (`EncoderTask.token_loss`), in process, on the MLM collator's batches (whose
+    masked positions the host knows) and on tagging batches (whose labelled tokens it does not)."""
+    text = (shared_data / "wikitext-2" / "wiki.valid.tokens").read_text().splitlines()
+    lines = [line for line in text if len(line.split()) > 8][:96]
+    tokenizer = train_tokenizer(lines, vocab_size=400)
+    examples = [{"input_ids": ids} for ids in tokenizer(lines, truncation=True, max_length=48)["input_ids"]]
+    masked = DataLoader(examples, batch_size=8, collate_fn=MLMCollator(tokenizer, mlm_probability=0.3))
+    generator = torch.Generator().manual_seed(0)
+    tagged = []
+    for i in range(14):
+        ids = torch.randint(5, 64, (4, 12), generator=generator)
+        tags = torch.where(ids < 20, 1, 0)
+        tags[:, 11 - i % 5:] = -100
+        tagged.append({"input_ids": ids, "labels": tags})  # no padding: no mask to read its tokens off
+    runs = [(MaskedLM(encoder=TINY, vocab_size=len(tokenizer)), masked),
+            (TokenClassification(label_names=["O", "B-X"], encoder=TINY, vocab_size=64),
+             DataLoader(tagged, batch_size=None))]
+    for model, batches in runs:
+        syncs = HostSyncs(output=str(tmp_path / "syncs.json"))
+        trainer(6, accumulate_grad_batches=2, log_every_n_steps=3, callbacks=[syncs]).fit(model, batches)
+        assert [s["step"] for s in syncs.steps] == [step for step in range(6) for _ in range(2)]
+        # The steps that log (2, 5) read their values; the last one everything, as training ends.
+        steady = [s["places"] for s in syncs.steps if s["step"] not in (2, 5)]
+        assert len(steady) == 8 and not [places for places in steady if places]
 
 
 class _ReadsTheHost(MaskedLM):

@@ -94,32 +94,94 @@ class Recorded(Logger):
         pass
 
 
-def test_an_accumulated_steps_logged_values_are_its_batches_mean():
+def test_an_accumulated_steps_logged_values_are_its_tokens_mean():
     """Lightning logs the value of a step's last batch; the `Trainer` logs the step's loss over all its batches. The
-    loss, accuracy and perplexity logged for a step of 2 accumulated batches are their mean (perplexity: exp of it)."""
+    MLM loss, accuracy and perplexity logged for a step of 2 accumulated batches are their means over the step's
+    masked tokens, as its gradient is (`test_a_step_follows_the_mean_over_all_its_tokens`; perplexity: exp of the
+    loss)."""
     torch.manual_seed(0)
     model = MaskedLM(encoder=TINY, vocab_size=64)
-    losses, accuracies = [], []
-    step = model.training_step
+    losses, accuracies, counts = [], [], []
 
     def training_step(batch, batch_idx):
-        loss = step(batch, batch_idx)
-        logits, targets = model(batch)[1:]
+        loss, logits, targets = model(batch)  # (TINY has no dropout: the step's own computes the same)
         losses.append(loss.item())
         accuracies.append((logits.argmax(-1) == targets).float().mean().item())
-        return loss
+        counts.append(targets.numel())
+        return MaskedLM.training_step(model, batch, batch_idx)
 
     model.training_step = training_step
     logger = Recorded()
     L.Trainer(max_steps=3, accelerator="cpu", accumulate_grad_batches=2, log_every_n_steps=1, logger=logger,
               enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False).fit(
-        model, DataLoader(mlm_batches(6), batch_size=None))  # (TINY has no dropout: the logits recomputed are equal)
+        model, DataLoader(mlm_batches(6), batch_size=None))
     for i in range(3):
-        row = logger.rows[i]
-        mean = (losses[2 * i] + losses[2 * i + 1]) / 2
-        assert row["train/loss"] == pytest.approx(mean, rel=1e-6) and losses[2 * i] != losses[2 * i + 1]
-        assert row["train/accuracy"] == pytest.approx((accuracies[2 * i] + accuracies[2 * i + 1]) / 2, rel=1e-6)
+        row, pair = logger.rows[i], slice(2 * i, 2 * i + 2)
+        assert counts[2 * i] != counts[2 * i + 1]  # the batches' mean would be another number
+        mean = sum(loss * n for loss, n in zip(losses[pair], counts[pair], strict=True)) / sum(counts[pair])
+        accuracy = sum(value * n for value, n in zip(accuracies[pair], counts[pair], strict=True)) / sum(counts[pair])
+        assert row["train/loss"] == pytest.approx(mean, rel=1e-6)
+        assert row["train/accuracy"] == pytest.approx(accuracy, rel=1e-6)
         assert row["train/perplexity"] == pytest.approx(math.exp(mean), rel=1e-6)
+
+
+def ner_batches(n: int) -> list[dict[str, torch.Tensor]]:
+    """Tagging batches whose labelled tokens number differently (-100 on each row's last 1 to 7)."""
+    generator = torch.Generator().manual_seed(3)
+    batches = []
+    for i in range(n):
+        ids = torch.randint(5, 64, (4, 12), generator=generator)
+        tags = torch.where(ids < 20, 1, torch.where(ids < 30, 2, 0))
+        tags[:, 11 - (2 * i) % 7:] = -100
+        batches.append({"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": tags})
+    return batches
+
+
+def summed_token_loss(model, batch) -> tuple[torch.Tensor, int]:
+    """A batch's token losses summed by hand, and their count."""
+    if isinstance(model, MaskedLM):
+        logits, targets = model(batch)[1:]
+        return F.cross_entropy(logits.float(), targets, reduction="sum"), targets.numel()
+    labels = batch["labels"].flatten()
+    logits = model(batch).flatten(0, 1).float()
+    return F.cross_entropy(logits, labels, ignore_index=-100, reduction="sum"), int((labels != -100).sum())
+
+
+class RecordGradients(L.Callback):
+    """The gradient each optimizer step applied (after the task's hooks and clipping), by step. Recorded after the
+    step: Lightning runs the step's last batch as the closure of `optimizer.step`, after its pre-hooks."""
+
+    def __init__(self) -> None:
+        self.steps: list[list[torch.Tensor]] = []
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        def record(optimizer, args, kwargs):
+            self.steps.append([p.grad.clone() for group in optimizer.param_groups for p in group["params"]])
+        trainer.optimizers[0].register_step_post_hook(record)
+
+
+@pytest.mark.parametrize("task", ["mlm", "ner"])
+@pytest.mark.parametrize(("batches", "accumulate"), [(2, 2), (3, 4)], ids=["window", "short-last-window"])
+def test_a_step_follows_the_mean_over_all_its_tokens(task, batches, accumulate):
+    """A step of accumulated batches (2 of 2; the 3 of an epoch's short last step under 4) applies the gradient of
+    the mean over all their scored tokens, as transformers' `Trainer` does with `num_items_in_batch`, not the mean of
+    the batches' means, which weighs a token by its batch's count."""
+    torch.manual_seed(0)
+    if task == "mlm":
+        model, data = MaskedLM(encoder=TINY, vocab_size=64), mlm_batches(batches)
+    else:
+        model, data = TokenClassification(label_names=["O", "B-PER", "I-PER"], encoder=TINY, vocab_size=64,
+                                          classifier_dropout=0.0), ner_batches(batches)
+    reference = copy.deepcopy(model)
+    sums, counts = zip(*(summed_token_loss(reference, batch) for batch in data), strict=True)
+    assert len(set(counts)) > 1  # else both means are one
+    (sum(sums) / sum(counts)).backward()
+    expected = [p.grad for group in parameter_groups(reference, 0.01) for p in group["params"]]
+    recorded = RecordGradients()
+    trainer(1, max_epochs=1, accumulate_grad_batches=accumulate, callbacks=[recorded]).fit(
+        model, DataLoader(data, batch_size=None))
+    assert len(recorded.steps) == 1
+    torch.testing.assert_close(recorded.steps[0], expected, rtol=1e-5, atol=1e-7)
 
 
 def test_encoder_spec_and_vocab_link(tmp_path):
