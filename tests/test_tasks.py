@@ -161,27 +161,39 @@ class RecordGradients(L.Callback):
 
 
 @pytest.mark.parametrize("task", ["mlm", "ner"])
-@pytest.mark.parametrize(("batches", "accumulate"), [(2, 2), (3, 4)], ids=["window", "short-last-window"])
-def test_a_step_follows_the_mean_over_all_its_tokens(task, batches, accumulate):
-    """A step of accumulated batches (2 of 2; the 3 of an epoch's short last step under 4) applies the gradient of
-    the mean over all their scored tokens, as transformers' `Trainer` does with `num_items_in_batch`, not the mean of
-    the batches' means, which weighs a token by its batch's count."""
+@pytest.mark.parametrize(("batches", "accumulate", "clip"), [(4, 2, None), (3, 4, None), (2, 2, 0.05)],
+                         ids=["windows", "short-last-window", "clipped"])
+def test_a_step_follows_the_mean_over_all_its_tokens(task, batches, accumulate, clip):
+    """Each step of accumulated batches (2 steps of 2; the 3 of an epoch's short last step under 4) applies the
+    gradient of the mean over all its batches' scored tokens, as transformers' `Trainer` does with
+    `num_items_in_batch`, not the mean of the batches' means, which weighs a token by its batch's count; clipped by
+    the norm of that gradient. (A learning rate of 1e-30 leaves the weights as they are: each step's reference is
+    taken at the first weights.)"""
     torch.manual_seed(0)
+    optimization = Optimization(learning_rate=1e-30, warmup=0)
     if task == "mlm":
-        model, data = MaskedLM(encoder=TINY, vocab_size=64), mlm_batches(batches)
+        model, data = MaskedLM(encoder=TINY, vocab_size=64, optimization=optimization), mlm_batches(batches)
     else:
-        model, data = TokenClassification(label_names=["O", "B-PER", "I-PER"], encoder=TINY, vocab_size=64,
-                                          classifier_dropout=0.0), ner_batches(batches)
-    reference = copy.deepcopy(model)
-    sums, counts = zip(*(summed_token_loss(reference, batch) for batch in data), strict=True)
-    assert len(set(counts)) > 1  # else both means are one
-    (sum(sums) / sum(counts)).backward()
-    expected = [p.grad for group in parameter_groups(reference, 0.01) for p in group["params"]]
+        model = TokenClassification(label_names=["O", "B-PER", "I-PER"], encoder=TINY, vocab_size=64,
+                                    classifier_dropout=0.0, optimization=optimization)
+        data = ner_batches(batches)
+    steps = []
+    for start in range(0, batches, accumulate):
+        reference = copy.deepcopy(model)
+        sums, counts = zip(*(summed_token_loss(reference, b) for b in data[start:start + accumulate]), strict=True)
+        assert len(set(counts)) > 1  # else both means are one
+        (sum(sums) / sum(counts)).backward()
+        expected = [p.grad for group in parameter_groups(reference, 0.01) for p in group["params"]]
+        if clip is not None:
+            norm = torch.nn.utils.get_total_norm(expected)
+            assert norm > clip
+            expected = [grad * clip / (norm + 1e-6) for grad in expected]  # as clip_grad_norm_
+        steps.append(expected)
     recorded = RecordGradients()
-    trainer(1, max_epochs=1, accumulate_grad_batches=accumulate, callbacks=[recorded]).fit(
+    trainer(-1, max_epochs=1, accumulate_grad_batches=accumulate, gradient_clip_val=clip, callbacks=[recorded]).fit(
         model, DataLoader(data, batch_size=None))
-    assert len(recorded.steps) == 1
-    torch.testing.assert_close(recorded.steps[0], expected, rtol=1e-5, atol=1e-7)
+    assert len(recorded.steps) == len(steps)
+    torch.testing.assert_close(recorded.steps, steps, rtol=1e-5, atol=1e-7)
 
 
 def test_encoder_spec_and_vocab_link(tmp_path):
