@@ -224,38 +224,62 @@ def test_a_ddp_checkpoint_resumes_under_fsdp_and_on_one_process_with_the_same_gl
             in " ".join(halved.stderr.split()))
 
 
-@pytest.mark.slow  # three MLM train.py runs, one of two processes: two minutes on 2 cores
-def test_an_mlm_run_resumes_on_one_process_with_the_same_examples_and_masks(env, tmp_path):
-    """BERT-style segments (`--data.packing segments`) batched from the epoch's one permutation, with dynamic masks
-    keyed by (seed, epoch, example): a 2-process run of batch 4 resumed at step 3 on one process of batch 8, or of
-    4 twice a step, trains each later step on the very examples and masked tokens of the two ranks' step.
+# BERT-style segments (`--data.packing segments`) batched from the epoch's one permutation, with dynamic masks keyed
+# by (seed, epoch, example); the quickstart's model has no dropout. AdamW's eps of 1e-3: at 1e-6 the tied decoder's
+# rows of tokens no batch holds, whose gradients are of the order of eps, turn float rounding into differences of
+# 2e-5 in 6 steps of the learning rate of 3e-3 (one process of 8 against one of 4 twice a step; 1.2e-7 at 1e-3).
+MLM_ARGS = ["--data.tokenizer", MINILM, "--data.train_tokenizer", "null", "--data.max_documents", "60",
+            "--data.max_val_documents", "10", "--data.packing", "segments", "--trainer.val_check_interval", "100",
+            "--trainer.accelerator", "cpu", "--trainer.precision", "32", "--trainer.max_steps", "6",
+            "--checkpoint.every_n_steps", "3", "--model.optimization.schedule", "constant",
+            "--model.optimization.warmup", "0", "--model.optimization.eps", "1e-3", "--export", "false",
+            "--predict", "false"]
 
-    The weights are not the two ranks' within float error: each batch's loss is the mean over its own masked tokens,
-    and the ranks' halves of a step hold other counts of them (99 and 118 at a step) than one batch of 8 or its
-    halves do, so a step weighs its tokens otherwise (measured with the quickstart's WordPiece of 2,000 tokens: the
-    weights ended 6e-3 from the two ranks', where a whole run of one process of 8 ends 2.3e-2 from them;
-    docs/long-runs.md)."""
-    mlm = ["--data.tokenizer", MINILM, "--data.train_tokenizer", "null", "--data.max_documents", "60",
-           "--data.max_val_documents", "10", "--data.packing", "segments", "--trainer.val_check_interval", "100",
-           "--trainer.accelerator", "cpu", "--trainer.precision", "32", "--trainer.max_steps", "6",
-           "--checkpoint.every_n_steps", "3", "--model.optimization.schedule", "constant",
-           "--model.optimization.warmup", "0", "--export", "false", "--predict", "false"]
 
-    def recording(name: str) -> list[str]:
-        return ["--trainer.callbacks+=recording.RecordSteps", "--trainer.callbacks.folder", str(tmp_path / name)]
+def recording(folder: Path) -> list[str]:
+    return ["--trainer.callbacks+=recording.RecordSteps", "--trainer.callbacks.folder", str(folder)]
 
-    kept = tmp_path / "kept"
-    assert_ok(train(MLM, tmp_path / "two", *mlm, "--trainer.devices", "2", "--trainer.strategy", "ddp",
-                    "--data.batch_size", "4", *recording("two-steps"), *keep_every_3(kept), env=env))
-    two = recorded(tmp_path / "two-steps")
+
+@pytest.fixture(scope="module")
+def mlm_two_ranks(env, tmp_path_factory) -> Path:
+    """An MLM run of 2 processes of batch 4: its steps' examples in `two-steps`, its step-3 and step-6 checkpoints
+    in `kept`."""
+    root = tmp_path_factory.mktemp("mlm")
+    assert_ok(train(MLM, root / "two", *MLM_ARGS, "--trainer.devices", "2", "--trainer.strategy", "ddp",
+                    "--data.batch_size", "4", *recording(root / "two-steps"), *keep_every_3(root / "kept"), env=env))
+    return root
+
+
+@pytest.mark.slow  # two MLM train.py runs of one process, beside the two processes': a minute on 2 cores
+def test_an_mlm_step_of_two_processes_is_one_processs_over_the_same_tokens(mlm_two_ranks, env, tmp_path):
+    """The masked-LM loss of a step is the mean over all the masked tokens of its batches, on every process, as the
+    `Trainer` computes it with `num_items_in_batch` (`EncoderTask.token_loss`): 2 processes of 4, one of 8 and one
+    of 4 twice a step end with the same weights, though the halves of a step hold other counts of masked tokens
+    (99 and 118 at a step) than one batch of 8 or its halves do. (Averaging each batch's own tokens, as litbert
+    did, one process of 8 ended 7.6e-3 from one of 4 twice a step.)"""
+    reference = weights(mlm_two_ranks / "kept" / "epoch=0-step=6.ckpt")
+    for batch_size, accumulation in (("8", "1"), ("4", "2")):
+        root = tmp_path / f"one-{batch_size}"
+        assert_ok(train(MLM, root, *MLM_ARGS, "--data.batch_size", batch_size, "--trainer.accumulate_grad_batches",
+                        accumulation, env=env))
+        assert_same_weights(weights(root / "checkpoints" / LAST), reference)
+
+
+@pytest.mark.slow  # two MLM train.py runs, beside the two processes': a minute on 2 cores
+def test_an_mlm_run_resumes_on_one_process_with_the_same_examples_and_masks(mlm_two_ranks, env, tmp_path):
+    """A 2-process run of batch 4 resumed at step 3 on one process of batch 8, or of 4 twice a step, trains each
+    later step on the very examples and masked tokens of the two ranks' step, and ends with their weights."""
+    kept, two = mlm_two_ranks / "kept", recorded(mlm_two_ranks / "two-steps")
     assert sorted(two) == list(range(6)) and all(len(examples) == 8 for examples in two.values())
     for batch_size, accumulation in (("8", "1"), ("4", "2")):
         name = f"one-{batch_size}"
-        done = train(MLM, tmp_path / name, *mlm, "--data.batch_size", batch_size, "--trainer.accumulate_grad_batches",
-                     accumulation, "--ckpt_path", str(kept / "epoch=0-step=3.ckpt"), *recording(f"{name}-steps"),
-                     env=env)
+        done = train(MLM, tmp_path / name, *MLM_ARGS, "--data.batch_size", batch_size,
+                     "--trainer.accumulate_grad_batches", accumulation,
+                     "--ckpt_path", str(kept / "epoch=0-step=3.ckpt"),
+                     *recording(tmp_path / f"{name}-steps"), env=env)
         assert_ok(done)
         assert "the same global batch of 8" in done.stdout
         one = recorded(tmp_path / f"{name}-steps")
         assert sorted(one) == [3, 4, 5] and all(one[step] == two[step] for step in one)
         assert any(label != -100 for _, labels in one[3] for label in labels)  # masks compared, not just tokens
+        assert_same_weights(weights(tmp_path / name / "checkpoints" / LAST), weights(kept / "epoch=0-step=6.ckpt"))
