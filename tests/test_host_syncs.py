@@ -38,6 +38,9 @@ RUNS = {
     "multilabel": ["--config", "configs/multilabel/conll-entity-types.yaml", "--model.pretrained", MINILM],
     # The README job's model, masking and data module.
     "mlm": ["--config", "configs/quickstart.yaml", "--trainer.max_time", "null", *WIKITEXT],
+    # Two DDP ranks: the step's masked tokens counted on each and summed over them on the device.
+    "mlm-ddp": ["--config", "configs/quickstart.yaml", "--trainer.max_time", "null", *WIKITEXT,
+                "--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy", "ddp"],
     # RoBERTa's recipe: byte-level BPE, FULL-SENTENCES blocks, dynamic masking, the DDP strategy.
     "roberta": ["--config", "configs/pretrain/roberta-base.yaml", *SMALL, *WIKITEXT, "--data.num_workers", "0",
                 "--data.max_length", "128", "--data.batch_size", "16", "--data.train_tokenizer.vocab_size", "2000"],
@@ -70,7 +73,7 @@ def teachers(tmp_path_factory) -> dict[str, str]:
 def test_a_steady_training_step_has_no_host_sync(task, shared_data, teachers, tmp_path):
     output = tmp_path / "syncs.json"
     # Pretraining configs train their tokenizer into the run's folder: here, not into the repository.
-    extra = ["--data.tokenizer", str(tmp_path / "tokenizer")] if task in ("mlm", "roberta") else []
+    extra = ["--data.tokenizer", str(tmp_path / "tokenizer")] if task in ("mlm", "mlm-ddp", "roberta") else []
     done = subprocess.run(
         [sys.executable, "train.py", *(arg.format(**teachers) for arg in RUNS[task]), *extra,
          "--trainer.default_root_dir", str(tmp_path / "run"),
