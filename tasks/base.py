@@ -424,7 +424,7 @@ class EncoderTask(L.LightningModule):
     def __init__(self, optimization: Optimization | None = None) -> None:
         super().__init__()
         self.optimization = optimization if optimization is not None else Optimization()
-        # The optimizer step whose batches `log_training` averages, and each value's sum and count over them.
+        # The optimizer step whose batches `log_training` averages, and each value's weighted sum and weight over them.
         self._window: tuple[int, dict[str, tuple[torch.Tensor, torch.Tensor]]] = (-1, {})
         # A token loss's scored tokens in this optimizer step's batches so far, on the device (`token_loss`); None
         # while the step's loss is no sum over tokens.
@@ -736,7 +736,7 @@ class EncoderTask(L.LightningModule):
         if trainer is None or trainer.accumulate_grad_batches * trainer.world_size == 1:
             return mean
         if self._tokens is None:
-            self._tokens = torch.zeros((), dtype=torch.float32, device=mean.device)
+            self._tokens = torch.zeros((), dtype=torch.long, device=mean.device)  # exact, however many
         self._tokens = self._tokens + tokens
         self._token_mean = mean.detach()
         return mean * tokens
