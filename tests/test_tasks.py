@@ -196,6 +196,27 @@ def test_a_step_follows_the_mean_over_all_its_tokens(task, batches, accumulate, 
     torch.testing.assert_close(recorded.steps, steps, rtol=1e-5, atol=1e-7)
 
 
+def test_a_step_fp16s_loss_scaler_skips_leaves_no_count_behind():
+    """fp16's loss scaler skips a step whose gradients overflow (here the first, at a scale of 2^126) after the task
+    saw its tokens: the next step divides by its own tokens alone (a count left over would halve its gradient).
+    The scaler on the CPU, with Lightning's clipping (a bound never reached), which takes the unfused AdamW."""
+    torch.manual_seed(0)
+    model = MaskedLM(encoder=TINY, vocab_size=64, optimization=Optimization(learning_rate=1e-30, warmup=0))
+    data = mlm_batches(4)
+    reference = copy.deepcopy(model)
+    sums, counts = zip(*(summed_token_loss(reference, batch) for batch in data[2:]), strict=True)
+    (sum(sums) / sum(counts)).backward()
+    expected = torch.cat([p.grad.flatten() for group in parameter_groups(reference, 0.01) for p in group["params"]])
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**126, backoff_factor=2.0**-116)  # then 2^10
+    recorded = RecordGradients()
+    trainer(-1, max_epochs=1, accumulate_grad_batches=2, gradient_clip_val=1e9, callbacks=[recorded],
+            plugins=[L.pytorch.plugins.MixedPrecision("16-mixed", "cpu", scaler)]).fit(
+        model, DataLoader(data, batch_size=None))
+    assert len(recorded.steps) == 1 and scaler.get_scale() == 2.0**10  # the first step skipped
+    applied = torch.cat([grad.flatten() for grad in recorded.steps[0]])
+    assert (applied - expected).norm() < 2e-3 * expected.norm()  # fp16's rounding: measured 4e-4
+
+
 def test_encoder_spec_and_vocab_link(tmp_path):
     spec = EncoderSpec(preset="roberta-base", position="rope", num_layers=1)
     config = spec.build()
