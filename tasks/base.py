@@ -383,10 +383,16 @@ HEAD_SETTINGS = {"pooling": "model.pooling", "pooler_activation": "model.pooler_
                  "num_labels": "the label count (the data's label set)"}
 
 
+# Marks a fused AdamW's `grad_scale` as litbert's clipping factor (`EncoderTask.configure_gradient_clipping`).
+CLIP_SCALE = "_litbert_clip_scale"
+
+
 def _forget_grad_scale(optimizer: torch.optim.Optimizer, args: typing.Any, kwargs: typing.Any) -> None:
     """After a step: the clipping factor `EncoderTask.configure_gradient_clipping` gave the fused AdamW was that
-    step's alone."""
-    optimizer.__dict__.pop("grad_scale", None)
+    step's alone. A `grad_scale` that fp16's loss scaler set is the scaler's to remove (it deletes it after the step,
+    and failed on a second removal)."""
+    if optimizer.__dict__.pop(CLIP_SCALE, False):
+        optimizer.__dict__.pop("grad_scale", None)
 
 
 def _split(split: tuple[int | None, int | None, int]) -> str:
@@ -877,6 +883,7 @@ class EncoderTask(L.LightningModule):
             # `_forget_grad_scale` removes it once the step is taken.
             # 1 where the norm is within the bound: no branch, so the host never waits to read the norm.
             optimizer.grad_scale = ((norm + 1e-6) / gradient_clip_val).clamp(min=1.0).to(torch.float32)
+            optimizer.__dict__[CLIP_SCALE] = True
             return
         torch.nn.utils.clip_grads_with_norm_(params, gradient_clip_val, norm)
 

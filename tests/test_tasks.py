@@ -217,6 +217,23 @@ def test_a_step_fp16s_loss_scaler_skips_leaves_no_count_behind():
     assert (applied - expected).norm() < 2e-3 * expected.norm()  # fp16's rounding: measured 4e-4
 
 
+def test_fp16s_loss_scaler_steps_the_fused_adamw():
+    """Without clipping, fp16 mixed precision (the default on a GPU without bf16, a T4 or V100) steps the fused AdamW
+    through the loss scaler, which sets the optimizer's `grad_scale` and deletes it after the step. litbert's own
+    clipping factor is removed after each step too, and removing the scaler's as well failed the first step
+    (AttributeError: 'AdamW' object has no attribute 'grad_scale')."""
+    torch.manual_seed(0)
+    model = MaskedLM(encoder=TINY, vocab_size=64, optimization=Optimization(learning_rate=1e-3, warmup=0))
+    before = copy.deepcopy(model.state_dict())
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**8)
+    fit = trainer(2, plugins=[L.pytorch.plugins.MixedPrecision("16-mixed", "cpu", scaler)])
+    fit.fit(model, DataLoader(mlm_batches(2), batch_size=None))
+    assert fit.optimizers[0].defaults["fused"] and fit.global_step == 2
+    assert "grad_scale" not in fit.optimizers[0].__dict__
+    word = "encoder.embeddings.word.weight"
+    assert not torch.equal(before[word], model.state_dict()[word])  # stepped
+
+
 def test_encoder_spec_and_vocab_link(tmp_path):
     spec = EncoderSpec(preset="roberta-base", position="rope", num_layers=1)
     config = spec.build()
