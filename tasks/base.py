@@ -747,7 +747,7 @@ class EncoderTask(L.LightningModule):
         self._token_mean = mean.detach()
         return mean * tokens
 
-    def _average_tokens(self) -> None:
+    def _average_tokens(self, grads: list[torch.Tensor]) -> None:
         """Turn the gradient of the step's summed token losses into that of their mean over all its tokens. Lightning
         divided each batch's loss by accumulate_grad_batches (the last, short step of an epoch too) and DDP or FSDP
         averaged the gradients over the processes: x accumulate_grad_batches x processes / tokens undoes both. The
@@ -761,11 +761,10 @@ class EncoderTask(L.LightningModule):
             dist.all_reduce(tokens)
         factor = (trainer.accumulate_grad_batches * trainer.world_size) / tokens.clamp(min=1)
         by_device: dict[torch.device, list[torch.Tensor]] = {}
-        for p in self.parameters():
-            if p.grad is not None:
-                by_device.setdefault(p.grad.device, []).append(p.grad)
-        for device, grads in by_device.items():  # (FSDP's CPU offload keeps the gradient shards on the host)
-            torch._foreach_mul_(grads, factor.to(device))
+        for grad in grads:
+            by_device.setdefault(grad.device, []).append(grad)
+        for device, group in by_device.items():  # (FSDP's CPU offload keeps the gradient shards on the host)
+            torch._foreach_mul_(group, factor.to(device))
 
     def on_before_backward(self, loss: torch.Tensor) -> None:
         # A token loss backpropagates its sum: the divergence check and its message take the batch's mean.
@@ -785,8 +784,8 @@ class EncoderTask(L.LightningModule):
         A token loss's gradient becomes the step's token mean first (`_average_tokens`): the norm, the clipping and
         the check see the gradient the step applies. (Lightning calls this hook after fp16's loss scaler unscaled the
         gradients and before it clips them.)"""
-        self._average_tokens()
         grads = [p.grad for p in self.parameters() if p.grad is not None]
+        self._average_tokens(grads)
         if not grads:
             return
         norm = torch.nn.utils.get_total_norm(grads)
