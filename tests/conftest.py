@@ -9,6 +9,11 @@ from runs import MINILM
 
 datasets.disable_progress_bars()  # keep test logs readable; tokenization counts are logged instead
 
+# The README runs the tests with a relative LITBERT_DATA (../shared/data); tests that change the working folder
+# (into tmp_path) must still find the data, so it is made absolute once, against the folder pytest started in.
+if os.environ.get("LITBERT_DATA"):
+    os.environ["LITBERT_DATA"] = os.path.abspath(os.environ["LITBERT_DATA"])
+
 
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
