@@ -212,6 +212,32 @@ def test_a_resumed_csv_log_goes_on_in_its_file_without_the_stopped_parts_rows(tm
     assert sorted(path.name for path in tmp_path.iterdir()) == ["version_0"]
 
 
+def test_a_kill_while_a_resumed_csv_log_is_rewritten_leaves_it_whole(tmp_path, monkeypatch):
+    """The resumed run's first write rewrites metrics.csv without the stopped part's later rows: a signal in the
+    middle of it leaves the earlier file as it was, and no partial file under the log's name."""
+    import csv
+
+    from lightning.pytorch.loggers import CSVLogger
+
+    from tasks.run.tracking import continue_csv_logs
+
+    log = tmp_path / "version_0"
+    log.mkdir()
+    before = "epoch,step,train/loss\n" + "".join(f"0,{step},0.{9 - step}\n" for step in range(6))
+    (log / "metrics.csv").write_text(before)
+    logger = CSVLogger(str(tmp_path), name=None)
+    continue_csv_logs([logger], resumed_step=4)
+    logger.log_metrics({"train/loss": 0.45}, step=4)
+
+    def killed(self, rows):
+        self.writerow(next(iter(rows)))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(csv.DictWriter, "writerows", killed)
+    with pytest.raises(KeyboardInterrupt):
+        logger.save()
+    assert (log / "metrics.csv").read_text() == before
+
 def csv_rows(root: Path) -> list[dict[str, str]]:
     import csv
 

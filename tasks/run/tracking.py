@@ -195,10 +195,12 @@ class ContinuedCSVWriter(ExperimentWriter):
                     reader = csv.DictReader(file)
                     rows = [row for row in reader if int(float(row["step"])) < self.resumed_step]
                     self.metrics_keys = list(reader.fieldnames or [])
-                with self._fs.open(self.metrics_file_path, "w", newline="") as file:
+                partial = f"{self.metrics_file_path}.partial"  # a kill while it is written leaves the log whole
+                with self._fs.open(partial, "w", newline="") as file:
                     writer = csv.DictWriter(file, fieldnames=self.metrics_keys)
                     writer.writeheader()
                     writer.writerows(rows)
+                self._fs.mv(partial, self.metrics_file_path)
             self.resumed_step = None
         save_hparams_to_yaml(os.path.join(self.log_dir, self.NAME_HPARAMS_FILE), self.hparams)
         super().save()
