@@ -45,7 +45,14 @@ from tasks.run.folders import export_path
 from tasks.run.predict import check_trained_head, predict_file, predict_test_sets
 from tasks.run.publish import push, write_card
 from tasks.run.results import print_summary, summarise_in_trackers, write_metrics
-from tasks.run.signals import RunSignals, StoppedAtOnce, StoppedBeforeTraining, end_after_launcher, end_with_torchrun
+from tasks.run.signals import (
+    RunSignals,
+    StoppedAtOnce,
+    StoppedBeforeTraining,
+    end_after_launcher,
+    end_with_torchrun,
+    leave_process_groups,
+)
 
 
 def run(cli: LitbertCLI) -> dict[str, float | int]:
@@ -208,6 +215,8 @@ def cli_main(args: Sequence[str] | None = None) -> int:
             raise
         end_after_launcher()
         return status
+    finally:
+        leave_process_groups()  # every collective is behind this rank: its groups go before the interpreter does
     return 0
 
 

@@ -111,6 +111,15 @@ def started_by_launcher() -> bool:
     return os.environ.get(LAUNCHER_PID) == str(os.getppid())
 
 
+def leave_process_groups() -> None:
+    """Destroy this process's process groups, once its run has ended (or before it waits for the launcher). Lightning
+    does so at exit for NCCL only: a gloo group (CPU runs, and `agreement`'s group on GPUs) left to the interpreter's
+    shutdown is torn down with its worker threads after Python is gone, and a run that succeeded intermittently ended
+    in SIGABRT ("terminate called without an active exception"). Local to the process: no collective."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def end_after_launcher(patience: float = 60.0) -> None:
     """A rank that the launcher started, ending on an error or a signal: leave the process groups and wait (up to
     `patience` seconds) for the launcher to end first. Lightning's launcher kills itself with SIGKILL a few seconds
@@ -118,8 +127,7 @@ def end_after_launcher(patience: float = 60.0) -> None:
     its message, while it writes it. Leaving the groups frees a launcher that waits in a collective for this rank."""
     if not started_by_launcher():
         return
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+    leave_process_groups()
     launcher, deadline = os.getppid(), time.monotonic() + patience
     while os.getppid() == launcher and time.monotonic() < deadline:
         time.sleep(0.1)
