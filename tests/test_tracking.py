@@ -246,6 +246,68 @@ def csv_rows(root: Path) -> list[dict[str, str]]:
              and key != "train/samples_per_sec" and key != "train/tflops"} for row in csv.DictReader(log.open())]
 
 
+TIMINGS = ("tokens_per_sec", "samples_per_sec", "tflops")  # of the machine's speed at the time
+
+
+def tensorboard_scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar point of the event files in `folder`, per tag, in the order TensorBoard reads them (by file
+    name): what its data server reads before it drops a tag's points from a step that tag is logged at again (it
+    heeds no purge marker)."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    from tensorboard.util.tensor_util import make_ndarray
+
+    scalars: dict[str, list[tuple[int, float]]] = {}
+    for path in sorted(folder.glob("*tfevents*")):
+        for event in EventFileLoader(str(path)).Load():
+            for value in event.summary.value if event.HasField("summary") else []:
+                if value.metadata.plugin_data.plugin_name == "scalars" and not value.tag.endswith(TIMINGS):
+                    scalars.setdefault(value.tag, []).append((event.step, round(make_ndarray(value.tensor).item(), 6)))
+    return scalars
+
+
+def test_a_resumed_tensorboard_log_goes_on_in_its_folder_without_the_stopped_parts_events(tmp_path):
+    """`--trainer.logger TensorBoardLogger` resumed at step 4 from a part that logged up to step 5, validated at
+    step 6 after training and was killed as it wrote: the resumed run writes into the same folder (Lightning's
+    logger would start version_1 beside it, a second run in TensorBoard), the earlier files lose their events of
+    steps 4 on, which it logs again (their checksummed records otherwise kept), and the hyperparameters Lightning logs
+    at step 0 are not logged twice. Until it logs, the folder is left as it was (a resume refused for a changed
+    setting keeps the log)."""
+    import struct
+
+    from lightning.pytorch.loggers import TensorBoardLogger
+    from torch.utils.tensorboard import SummaryWriter
+
+    from tasks.run.tracking import ContinuedTensorBoardLogger, continue_tensorboard_logs
+
+    log = tmp_path / "version_0"
+    first = TensorBoardLogger(str(tmp_path), name=None, version=0)
+    first.log_hyperparams({"lr": 0.1})
+    first.log_metrics({"val/accuracy": 0.5}, step=3)
+    for step in range(6):
+        first.log_metrics({"train/loss": (9 - step) / 10}, step=step)
+    first.finalize("success")
+    after = SummaryWriter(str(log), filename_suffix=".after")  # the validation after training, in a file of its own
+    after.add_scalar("val/accuracy", 0.75, 6)
+    after.close()
+    killed = next(log.glob("*tfevents*[0-9]"))
+    killed.write_bytes(killed.read_bytes() + struct.pack("<Q", 32) + bytes(4) + b"event")  # a record cut short
+    files = {path.name: path.read_bytes() for path in log.iterdir()}
+
+    (logger,) = continue_tensorboard_logs([TensorBoardLogger(str(tmp_path), name=None)], resumed_step=4)
+    assert isinstance(logger, ContinuedTensorBoardLogger) and logger.log_dir == str(log)
+    logger.log_hyperparams({"lr": 0.2})
+    logger.save()
+    assert {path.name: path.read_bytes() for path in log.iterdir()} == files
+    logger.log_metrics({"train/loss": 0.45}, step=4)
+    logger.log_metrics({"train/loss": 0.35, "val/accuracy": 0.25}, step=5)
+    logger.finalize("success")
+    assert tensorboard_scalars(log) == {
+        "hp_metric": [(0, -1.0)], "val/accuracy": [(3, 0.5), (5, 0.25)],
+        "train/loss": [(0, 0.9), (1, 0.8), (2, 0.7), (3, 0.6), (4, 0.45), (5, 0.35)]}
+    assert not any(log.glob("*.after"))  # left with no event of its own
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["version_0"]
+
+
 @pytest.mark.slow  # four short runs of bert-tiny: 40 s on 2 cores
 def test_a_csv_log_resumed_twice_holds_the_uninterrupted_runs_rows(shared_data, minilm, monkeypatch, tmp_path,
                                                                     capsys):
@@ -299,3 +361,54 @@ def test_a_csv_log_resumed_twice_holds_the_uninterrupted_runs_rows(shared_data, 
     assert sorted(path.name for path in (parts / "checkpoints").iterdir()) == \
         sorted(path.name for path in (whole / "checkpoints").iterdir())
     assert (parts / "metrics.json").read_text() == (whole / "metrics.json").read_text()
+
+
+@pytest.mark.slow  # four short runs of bert-tiny, as the CSV test's
+def test_a_tensorboard_log_resumed_twice_holds_the_uninterrupted_runs_scalars(shared_data, minilm, monkeypatch,
+                                                                            tmp_path):
+    """The WNLI run of the CSV test above in TensorBoard: 8 steps at once, and in parts (4 steps, resumed to 6, then
+    resumed again from the step-4 checkpoint as after a kill -9). The parts are one run, one version folder, whose
+    event files hold every point of the uninterrupted run once, at its step, with the same values: training losses,
+    validations and the final evaluation, as TensorBoard's data server (which heeds no purge marker) and its Python
+    reader (EventAccumulator) show them. (A resume used to start a version_<n> folder per part, each its own run.)"""
+    import shutil
+
+    from runs import REPO
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    import train
+
+    monkeypatch.setenv("LITBERT_DATA", str(shared_data))
+    monkeypatch.setenv("LITBERT_CACHE", str(tmp_path / "cache"))
+
+    def run(root: Path, steps: int, *extra: str) -> None:
+        assert train.cli_main([
+            "--config", str(REPO / "configs" / "glue" / "wnli.yaml"), "--model.encoder.preset", "bert-tiny",
+            "--data.tokenizer", minilm, "--trainer.accelerator", "cpu", "--trainer.precision", "32",
+            "--model.optimization.schedule", "constant", "--model.optimization.warmup", "0",
+            "--trainer.default_root_dir", str(root), "--trainer.log_every_n_steps", "1",
+            "--checkpoint.every_n_steps", "2", "--trainer.val_check_interval", "2", "--trainer.limit_val_batches",
+            "1", "--trainer.enable_progress_bar", "false", "--predict", "false", "--export", "false",
+            "--trainer.logger", "TensorBoardLogger", "--trainer.max_steps", str(steps), *extra]) == 0
+
+    def scalars(root: Path) -> dict[str, list[tuple[int, float]]]:
+        (log,) = root.glob("version_*")  # one run, whatever the parts
+        reader = EventAccumulator(str(log))
+        reader.Reload()
+        shown = {tag: [(point.step, round(point.value, 6)) for point in reader.Scalars(tag)]
+                 for tag in reader.Tags()["scalars"] if not tag.endswith(TIMINGS)}
+        assert shown == tensorboard_scalars(log)
+        return shown
+
+    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    run(whole, 8)
+    run(parts, 4)
+    last = parts / "checkpoints" / "last.ckpt"
+    shutil.copy(last, tmp_path / "step4.ckpt")
+    run(parts, 6, "--ckpt_path", "last")
+    shutil.copy(tmp_path / "step4.ckpt", last)
+    run(parts, 8, "--ckpt_path", "last")
+    reference = scalars(whole)
+    assert [step for step, _ in reference["train/loss"]] == list(range(8))
+    assert [step for step, _ in reference["val/loss"]] == [1, 3, 5, 7, 8]  # 8: the best checkpoint's, after training
+    assert scalars(parts) == reference

@@ -65,6 +65,7 @@ from tasks.run.tracking import (
     LogConfigCallback,
     configure_wandb,
     continue_csv_logs,
+    continue_tensorboard_logs,
     default_logger_folders,
 )
 
@@ -368,6 +369,7 @@ class LitbertCLI(LightningCLI):
         check_strategy(trainer.strategy)
         if self.resume_path is not None:
             continue_csv_logs(trainer.loggers, self.resumed_step)
+            trainer.loggers = continue_tensorboard_logs(trainer.loggers, self.resumed_step)
         if not trainer._accelerator_connector.use_distributed_sampler and trainer.world_size > 1:
             # litbert's datamodules shard their loaders themselves (`TokenizedDataModule.distributed`) and leave no
             # way to shard them otherwise: without it every rank would train on the same batches, count every dev

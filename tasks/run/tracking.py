@@ -5,8 +5,9 @@ otherwise offline into the run folder, with one line on how to upload the run la
 wins over both (`disabled` logs nothing), and `WANDB_PROJECT` names the project where the config names none; a
 resumed run continues in the project and entity its checkpoint was logged to. Lightning creates the run on rank 0
 only. A run can track with CSV instead (`--trainer.logger CSVLogger`; a resumed run goes on in the same metrics.csv:
-`ContinuedCSVWriter`) or not at all (`--trainer.logger false`); a logger that writes files and is given no
-`save_dir` writes them into the run folder, as the W&B logger does. The resolved config is saved as
+`ContinuedCSVWriter`), with TensorBoard (`--trainer.logger TensorBoardLogger`; a resumed run goes on in the same
+folder: `ContinuedTensorBoardLogger`) or not at all (`--trainer.logger false`); a logger that writes files and is
+given no `save_dir` writes them into the run folder, as the W&B logger does. The resolved config is saved as
 `<default_root_dir>/config.yaml` whatever the logger.
 """
 
@@ -16,6 +17,7 @@ import csv
 import netrc
 import os
 import re
+import struct
 import sys
 import tempfile
 from pathlib import Path
@@ -25,7 +27,7 @@ from urllib.parse import urlparse
 import lightning as L
 from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.core.saving import save_hparams_to_yaml
-from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.loggers import WandbLogger as LightningWandbLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
@@ -206,20 +208,114 @@ class ContinuedCSVWriter(ExperimentWriter):
         super().save()
 
 
+def _earlier_log(logger: CSVLogger | TensorBoardLogger, files: str) -> bool:
+    """Point a resumed run's logger at the folder of the run's last log, where it holds such `files` (a glob): the
+    newest `version_<n>` under the logger's folder, or the version it names, rather than a new one."""
+    version = logger._version
+    if version is None:
+        version = logger._get_next_version() - 1  # -1: no version folder yet
+        if version < 0:
+            return False
+    given, logger._version = logger._version, version
+    if any(Path(logger.log_dir).glob(files)):
+        return True
+    logger._version = given  # another logger's folder (a CSV log's, beside TensorBoard's)
+    return False
+
+
 def continue_csv_logs(loggers: list[Any], resumed_step: int) -> None:
-    """A run resumed at `resumed_step` logs into the folder of its last CSV log (`version_<n>`, the newest under the
-    logger's folder, or the version it names) rather than a new one: `ContinuedCSVWriter`. Rank 0 only, as
-    Lightning's loggers write; nothing where no earlier part logged to CSV."""
+    """A run resumed at `resumed_step` logs into the folder of its last CSV log (`_earlier_log`):
+    `ContinuedCSVWriter`. Rank 0 only, as Lightning's loggers write; nothing where no earlier part logged to CSV."""
     for logger in loggers:
         if not isinstance(logger, CSVLogger) or rank_zero_only.rank != 0 or logger._experiment is not None:
             continue
-        if logger._version is None:
-            newest = logger._get_next_version() - 1  # -1: no version folder yet
-            if newest < 0:
-                continue
-            logger._version = newest
-        if os.path.isfile(os.path.join(logger.log_dir, ExperimentWriter.NAME_METRICS_FILE)):
+        if _earlier_log(logger, ExperimentWriter.NAME_METRICS_FILE):
             logger._experiment = ContinuedCSVWriter(logger.log_dir, resumed_step)
+
+
+class ContinuedTensorBoardLogger(TensorBoardLogger):
+    """A resumed run's `TensorBoardLogger`: it goes on in the version folder of the run's earlier parts, which
+    TensorBoard shows as one run. Lightning's would start a `version_<n+1>` folder beside it, a second run of the
+    steps since the resume. As it opens its event file, once the resume was accepted and the run logs, it removes the
+    events of `resumed_step` on from the folder's earlier files (logged after the checkpoint by a part that was
+    stopped: the resumed run logs those steps again; `drop_events_from`). SummaryWriter's `purge_step` marker would
+    not do: TensorBoard's data server, its default reader, ignores it and drops a tag's points only from a step that
+    tag is logged at again (the evaluation an earlier part ran as it ended, at its checkpoint's step, would stay),
+    and its Python reader takes a run's first marker for the run's start. Lightning logs the hyperparameters (and
+    graph) at step 0 at every fit, validate and test; the earlier parts hold them, and this logs them no more. Until
+    it logs, the folder stays as it was: a resume refused for a changed setting leaves the log whole."""
+
+    def __init__(self, logger: TensorBoardLogger, resumed_step: int) -> None:
+        vars(self).update(vars(logger))  # the logger as configured; it has written nothing yet
+        self.resumed_step = resumed_step
+
+    @property
+    def experiment(self) -> Any:
+        if self._experiment is None:
+            drop_events_from(self.log_dir, self.resumed_step)
+        return super().experiment
+
+    @rank_zero_only
+    def log_hyperparams(self, params: Any, metrics: Any = None, step: int | None = None) -> None:
+        pass  # in the earlier parts' events (and hparams.yaml), at step 0
+
+    @rank_zero_only
+    def log_graph(self, model: Any, input_array: Any = None) -> None:
+        pass  # as log_hyperparams
+
+    @rank_zero_only
+    def save(self) -> None:
+        if self._experiment is not None:  # Lightning saves after logging the hyperparameters: nothing to write
+            super().save()
+
+
+def drop_events_from(folder: str, step: int) -> None:
+    """Rewrite the TensorBoard event files in `folder` without their events of `step` on. An event file is a
+    sequence of records (a length, its checksum, one serialized `Event`, its checksum), kept byte for byte; a record
+    cut short (by a part killed as it wrote) goes, as readers stop there. Each file is replaced whole, so a kill
+    meanwhile leaves it as it was; one left with no event but its header is removed."""
+    from google.protobuf.message import DecodeError
+
+    try:
+        from tensorboard.compat.proto.event_pb2 import Event
+    except ImportError:  # Lightning's TensorBoardLogger writes with tensorboardX where tensorboard is missing
+        from tensorboardX.proto.event_pb2 import Event
+    for path in sorted(Path(folder).glob("*tfevents*")):
+        data, kept, start, logged = path.read_bytes(), bytearray(), 0, False
+        while start + 12 <= len(data):
+            (length,) = struct.unpack_from("<Q", data, start)
+            end = start + 12 + length + 4
+            if end > len(data):
+                break
+            try:
+                event = Event.FromString(data[start + 12:end - 4])
+            except DecodeError:
+                break  # readers stop at a record they cannot read, too
+            if event.step < step:
+                kept += data[start:end]
+                logged |= event.WhichOneof("what") != "file_version"
+            start = end
+        if len(kept) == len(data):
+            continue
+        if not logged:  # nothing left but the file's header
+            path.unlink()
+            continue
+        partial = path.with_name(".litbert-events.partial")  # no "tfevents" in its name: not read meanwhile
+        partial.write_bytes(kept)
+        os.replace(partial, path)
+
+
+def continue_tensorboard_logs(loggers: list[Any], resumed_step: int) -> list[Any]:
+    """The run's loggers, each TensorBoardLogger of Lightning's that logged an earlier part of the run (its event files,
+    `_earlier_log`) replaced by a `ContinuedTensorBoardLogger` of its settings. Rank 0 only, as Lightning's loggers
+    write."""
+    continued = list(loggers)
+    for index, logger in enumerate(loggers):
+        if type(logger) is not TensorBoardLogger or rank_zero_only.rank != 0 or logger._experiment is not None:
+            continue  # (a subclass of the user's keeps its own ways)
+        if _earlier_log(logger, "*tfevents*"):
+            continued[index] = ContinuedTensorBoardLogger(logger, resumed_step)
+    return continued
 
 
 def csv_logs(loggers: list[Any]) -> list[str]:
