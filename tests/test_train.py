@@ -836,19 +836,27 @@ def test_limit_predict_batches_is_a_trainer_setting_like_the_others(env, minilm,
     assert cli.trainer.limit_predict_batches == 0.5
 
 
-def test_a_csv_logger_needs_no_folder_and_the_config_stays_in_the_run_folder(env, minilm, tmp_path):
-    """`--trainer.logger CSVLogger` as docs/training.md gives it: Lightning's CSVLogger requires `save_dir`, which
-    the run folder fills as it does for W&B; and the resolved config is `<default_root_dir>/config.yaml`, where
-    `train.py predict --config <run>/config.yaml` and the run-folder checks look, not the logger's `version_0/`."""
+@pytest.mark.parametrize("logger", ["CSVLogger", "TensorBoardLogger"])
+def test_a_file_logger_needs_no_folder_and_the_config_stays_in_the_run_folder(logger, env, minilm, tmp_path, capsys):
+    """`--trainer.logger CSVLogger` (or TensorBoardLogger) as docs/training.md gives it: Lightning's loggers require
+    `save_dir`, which the run folder fills as it does for W&B; the closing lines name the log; and the resolved
+    config is `<default_root_dir>/config.yaml`, where `train.py predict --config <run>/config.yaml` and the
+    run-folder checks look, not the logger's `version_0/`."""
     rows = tmp_path / "train.csv"
     rows.write_text("text,label\ngood movie,pos\nbad movie,neg\n")
     root = tmp_path / "run"
     cli = run("configs/sentiment/imdb.yaml", root, "--model.pretrained", minilm, "--data.train_files", str(rows),
               "--data.val_files", str(rows), "--data.max_length", "16", "--trainer.max_steps", "1",
-              "--export", "false", "--trainer.logger", "CSVLogger")
-    assert type(cli.trainer.logger).__name__ == "CSVLogger"
-    (log,) = root.rglob("metrics.csv")
-    assert "val/accuracy" in log.read_text()
+              "--export", "false", "--trainer.logger", logger)
+    assert type(cli.trainer.logger).__name__ == logger
+    if logger == "CSVLogger":
+        (log,) = root.rglob("metrics.csv")
+        assert "val/accuracy" in log.read_text()
+        assert f"litbert: CSV log          {log}" in capsys.readouterr().out.splitlines()
+    else:
+        (log,) = {path.parent for path in root.rglob("*tfevents*")}  # the fit's events, and the final evaluation's
+        assert log == root / "version_0"
+        assert f"litbert: TensorBoard log  {log}" in capsys.readouterr().out.splitlines()
     assert [path.relative_to(root) for path in root.rglob("config.yaml")] == [Path("config.yaml")]
     saved = yaml.safe_load((root / "config.yaml").read_text())
     assert saved["trainer"]["logger"]["init_args"]["save_dir"] == str(root)

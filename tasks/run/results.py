@@ -12,7 +12,7 @@ import lightning as L
 
 from encoders.checkpoints import LITBERT_CONFIG
 from tasks.run.checkpoints import LastCheckpoint
-from tasks.run.tracking import WandbLogger, csv_logs
+from tasks.run.tracking import WandbLogger, file_logs
 
 
 def write_metrics(path: Path, metrics: dict[str, float | int]) -> None:
@@ -42,7 +42,8 @@ def print_summary(trainer: L.Trainer, config_path: Path, best: str, export_dir: 
                   predictions: list[Path], metrics_path: Path, pushed: str | None = None,
                   stopped_early: str | None = None) -> None:
     """Rank 0's closing lines: the resolved config, the checkpoints, why training stopped early (where it did), the
-    export and where it was pushed, the predictions, the W&B run, the CSV log and metrics.json. Ends the W&B run."""
+    export and where it was pushed, the predictions, the W&B run, the CSV or TensorBoard log and metrics.json. Ends
+    the W&B run."""
     last = next((c.last_path or (c.path if c.saving and os.path.isfile(c.path) else None)  # a finished run resumed
                  for c in trainer.callbacks if isinstance(c, LastCheckpoint)), None)
     print(f"litbert: resolved config  {config_path}")
@@ -65,8 +66,8 @@ def print_summary(trainer: L.Trainer, config_path: Path, best: str, export_dir: 
         if isinstance(logger, WandbLogger):
             print(f"litbert: W&B run          {logger.describe()}")
             logger.finish()
-    for path in csv_logs(trainer.loggers):  # a resumed run's parts are in one file
-        print(f"litbert: CSV log          {path}")
+    for kind, path in file_logs(trainer.loggers):  # a resumed run's parts are in one file (folder)
+        print(f"litbert: {kind:<17}{path}")
     print(f"litbert: metrics          {metrics_path}")
 
 

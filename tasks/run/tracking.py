@@ -318,9 +318,16 @@ def continue_tensorboard_logs(loggers: list[Any], resumed_step: int) -> list[Any
     return continued
 
 
-def csv_logs(loggers: list[Any]) -> list[str]:
-    """The metrics.csv of each of the run's CSV loggers (one file for all of a resumed run's parts)."""
-    return [logger.experiment.metrics_file_path for logger in loggers if isinstance(logger, CSVLogger)]
+def file_logs(loggers: list[Any]) -> list[tuple[str, str]]:
+    """What each of the run's file loggers wrote, as (kind, path): a CSV logger's metrics.csv, a TensorBoard logger's
+    folder (one for all of a resumed run's parts)."""
+    logs = []
+    for logger in loggers:
+        if isinstance(logger, CSVLogger):
+            logs.append(("CSV log", logger.experiment.metrics_file_path))
+        elif isinstance(logger, TensorBoardLogger):
+            logs.append(("TensorBoard log", logger.log_dir))
+    return logs
 
 
 def finish_tracking(exit_code: int) -> None:
