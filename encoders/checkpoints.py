@@ -88,9 +88,10 @@ class Layout:
     classifier_dropout: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(_BERT_CLASSIFIER_DROPOUT))
     # The sequence classifier's dropout also applies before its pooler (RobertaClassificationHead's).
     dropout_before_pooler: bool = False
-    # Its blocks drop out the attention output before the residual (`EncoderConfig.attention_output_dropout`); a
-    # training setting, loaded with the family but not checked on export: the weights compute the same either way.
-    attention_output_dropout: bool = True
+    # Where its blocks drop out, where not as BERT's do: EncoderConfig's `attention_output_dropout`,
+    # `attention_output_rate` and `feed_forward_dropout`. Training settings, loaded with the family but not checked on
+    # export: the weights compute the same either way.
+    dropout_sites: dict[str, Any] = field(default_factory=dict)
     # How transformers starts the family's new heads where not from N(0, initializer_range): the encoder's config
     # (as built: after a user's settings and a selection of layers) -> the standard deviations of a new head's dense
     # layer (`initializer_range`) and classifier (`classifier_std`), `encoders.heads.new_head_stds`.
@@ -235,7 +236,8 @@ LAYOUTS: dict[str, Layout] = {
         activation_key="activation", activations={"gelu": "gelu", "relu": "relu"}, positions=("learned", "sinusoidal"),
         sinusoidal_key="sinusoidal_pos_embds", token_types=False,
         classifier_dropout={"sequence_classification": ("seq_classif_dropout",), "token_classification": ("dropout",)},
-        attention_output_dropout=False,  # DistilBERT's TransformerBlock drops out its feed-forward output only
+        # DistilBERT's TransformerBlock drops out its feed-forward output only
+        dropout_sites={"attention_output_dropout": False},
     ),
     # ELECTRA's discriminator (Clark et al., 2020) is BERT's encoder under another name; loaded when its embeddings
     # are as wide as its hidden states (no `embeddings_project`). Its classifiers are RoBERTa's with a GELU (its
@@ -250,9 +252,9 @@ LAYOUTS: dict[str, Layout] = {
     ),
     # ModernBERT (Warner et al., 2024): pre-norm, LayerNorms and linear layers without biases, one fused QKV
     # projection, RoPE, GeGLU (the first half of `Wi` goes through the GELU, as litbert's), no norm before the first
-    # layer's attention, sliding-window layers between global ones (their own RoPE base). Its dropouts sit
-    # elsewhere (inside the feed-forward, on the attention output at the attention rate); loaded checkpoints have
-    # them at 0. Its classifiers' head (dense, GELU, norm) is the MLM transform's shape under the same names, so an
+    # layer's attention, sliding-window layers between global ones (their own RoPE base). Its blocks drop out the
+    # attention output at the attention rate and the feed-forward inside, before `Wo` (its mlp_dropout). Its
+    # classifiers' head (dense, GELU, norm) is the MLM transform's shape under the same names, so an
     # MLM checkpoint's transform starts a sequence classifier's pooler and a token classifier's transform, as in
     # transformers.
     "modernbert": Layout(
@@ -286,6 +288,7 @@ LAYOUTS: dict[str, Layout] = {
         required={"norm_bias": False, "attention_bias": False, "mlp_bias": False, "decoder_bias": True,
                   "classifier_activation": "gelu"},
         same_as={"mlp_dropout": "hidden_dropout"}, head_bias_key="classifier_bias",
+        dropout_sites={"attention_output_rate": "attention", "feed_forward_dropout": "inner"},
         classifier_dropout=dict.fromkeys(("sequence_classification", "token_classification"), ("classifier_dropout",)),
         read_keys=_modernbert_keys, write_keys=_modernbert_entries, head_init=_modernbert_head_init,
     ),
@@ -435,7 +438,7 @@ def config_from_transformers(hf: dict[str, Any], source: str) -> EncoderConfig:
             raise ValueError(f"{source}: {key}={hf[key]} differs from {layout.config_keys[name]}={values[name]}; "
                              f"litbert has one {name} for both (its embeddings are as wide as its hidden states, "
                              f"its dropouts one rate).")
-    values.update(layout.fixed, position=layout.positions[0], attention_output_dropout=layout.attention_output_dropout)
+    values.update(layout.fixed, position=layout.positions[0], **layout.dropout_sites)
     if layout.read_keys is not None:
         values.update(layout.read_keys(hf, source))
     if layout.offset_from_pad:

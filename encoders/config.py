@@ -21,6 +21,8 @@ from encoders.positions import POSITIONS
 log = logging.getLogger(__name__)
 
 NormPlacement = Literal["post", "pre"]
+DropoutRate = Literal["hidden", "attention"]  # hidden_dropout or attention_dropout
+FeedForwardDropout = Literal["output", "inner"]
 
 
 def global_every(is_global: Sequence[bool]) -> int | None:
@@ -98,9 +100,14 @@ class EncoderConfig:
     bias: bool = True  # biases on every linear layer and norm
     hidden_dropout: float = 0.1
     attention_dropout: float = 0.1
-    # Each block's attention output is dropped out (at hidden_dropout) before its residual, as BERT's is; DistilBERT's
-    # blocks drop out the feed-forward output only. Training alone differs, not what the weights compute.
+    # Where the blocks drop out; training alone differs, not what the weights compute. Each block's attention output
+    # is dropped out before its residual, as BERT's is; DistilBERT's blocks drop out the feed-forward only.
     attention_output_dropout: bool = True
+    # That dropout's rate: hidden_dropout (BERT's) or attention_dropout (ModernBERT's attention `out_drop`).
+    attention_output_rate: DropoutRate = "hidden"
+    # The feed-forward is dropped out at hidden_dropout on its output, before the residual (BERT's), or on its inner
+    # activations, before the down projection (ModernBERT's mlp_dropout).
+    feed_forward_dropout: FeedForwardDropout = "output"
     initializer_range: float = 0.02
     # New weights start from normals cut off at this many standard deviations (ModernBERT's
     # initializer_cutoff_factor, 2 in its checkpoints); None: from uncut normals (BERT's).
@@ -112,6 +119,8 @@ class EncoderConfig:
         check_choice("EncoderConfig.norm", self.norm, NORMS)
         check_choice("EncoderConfig.activation", self.activation, ACTIVATIONS)
         check_choice("EncoderConfig.norm_placement", self.norm_placement, NormPlacement)
+        check_choice("EncoderConfig.attention_output_rate", self.attention_output_rate, DropoutRate)
+        check_choice("EncoderConfig.feed_forward_dropout", self.feed_forward_dropout, FeedForwardDropout)
         for field_name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
                            "max_position_embeddings"):
             if getattr(self, field_name) <= 0:
@@ -231,5 +240,6 @@ PRESETS: dict[str, dict[str, Any]] = {
                             pad_token_id=50283, position="rope", rope_base=160_000.0, local_rope_base=10_000.0,
                             local_window=64, global_every=3, norm_placement="pre", norm_eps=1e-5,
                             first_attention_norm=False, activation="geglu", bias=False, hidden_dropout=0.0,
-                            attention_dropout=0.0, max_position_embeddings=8192),
+                            attention_dropout=0.0, attention_output_rate="attention", feed_forward_dropout="inner",
+                            max_position_embeddings=8192),
 }

@@ -75,14 +75,17 @@ class FeedForward(nn.Module):
         width = 2 * config.intermediate_size if spec.gated else config.intermediate_size
         self.up = nn.Linear(config.hidden_size, width, bias=config.bias)
         self.activation = spec.function()
+        # ModernBERT's mlp_dropout, on the inner activations (`EncoderConfig.feed_forward_dropout`)
+        inner = config.feed_forward_dropout == "inner"
+        self.dropout = Dropout(config.hidden_dropout) if inner else nn.Identity()
         self.down = nn.Linear(config.intermediate_size, config.hidden_size, bias=config.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.up(x)
         if self.gated:
             gate, value = h.chunk(2, dim=-1)
-            return self.down(self.activation(gate) * value)
-        return self.down(self.activation(h))
+            return self.down(self.dropout(self.activation(gate) * value))
+        return self.down(self.dropout(self.activation(h)))
 
 
 @dataclass(frozen=True)
@@ -158,7 +161,8 @@ class Attention(nn.Module):
 
 
 class Block(nn.Module):
-    """Attention then feed-forward, each wrapped in dropout + residual, normalised after (post) or before (pre)."""
+    """Attention then feed-forward, each wrapped in dropout + residual, normalised after (post) or before (pre); the
+    config says which dropouts (`attention_output_dropout`, `feed_forward_dropout`)."""
 
     def __init__(self, config: EncoderConfig, first: bool = False) -> None:
         super().__init__()
@@ -168,8 +172,10 @@ class Block(nn.Module):
         self.attention_norm = nn.Identity() if skip else build_norm(config)
         self.feed_forward = FeedForward(config)
         self.feed_forward_norm = build_norm(config)
-        self.dropout = Dropout(config.hidden_dropout)
-        self.attention_output_dropout = self.dropout if config.attention_output_dropout else nn.Identity()
+        # (`EncoderConfig.attention_output_dropout`, `attention_output_rate`, `feed_forward_dropout`)
+        self.dropout = Dropout(config.hidden_dropout) if config.feed_forward_dropout == "output" else nn.Identity()
+        rate = config.attention_dropout if config.attention_output_rate == "attention" else config.hidden_dropout
+        self.attention_output_dropout = Dropout(rate) if config.attention_output_dropout else nn.Identity()
 
     def forward(self, x: torch.Tensor, inputs: AttentionInputs,
                 first_only: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -376,8 +376,9 @@ def _loss_scaler(trainer: L.Trainer) -> bool:
 # EncoderConfig fields a resumed run may change: regularisation and initialisation (done before the weights were
 # trained). Every other field, and every head option, changes what the trained weights compute. (Kernel choices are
 # no fields: a run gives its own `Kernels`.)
-RESUMABLE_ENCODER_FIELDS = ("hidden_dropout", "attention_dropout", "attention_output_dropout", "initializer_range",
-                            "initializer_cutoff", "name")
+DROPOUT_FIELDS = ("hidden_dropout", "attention_dropout", "attention_output_dropout", "attention_output_rate",
+                  "feed_forward_dropout")
+RESUMABLE_ENCODER_FIELDS = (*DROPOUT_FIELDS, "initializer_range", "initializer_cutoff", "name")
 # The task settings that choose a head option, for the message when a resume would change one.
 HEAD_SETTINGS = {"pooling": "model.pooling", "pooler_activation": "model.pooler_activation",
                  "num_labels": "the label count (the data's label set)"}
@@ -519,7 +520,7 @@ class EncoderTask(L.LightningModule):
         rate."""
         config = self.encoder.config
         settings = {f"{self.encoder_setting}.{name}": getattr(config, name)
-                    for name in ("hidden_dropout", "attention_dropout", "attention_output_dropout")}
+                    for name in DROPOUT_FIELDS}
         head_dropout = getattr(getattr(self.head, "dropout", None), "p", None)  # a classifier's
         if head_dropout is not None:
             settings["model.classifier_dropout"] = head_dropout

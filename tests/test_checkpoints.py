@@ -79,20 +79,31 @@ def test_base_model_parity(tmp_path, family, base, hidden_act):
     assert max_diff_on_real_tokens(ours, expected, mask) < 1e-5
 
 
-@pytest.mark.parametrize("family", ["bert", "roberta", "distilbert", "electra"])
+@pytest.mark.parametrize("family", ["bert", "roberta", "distilbert", "electra", "modernbert"])
 def test_a_loaded_encoder_drops_out_where_its_familys_transformers_model_does(family, tmp_path, monkeypatch):
     """Fine-tuning with the checkpoint's dropout: with the same masks on both sides, the encoder's training forward
     is transformers' (eager attention), the same tensors dropped in the same order: the embeddings, the attention
     probabilities, then the attention output (not in DistilBERT's blocks, which drop out the feed-forward output
-    only) and the feed-forward output of each layer."""
+    only) and the feed-forward output of each layer. ModernBERT's blocks drop out the attention output at the
+    attention rate (its `out_drop`) and the feed-forward's inner activations (its mlp_dropout, before `Wo`), which
+    the rates and the masks' shapes tell apart from BERT's."""
     from encoders import Kernels, kernels
 
-    base = {"bert": transformers.BertModel, "roberta": transformers.RobertaModel,
-            "distilbert": transformers.DistilBertModel, "electra": transformers.ElectraModel}[family]
-    reference = random_weights(base(hf_config(family, attn_implementation="eager"))).train()
+    if family == "modernbert":  # its checkpoints have every dropout at 0: these are a fine-tune's
+        reference = transformers.ModernBertModel(modernbert_config(
+            attn_implementation="eager", embedding_dropout=0.1, mlp_dropout=0.1, attention_dropout=0.2,
+            layer_types=["full_attention", "sliding_attention", "full_attention"], local_attention=8))
+    else:
+        base = {"bert": transformers.BertModel, "roberta": transformers.RobertaModel,
+                "distilbert": transformers.DistilBertModel, "electra": transformers.ElectraModel}[family]
+        reference = base(hf_config(family, attn_implementation="eager"))
+    reference = random_weights(reference).train()
     reference.save_pretrained(tmp_path)
     encoder = Encoder.from_pretrained(tmp_path, Kernels(unpad_below=0)).train()  # the padded tensors' shapes
-    assert encoder.config.attention_output_dropout is (family != "distilbert")
+    config = encoder.config
+    assert config.attention_output_dropout is (family != "distilbert")
+    assert (config.attention_output_rate, config.feed_forward_dropout) == (
+        ("attention", "inner") if family == "modernbert" else ("hidden", "output"))
     ids, mask, types = inputs("bert" if family == "electra" else family, reference.config.pad_token_id)
     kwargs = {"token_type_ids": types} if types is not None else {}
     ours, theirs = SharedMasks(0), SharedMasks(0)
@@ -103,7 +114,7 @@ def test_a_loaded_encoder_drops_out_where_its_familys_transformers_model_does(fa
         patch.setattr(torch.nn.functional, "dropout", theirs)
         expected = reference(input_ids=ids, attention_mask=mask, **kwargs).last_hidden_state
     per_layer = 2 if family == "distilbert" else 3
-    assert len(ours.shapes) == 1 + per_layer * encoder.config.num_layers and ours.shapes == theirs.shapes
+    assert len(ours.shapes) == 1 + per_layer * config.num_layers and ours.shapes == theirs.shapes
     assert max_diff_on_real_tokens(hidden, expected, mask) < 1e-5
 
 
@@ -286,6 +297,40 @@ def test_a_modernbert_token_classifier_matches_transformers_and_exports_back(tmp
     gelu = TokenClassificationHead(32, 3, transform_activation="gelu")
     with pytest.raises(ValueError, match=r"transform_activation='gelu' \(the Bert token classifier's is None\)"):
         Encoder.from_pretrained(tmp_path / "bert").save_pretrained(tmp_path / "no", head=gelu, format="transformers")
+
+
+@pytest.mark.parametrize(("kind", "pooling"), [("sequence", "cls"), ("sequence", "mean"), ("token", "cls")])
+def test_a_modernbert_classifier_trains_with_transformers_dropout(kind, pooling, tmp_path, monkeypatch):
+    """A fine-tuned ModernBERT classifier at non-zero rates (its embedding, attention and MLP dropouts, and the
+    classifier's after its head's dense, GELU and norm), in training mode with the same masks on both sides: the
+    logits of transformers' `ModernBertFor*Classification` (eager attention, padded rows), in both poolings."""
+    from encoders import Kernels, kernels
+    from encoders.heads import fine_tuning_head
+
+    model = {"sequence": transformers.ModernBertForSequenceClassification,
+             "token": transformers.ModernBertForTokenClassification}[kind]
+    reference = random_weights(model(modernbert_config(
+        num_labels=3, classifier_pooling=pooling, attn_implementation="eager", embedding_dropout=0.1,
+        mlp_dropout=0.1, attention_dropout=0.2, classifier_dropout=0.3))).train()
+    reference.save_pretrained(tmp_path)
+    checkpoint = load_checkpoint(tmp_path)
+    encoder = Encoder.from_pretrained(checkpoint, Kernels(unpad_below=0)).train()
+    head_class = SequenceClassificationHead if kind == "sequence" else TokenClassificationHead
+    head = fine_tuning_head(head_class, checkpoint, encoder.config, 3).train()
+    assert head.dropout.p == 0.3
+    ids, mask, _ = inputs("modernbert", 0)
+    ours, theirs = SharedMasks(0), SharedMasks(0)
+    with monkeypatch.context() as patch:
+        patch.setattr(kernels, "dropout", ours)
+        hidden = encoder(ids, mask)
+        logits = head(hidden, mask) if kind == "sequence" else head(hidden)
+    with monkeypatch.context() as patch:
+        patch.setattr(torch.nn.functional, "dropout", theirs)
+        expected = reference(input_ids=ids, attention_mask=mask).logits
+    assert len(ours.shapes) == 1 + 3 * 3 + 1 and ours.shapes == theirs.shapes
+    if kind == "token":
+        logits, expected = logits[mask.bool()], expected[mask.bool()]
+    torch.testing.assert_close(logits, expected, atol=1e-5, rtol=0)
 
 
 def test_a_classifier_over_a_checkpoint_has_its_familys_pooler(tmp_path):
@@ -605,7 +650,9 @@ def test_a_modernbert_shaped_model_exports_as_transformers_modernbert(tmp_path, 
             ours, expected = (hidden, output.last_hidden_state) if head is None else (head(hidden), output.logits)
             assert max_diff_on_real_tokens(ours, expected, mask) < 1e-5
     reloaded = Encoder.from_pretrained(tmp_path)
-    assert reloaded.config == dataclasses.replace(config, initializer_cutoff=2.0)  # uncut: ModernBERT's default
+    # uncut: ModernBERT's default cut-off; and its dropout sites, where transformers' ModernBERT drops out
+    assert reloaded.config == dataclasses.replace(config, initializer_cutoff=2.0, attention_output_rate="attention",
+                                                  feed_forward_dropout="inner")
     pairs = [(reloaded, encoder)]
     if kind == "mlm":
         pairs.append((MaskedLMHead.from_pretrained(tmp_path, reloaded), head))

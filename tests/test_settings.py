@@ -226,10 +226,12 @@ ENCODER_VALUES = {"preset": "bert-mini", "vocab_size": 40000, "hidden_size": 64,
                   "first_attention_norm": False, "norm_eps": 1e-6, "local_window": 8, "global_every": 2,
                   "local_rope_base": 1000.0,
                   "activation": "relu", "bias": False, "hidden_dropout": 0.2, "attention_dropout": 0.2,
-                  "attention_output_dropout": False, "initializer_range": 0.05, "initializer_cutoff": 1.5}
+                  "attention_output_dropout": False, "attention_output_rate": "attention",
+                  "feed_forward_dropout": "inner", "initializer_range": 0.05, "initializer_cutoff": 1.5}
 SECOND_ENCODER_VALUES = {"preset": "bert-small", "position": "alibi", "norm_placement": "post", "norm": "layernorm",
                          "activation": "gelu", "hidden_dropout": 0.3, "attention_dropout": 0.3, "bias": True,
-                         "attention_output_dropout": True,
+                         "attention_output_dropout": True, "attention_output_rate": "hidden",
+                         "feed_forward_dropout": "output",
                          "num_layers": 3, "hidden_size": 96, "num_heads": 3, "intermediate_size": 384}
 CHOICES = {"pooling": "mean", "pooler_activation": "relu", "schedule": "cosine", "optimizer": "adam",
            "truncation": {"longest_first": "error", "head": "tail", "head+tail": "head"},
