@@ -1,7 +1,8 @@
 """Equal hyper-parameters give equal training from every family litbert fine-tunes: the shipped RTE config (a pair
 task) from a BERT, RoBERTa, DistilBERT, ELECTRA or ModernBERT checkpoint folder, its tokenizer beside it, trains as
 transformers' `Trainer` trains `AutoModelForSequenceClassification` of that folder: the same logits before the first
-step, the same loss at every step."""
+step, the same loss at every step. And each family's classifier, regressor and token classifier takes transformers'
+AdamW step."""
 
 from __future__ import annotations
 
@@ -138,3 +139,101 @@ def test_the_shipped_rte_config_trains_each_family_as_the_trainer_does(family, s
     classifier = model.get_submodule(HEADS[family]["classifier"]).weight.detach()
     assert (cli.model.head.classifier.weight.detach() - head["classifier.weight"]).abs().max() > 1e-6
     torch.testing.assert_close(cli.model.head.classifier.weight.detach(), classifier, rtol=1e-5, atol=1e-6)
+
+
+# Where each family's token classifier keeps litbert's head: its classifier (a ModernBERT's transform before it).
+TOKEN_HEADS = {"modernbert": {"transform.0": "head.dense", "transform.2": "head.norm", "classifier": "classifier"}}
+TASKS = {"classification": 3, "regression": 1, "tokens": 4}  # labels of each
+
+
+def bare_checkpoint(family, folder):
+    """A small random pretraining model of `family` with every dropout at 0, saved into `folder` (no tokenizer)."""
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    off = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    model = {
+        "bert": lambda: transformers.BertModel(transformers.BertConfig(vocab_size=99, **SIZES, **off)),
+        "roberta": lambda: transformers.RobertaForMaskedLM(transformers.RobertaConfig(
+            vocab_size=99, max_position_embeddings=40, type_vocab_size=1, **SIZES, **off)),
+        "distilbert": lambda: transformers.DistilBertForMaskedLM(transformers.DistilBertConfig(
+            vocab_size=99, dim=32, n_layers=2, n_heads=4, hidden_dim=64, dropout=0.0, attention_dropout=0.0,
+            seq_classif_dropout=0.0)),
+        "electra": lambda: transformers.ElectraForPreTraining(transformers.ElectraConfig(
+            vocab_size=99, embedding_size=32, **SIZES, **off)),
+        "modernbert": lambda: transformers.ModernBertForMaskedLM(transformers.ModernBertConfig(
+            vocab_size=99, pad_token_id=0, global_attn_every_n_layers=2, local_attention=8, **SIZES)),
+    }[family]()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.02)
+    model.save_pretrained(folder)
+    return model.config.pad_token_id
+
+
+@pytest.mark.parametrize("task", list(TASKS))
+@pytest.mark.parametrize("family", list(HEADS))
+def test_one_adamw_step_of_each_family_and_head_is_transformers(family, task, tmp_path):
+    """Without dropout, from the same weights and on one right-padded batch, a litbert classifier's training step
+    (its loss; then AdamW at the `Trainer`'s settings over litbert's parameter groups) is transformers'
+    `AutoModelFor*` one: the same loss (cross-entropy; MSE for one label, as STS-B's regression; the mean over the
+    labelled tokens, -100 and padding left out), the same weights after the step (compared in the export's names)."""
+    import torch
+    import transformers
+    from safetensors.torch import load_file
+
+    from tasks.base import Optimization, parameter_groups
+    from tasks.classification import SequenceClassification, TokenClassification
+
+    pad = bare_checkpoint(family, tmp_path / "checkpoint")
+    labels, optimization = TASKS[task], Optimization(learning_rate=1e-3, weight_decay=0.01, eps=1e-8)
+    if task == "tokens":
+        ours = TokenClassification(label_names=[f"T{i}" for i in range(labels)],
+                                   pretrained=str(tmp_path / "checkpoint"), optimization=optimization)
+        model = transformers.AutoModelForTokenClassification
+        heads = TOKEN_HEADS.get(family, {"classifier": "classifier"})
+    else:
+        ours = SequenceClassification(num_labels=labels, metrics=("pearson",) if labels == 1 else ("accuracy",),
+                                      pretrained=str(tmp_path / "checkpoint"), optimization=optimization)
+        model, heads = transformers.AutoModelForSequenceClassification, HEADS[family]
+    theirs = model.from_pretrained(tmp_path / "checkpoint", num_labels=labels, attn_implementation="eager",
+                                   dtype=torch.float32)
+    head = ours.head.state_dict()
+    with torch.no_grad():
+        for mine, name in heads.items():
+            for parameter_name, parameter in theirs.get_submodule(name).named_parameters():
+                parameter.copy_(head[f"{mine}.{parameter_name}"])
+    generator = torch.Generator().manual_seed(1)
+    mask = (torch.arange(12) < torch.tensor([12, 9, 5, 11])[:, None]).long()
+    batch = {"input_ids": torch.randint(5, 99, (4, 12), generator=generator).masked_fill(mask == 0, pad),
+             "attention_mask": mask}
+    if family in ("bert", "electra"):
+        batch["token_type_ids"] = (torch.arange(12) >= 4).long() * mask
+    if task == "tokens":
+        batch["labels"] = torch.randint(0, labels, (4, 12), generator=generator).masked_fill(mask == 0, -100)
+        batch["labels"][:, 0] = batch["labels"][1, 3] = -100  # [CLS] and a continuation sub-token
+    else:
+        batch["labels"] = torch.rand(4, generator=generator) * 5 if labels == 1 else torch.randint(0, labels, (4,))
+    ours.log_training = lambda *args, **kwargs: None  # no Trainer to log to
+    ours.train(), theirs.train()
+    loss = ours.training_step(batch, 0)
+    expected = theirs(**batch).loss
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-6, abs=1e-6)
+    decayed = set(transformers.Trainer.get_decay_parameter_names(None, theirs))
+    steps = [torch.optim.AdamW(parameter_groups(ours, 0.01), lr=1e-3, eps=1e-8),
+             torch.optim.AdamW([{"params": [p for n, p in theirs.named_parameters() if n in decayed],
+                                 "weight_decay": 0.01},
+                                {"params": [p for n, p in theirs.named_parameters() if n not in decayed],
+                                 "weight_decay": 0.0}], lr=1e-3, eps=1e-8)]
+    loss.backward(), expected.backward()
+    for optimizer in steps:
+        optimizer.step()
+    ours.encoder.save_pretrained(tmp_path / "export", head=ours.head, format="transformers")
+    state, exported = theirs.state_dict(), load_file(tmp_path / "export" / "model.safetensors")
+    # An ELECTRA without its GELU pooler exports as the BERT it then is: the same weights under BERT's prefix.
+    exported = {(f"{theirs.base_model_prefix}.{k.split('.', 1)[1]}" if k.startswith("bert.") else k): v
+                for k, v in exported.items()}
+    assert exported.keys() <= state.keys() and len(exported) >= len(list(theirs.parameters()))
+    # (AdamW's first step moves each weight by about the learning rate, 1e-3)
+    assert max((state[name] - value).abs().max().item() for name, value in exported.items()) < 1e-5
