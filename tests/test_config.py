@@ -57,6 +57,8 @@ def test_overrides():
         (dict(activation="tanh"), "activation='tanh' is not known; choose one of ['geglu', 'gelu'"),
         (dict(norm_placement="sandwich"), "norm_placement='sandwich' is not known; choose one of ['post', 'pre']"),
         (dict(hidden_dropout=1.5), "hidden_dropout=1.5 must lie in [0, 1)"),
+        (dict(feed_forward_dropout="input"), "feed_forward_dropout='input' is not known; choose one of ['inner', "),
+        (dict(attention_output_rate=0.1), "attention_output_rate=0.1 is not known; choose one of ['attention', "),
         (dict(num_layers=0), "num_layers=0 must be positive"),
         (dict(pad_token_id=40000), "pad_token_id=40000 must lie in [0, vocab_size)"),
     ],
