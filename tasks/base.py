@@ -158,13 +158,21 @@ class Optimization:
         length = 0.2 if self.decay is None else self.decay
         if not math.isfinite(total):
             fix = "or set trainer.max_steps (or max_epochs)"
+            if max_time is None:  # max_epochs and max_steps -1: a run that trains until it is stopped
+                bound, fix = ("nothing bounds this run (trainer.max_epochs and trainer.max_steps are -1, and "
+                              "trainer.max_time is unset: it trains until stopped)",
+                              "or set trainer.max_steps, max_epochs or max_time")
+                if self.schedule != "constant":
+                    raise ValueError(f"model.optimization.schedule={self.schedule!r} decays towards the run's end, "
+                                     f"but {bound}. Use schedule: constant, {fix}.")
+            else:
+                bound = "only trainer.max_time bounds this run"
             if self.schedule in ("linear", "cosine"):
                 raise ValueError(f"model.optimization.schedule={self.schedule!r} decays over the run's steps, but "
-                                 f"only trainer.max_time bounds this run. Use schedule: wsd (its decay ends with "
-                                 f"max_time) or constant, {fix}.")
+                                 f"{bound}. Use schedule: wsd (its decay ends with max_time) or constant, {fix}.")
             if 0 < self.warmup < 1:
                 raise ValueError(f"model.optimization.warmup={self.warmup:g} is a fraction of the run's steps, but "
-                                 f"only trainer.max_time bounds this run: give the warmup in steps (e.g. 500), {fix}.")
+                                 f"{bound}: give the warmup in steps (e.g. 500), {fix}.")
             if length >= 1:
                 raise ValueError(f"model.optimization.decay={length:g} steps cannot be placed at the end of a run "
                                  f"that only trainer.max_time bounds: give it as a fraction of max_time (e.g. 0.2), "

@@ -214,6 +214,20 @@ def test_a_run_bounded_by_time_alone_refuses_what_needs_its_step_count():
     assert Optimization(schedule="wsd", warmup=10, decay=50).schedule_lengths(1000, 600.0) == (1000, 10, 50, 30.0)
 
 
+
+def test_a_run_nothing_bounds_refuses_a_decay_and_says_so():
+    """trainer.max_epochs and max_steps -1 without max_time: the run trains until stopped, so no decay can end
+    with it. `wsd`, whose decay would follow max_time, held the peak for ever with its decay dropped unsaid; and
+    every refusal said max_time bounded the run."""
+    for settings in ({"schedule": "wsd", "warmup": 10}, {"schedule": "linear"}, {"schedule": "cosine"}):
+        with pytest.raises(ValueError, match=r"decays towards the run's end, but nothing bounds this run.*"
+                                             r"Use schedule: constant"):
+            Optimization(**settings).schedule_lengths(math.inf, None)
+    with pytest.raises(ValueError, match=r"warmup=0.06 is a fraction of the run's steps, but nothing bounds"):
+        Optimization(schedule="constant").schedule_lengths(math.inf, None)
+    assert Optimization(schedule="constant", warmup=10).schedule_lengths(math.inf, None) == (math.inf, 10, 0, None)
+
+
 class FakeClock(L.Callback):
     """Lightning's Timer reads this clock, which moves one second per training batch and stands still otherwise."""
 
