@@ -104,7 +104,27 @@ def optimizer_arguments(optimization: Optimization) -> tuple[type[torch.optim.Op
             known = [p for p in accepted if p not in FILLED and p not in arguments]
             raise ValueError(f"model.optimization.optimizer_args.{key}: {cls.__module__}.{cls.__qualname__} takes no "
                              f"such argument; it takes {', '.join(known)}.")
+    check_values(cls, arguments, extra)
     return cls, {**arguments, **extra}
+
+
+def check_values(cls: type[torch.optim.Optimizer], arguments: dict[str, Any], extra: dict[str, Any]) -> None:
+    """The optimizer's own checks of its arguments' values (a beta of 1.5, a negative eps or momentum), made on a
+    stand-in parameter before any data is read, and refused under the settings they come from: torch's message
+    names its argument, not litbert's setting, and came only once the data was tokenised."""
+    try:
+        cls([nn.Parameter(torch.zeros(1))], **arguments, **extra)
+    except (ValueError, TypeError) as error:
+        given = {"model.optimization.learning_rate": ("lr", "learning rate", arguments["lr"])}
+        given |= {f"model.optimization.{name}": (name, "beta" if name == "betas" else name, arguments[name])
+                  for name in ("betas", "eps") if name in arguments}
+        given |= {f"model.optimization.optimizer_args.{key}": (key, key, value) for key, value in extra.items()}
+        said = str(error).lower()
+        named = [setting for setting, (argument, word, _) in given.items() if argument in said or word in said]
+        settings = ", ".join(f"{setting}={given[setting][2]!r}" for setting in named or given)
+        pronoun = "it" if len(named) == 1 else "them"
+        raise ValueError(f"{settings}: {cls.__module__}.{cls.__qualname__} refuses {pronoun} ({error}); give a value "
+                         f"it takes.") from None
 
 
 def fusable(cls: type[torch.optim.Optimizer], arguments: dict[str, Any]) -> bool:

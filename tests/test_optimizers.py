@@ -87,6 +87,19 @@ def test_bad_lengths_and_rates_are_refused_by_name_and_value():
     assert Optimization(warmup=0.06).warmup_steps(100) == 6
 
 
+@pytest.mark.parametrize("settings, refused", [
+    ({"betas": (1.5, 0.999)}, r"^model.optimization.betas=\(1.5, 0.999\): torch.optim.adamw.AdamW refuses it \(Invalid "
+                              r"beta parameter at index 0: 1.5\)"),
+    ({"optimizer": "adam", "eps": -1.0}, r"^model.optimization.eps=-1.0: torch.optim.adam.Adam refuses it"),
+    ({"optimizer": "torch.optim.SGD", "optimizer_args": {"momentum": -1}},
+     r"^model.optimization.optimizer_args.momentum=-1: torch.optim.sgd.SGD refuses it \(Invalid momentum value")])
+def test_a_value_the_optimizer_refuses_is_refused_by_its_setting_when_configured(settings, refused):
+    """torch's own checks of the values, at construction of the settings: they came when the optimizer was built,
+    after the data was tokenised, naming torch's argument ('Invalid beta parameter') and not the setting."""
+    with pytest.raises(ValueError, match=refused):
+        Optimization(**settings)
+
+
 def test_a_bad_optimizer_or_argument_is_refused_with_the_choices():
     with pytest.raises(ValueError, match=r"optimizer='adamx' is no optimizer litbert knows; give one of adamw, adam, "
                                          r"adafactor, or the class path of a torch.optim.Optimizer"):
