@@ -36,6 +36,14 @@ def _given(**settings) -> dict:
     return {name: value for name, value in settings.items() if value is not None}
 
 
+def _check_classifier_dropout(rate: float | None) -> None:
+    """A rate as the encoder's dropouts take it: 1 would zero the classifier's every input in training, so that it
+    learned its bias alone (the dropout module takes it, and refused a rate above 1 without naming the setting)."""
+    if rate is not None and not 0.0 <= rate < 1.0:
+        raise ValueError(f"model.classifier_dropout={rate} must lie in [0, 1) (0.1 is usual); unset, the pretrained "
+                         f"checkpoint's rate.")
+
+
 class SequenceClassification(EncoderTask):
     def __init__(
         self,
@@ -99,6 +107,7 @@ class SequenceClassification(EncoderTask):
         """
         super().__init__(optimization)
         self.save_hyperparameters()
+        _check_classifier_dropout(classifier_dropout)
         if teacher is None and (alpha_kd is not None or temperature is not None):
             raise ValueError("model.alpha_kd and model.temperature weigh and soften a teacher's logits, "
                              "but model.teacher is not set; set the teacher (a fine-tuned classifier folder) or remove "
@@ -280,6 +289,7 @@ class TokenClassification(EncoderTask):
         """
         super().__init__(optimization)
         self.save_hyperparameters()
+        _check_classifier_dropout(classifier_dropout)
         self.label_names = list(label_names)
         checkpoint = read_pretrained(pretrained, pretrained_layers)
         self.encoder = build_encoder(encoder, checkpoint, vocab_size, pad_token_id, kernels)

@@ -472,6 +472,18 @@ def test_a_tag_set_without_chunks_is_scored_by_accuracy():
         ("val/f1", "max")
 
 
+
+@pytest.mark.parametrize("rate", [-0.1, 1.0, 2.0])
+def test_a_classifier_dropout_out_of_range_is_refused_by_its_setting(rate):
+    """1 zeroed the classifier's every input in training (it learned its bias alone) without a word; above 1 and
+    below 0 the dropout module refused it without naming model.classifier_dropout."""
+    for task in (lambda: SequenceClassification(num_labels=2, encoder=TINY, vocab_size=64, classifier_dropout=rate),
+                 lambda: TokenClassification(label_names=["O", "B-PER", "I-PER"], encoder=TINY, vocab_size=64,
+                                             classifier_dropout=rate)):
+        with pytest.raises(ValueError, match=rf"^model.classifier_dropout={rate} must lie in \[0, 1\)"):
+            task()
+    assert SequenceClassification(num_labels=2, encoder=TINY, vocab_size=64, classifier_dropout=0.0).head.dropout.p == 0
+
 def test_token_classification_learns():
     torch.manual_seed(0)
     labels = ["O", "B-PER", "I-PER"]
