@@ -497,6 +497,31 @@ def test_an_unknown_setting_is_named_with_the_closest_ones(argument, said, share
     assert capsys.readouterr().err.splitlines()[-2:] == ["litbert: error in the configuration:", said]
 
 
+
+@pytest.mark.parametrize("print_config", [False, True])
+def test_an_unknown_key_of_a_config_file_is_named_with_its_file_line_and_the_closest_settings(
+        print_config, shared_data, tmp_path, monkeypatch, capsys):
+    """A key of a section without a class (trainer, checkpoint, the top level) was refused as jsonargparse says it,
+    "Group 'trainer' does not accept option 'max_stepz'": no file, no line, no setting it may mean."""
+    monkeypatch.setenv("LITBERT_DATA", str(shared_data))
+    rte, run, base = Path("configs/glue/rte.yaml").resolve(), tmp_path / "run.yaml", tmp_path / "base.yaml"
+    base.write_text(f"base: {rte}\ncheckpoint:\n  every_n_step: 5\n")
+    for text, said in (
+            (f"base: {rte}\ntrainer:\n  max_epochs: 1\n  max_stepz: 3\n",
+             f"trainer.max_stepz ({run}, line 4): the trainer section has no setting 'max_stepz'. Did you mean "
+             f"trainer.max_steps or trainer.max_time? `python train.py --help` lists the settings."),
+            (f"base: {rte}\nexprot: false\n",
+             f"exprot ({run}, line 2): a config's top level has no setting 'exprot'. Did you mean export or "
+             f"export_dir? `python train.py --help` lists the settings."),
+            ("base: base.yaml\n",  # in the file it extends
+             f"checkpoint.every_n_step ({base}, line 3): the checkpoint section has no setting 'every_n_step'. Did "
+             f"you mean checkpoint.every_n_steps or checkpoint.every_n_minutes? `python train.py --help` lists the "
+             f"settings.")):
+        run.write_text(text)
+        args = ["--config", str(run), "--model.pretrained", MINILM] + (["--print_config"] if print_config else [])
+        assert train.cli_main(args) == 2
+        assert capsys.readouterr().err.splitlines()[-2:] == ["litbert: error in the configuration:", said]
+
 def test_an_unknown_setting_of_a_class_without_settings_or_out_of_reach_is_said_as_such():
     """A class that takes no settings (`--trainer.callbacks.patience` before any callback class is given names
     lightning.Callback) was said to have settings that 'are unknown', as was one that cannot be imported."""

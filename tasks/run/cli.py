@@ -52,7 +52,7 @@ from tasks.run.checkpoints import (
 )
 from tasks.run.configs import expand
 from tasks.run.early_stopping import EarlyStopping
-from tasks.run.errors import unrecognized_hint
+from tasks.run.errors import unaccepted_setting, unrecognized_hint
 from tasks.run.export import ExportFormat
 from tasks.run.folders import check_run_folder, export_path, run_root
 from tasks.run.fsdp import check_strategy, register
@@ -112,16 +112,20 @@ class LitbertCLI(LightningCLI):
         # for this (a private keyword); the errors are raised as its `parse_args` raises them.
         try:
             self.config = parser.parse_args(args, _skip_validation=True)
-        except ArgumentError as error:  # an option of no group's class (`--trainer.acumulate_grad_batches`)
-            hint = unrecognized_hint(str(error), list(parser._option_string_actions))
-            if not hint:
+        except ArgumentError as error:  # an option of no group's class (`--trainer.acumulate_grad_batches`), or
+            # (`--print_config` validates while parsing) a config key of none (`trainer: {max_stepz: 3}`)
+            options = list(parser._option_string_actions)
+            said = unaccepted_setting(str(error), options, self.args)
+            hint = unrecognized_hint(str(error), options)
+            if not (said or hint):
                 raise
-            raise ArgumentError(None, f"{error}{hint}") from None
+            raise ArgumentError(None, said or f"{error}{hint}") from None
         default_logger_folders(self.config.trainer.logger, run_root(self.config))
         try:
             parser.validate(self.config)
-        except (TypeError, KeyError) as error:
-            parser.error(str(error), error)
+        except (TypeError, KeyError) as error:  # a config key of no group's class, named with its file and line
+            said = unaccepted_setting(str(error), list(parser._option_string_actions), self.args)
+            parser.error(said or str(error), error)
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument("--ckpt_path", type=str | None, default=None,

@@ -99,6 +99,32 @@ def read_config(path: Path) -> dict:
     return content
 
 
+def config_files(args: Sequence[str]) -> list[Path]:
+    """The config files the command line reads (`--config F`, `--config=F`, bases included once `expand`ed), in
+    order; inline configs are not files."""
+    values = [arg.removeprefix("--config=") for arg in args if arg.startswith("--config=")]
+    values += [value for flag, value in zip(args, args[1:], strict=False) if flag == "--config"]
+    return [Path(value) for value in values if Path(value).is_file()]
+
+
+def key_line(path: Path, keys: Sequence[str]) -> int | None:
+    """The line of `path` (1-based) on which the setting at `keys` (`["trainer", "max_steps"]`) is given, or None
+    where the file does not give it."""
+    try:
+        node = yaml.compose(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    line = None
+    for key in keys:
+        if not isinstance(node, yaml.MappingNode):
+            return None
+        found = next(((k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == key), None)
+        if found is None:
+            return None
+        line, node = found[0].start_mark.line + 1, found[1]
+    return line
+
+
 def _bases(path: Path, chain: list[Path]) -> list[str]:
     """The files `path` extends, in the order they apply: each `base` (one path or a list, relative to `path`)
     preceded by its own bases."""

@@ -235,6 +235,34 @@ def unrecognized_hint(message: str, options: Sequence[str]) -> str:
     return f"; did you mean {' or '.join(closest)}?" if closest else ""
 
 
+def unaccepted_setting(message: str, options: Sequence[str], args: Sequence[str]) -> str | None:
+    """jsonargparse's refusal of a key under a section without a class (`Group 'trainer' does not accept option
+    'max_stepz'`, `Option 'foo' is not accepted` at the top), as a config file or an inline value gives it: the
+    setting by its full name, the config files and lines that give it, and the settings of `options` closest to it.
+    None for another message."""
+    from tasks.run.configs import config_files, key_line  # here: the command line imports what every run needs
+
+    # (The same words inside a longer report are a class's, which `condense_parse_error` names.)
+    if match := re.fullmatch(r"Group '([\w.]+)' does not accept option '(\w+)'", message.strip()):
+        group, key = match.groups()
+    elif match := re.fullmatch(r"Option '(\w+)' is not accepted", message.strip()):
+        group, key = "", match.group(1)
+    else:
+        return None
+    setting = f"{group}.{key}" if group else key
+    given = [f"{path}, line {line}" for path in config_files(args)
+             if (line := key_line(path, setting.split("."))) is not None]
+    where = f" ({'; '.join(given)})" if given else ""
+    prefix = f"--{group}." if group else "--"
+    near = [option for option in options if option.startswith(prefix) and not option.endswith(".help")
+            and (group or "." not in option)]
+    closest = [option[2:] for option in difflib.get_close_matches(f"{prefix}{key}", near, n=2)]
+    hint = f" Did you mean {' or '.join(closest)}?" if closest else ""
+    section = f"the {group} section" if group else "a config's top level"
+    return (f"{setting}{where}: {section} has no setting {key!r}.{hint} `python train.py --help` lists the "
+            f"settings.")
+
+
 def _after_training_resume(error: BaseException, to: str) -> str:
     """How a run stopped after training gets its results: resumed from the checkpoint of its final training state
     (`train.run` sets `error.checkpoint`), or, where checkpointing was off and there is none, run again."""
