@@ -20,6 +20,7 @@ import lightning as L
 import pytest
 import torch
 import yaml
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from runs import REPO, series, wandb_history
 
 import train
@@ -28,6 +29,7 @@ from tasks.base import EncoderSpec, validation_prefixes
 from tasks.classification import SequenceClassification
 from tasks.run.cli import LitbertCLI, make_cli
 from tasks.run.configs import read_config, with_bases
+from tasks.run.errors import lightning_refusal
 from tasks.run.tracking import run_name
 
 # The runnable configs. A file other configs extend (`base:`) is the part they share (glue/base.yaml, distill/kd.yaml,
@@ -819,13 +821,27 @@ def test_trainer_settings_lightning_takes_as_given_are_checked(env, minilm, tmp_
                   "--trainer.default_root_dir", str(tmp_path / "run"), f"--trainer.{setting}={value}"])
 
 
-def test_a_trainer_setting_the_machine_cannot_take_is_a_configuration_error(env, minilm, tmp_path, capsys):
-    """Lightning's MisconfigurationException is the user's to fix: its message and exit status 2, no traceback."""
+@pytest.mark.parametrize(("setting", "value", "said"), [
+    ("devices", "0", "Lightning refused trainer.accelerator, trainer.devices: `Trainer(devices='0')` value is not a "
+                     "valid input using cpu accelerator."),
+    # These were said to be refusals of "the trainer settings (trainer.accelerator, devices, strategy, ...)".
+    ("val_check_interval", "1.5", "Lightning refused trainer.val_check_interval: You have passed invalid value 1.5 "
+                                  "for val_check_interval"),
+    ("gradient_clip_algorithm", "foo", "Lightning refused trainer.gradient_clip_algorithm: `gradient_clip_algorithm` "
+                                       "foo is invalid"),
+])
+def test_a_trainer_setting_lightning_refuses_is_a_configuration_error_by_its_name(env, minilm, tmp_path, capsys,
+                                                                                   setting, value, said):
+    """Lightning's MisconfigurationException is the user's to fix: its message under the setting it names, exit
+    status 2, no traceback; the settings that choose the machine where it names none."""
     status = train.cli_main(["--config", "configs/glue/rte.yaml", "--model.pretrained", minilm, "--trainer.logger",
-                             "false", "--trainer.default_root_dir", str(tmp_path / "run"), "--trainer.devices", "0"])
+                             "false", "--trainer.default_root_dir", str(tmp_path / "run"), f"--trainer.{setting}",
+                             value])
     last = capsys.readouterr().err.strip().splitlines()[-1]
-    assert status == 2 and last.startswith("Lightning refused the trainer settings (trainer.accelerator, devices, "
-                                           "strategy, ...): `Trainer(devices='0')` value is not a valid input")
+    assert status == 2 and last.startswith(said)
+    assert lightning_refusal(MisconfigurationException("No supported gpu backend found!")) == (
+        "Lightning refused the trainer settings (trainer.accelerator, devices, strategy, ...): No supported gpu "
+        "backend found!")
 
 
 def test_limit_predict_batches_is_a_trainer_setting_like_the_others(env, minilm, tmp_path):

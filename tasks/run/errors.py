@@ -17,6 +17,7 @@ import argparse
 import difflib
 import errno
 import importlib
+import inspect
 import os
 import re
 import shlex
@@ -112,12 +113,23 @@ def exit_status(error: BaseException, args: Sequence[str] | None) -> int | None:
     if not (isinstance(own, USER_ERRORS) or storage or lacking) or os.environ.get("LITBERT_TRACEBACK"):
         return None
     finish_tracking(2)
-    # Lightning's own refusals name the value but not always the setting (`No supported gpu backend found!`).
-    said = f"Lightning refused the trainer settings (trainer.accelerator, devices, strategy, ...): {own}" \
-        if isinstance(own, MisconfigurationException) else own
+    said = lightning_refusal(own) if isinstance(own, MisconfigurationException) else own
     print(f"litbert: error{_origin(own)}; LITBERT_TRACEBACK=1 shows the traceback:\n{said}", file=sys.stderr,
           flush=True)
     return 2
+
+
+def lightning_refusal(error: MisconfigurationException) -> str:
+    """Lightning's refusal of a trainer setting, under the settings it names (`val_check_interval`), or where it
+    names none (`No supported gpu backend found!`), under those that choose the machine."""
+    import lightning as L  # here: only a refused run needs the Trainer's signature
+
+    said = str(error)
+    named = [name for name in inspect.signature(L.Trainer.__init__).parameters
+             if name != "self" and re.search(rf"(?<![\w.]){name}(?!\w)", said)]
+    settings = ", ".join(f"trainer.{name}" for name in named) or "the trainer settings (trainer.accelerator, " \
+                                                                 "devices, strategy, ...)"
+    return f"Lightning refused {settings}: {said}"
 
 
 def causes(error: BaseException) -> list[BaseException]:
