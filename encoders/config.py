@@ -160,9 +160,9 @@ class EncoderConfig:
         for field_name in ("hidden_dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, field_name) < 1.0:
                 raise ValueError(f"EncoderConfig.{field_name}={getattr(self, field_name)} must lie in [0, 1).")
-        if self.norm_eps <= 0 or self.rope_base <= 1 or self.sinusoidal_scale <= 0 or self.embedding_scale <= 0:
-            raise ValueError("EncoderConfig.norm_eps, sinusoidal_scale and embedding_scale must be > 0 and rope_base "
-                             "> 1.")
+        for field_name, least in (("norm_eps", 0), ("sinusoidal_scale", 0), ("embedding_scale", 0), ("rope_base", 1)):
+            if getattr(self, field_name) <= least:
+                raise ValueError(f"EncoderConfig.{field_name}={getattr(self, field_name)} must be > {least}.")
         if self.initializer_cutoff is not None and self.initializer_cutoff <= 0:
             raise ValueError(f"EncoderConfig.initializer_cutoff={self.initializer_cutoff} must be > 0 (standard "
                              f"deviations), or None for normals not cut off.")

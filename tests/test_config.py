@@ -61,6 +61,10 @@ def test_overrides():
         (dict(attention_output_rate=0.1), "attention_output_rate=0.1 is not known; choose one of ['attention', "),
         (dict(num_layers=0), "num_layers=0 must be positive"),
         (dict(pad_token_id=40000), "pad_token_id=40000 must lie in [0, vocab_size)"),
+        # All four were refused in one sentence, without the one given or its value.
+        (dict(norm_eps=-1.0), "EncoderConfig.norm_eps=-1.0 must be > 0."),
+        (dict(rope_base=1.0), "EncoderConfig.rope_base=1.0 must be > 1."),
+        (dict(embedding_scale=0.0), "EncoderConfig.embedding_scale=0.0 must be > 0."),
     ],
 )
 def test_validation_names_the_field(overrides, message):
