@@ -810,6 +810,9 @@ def test_a_pretrained_folder_that_holds_no_model_is_named_by_its_setting(env, tm
     ("check_val_every_n_epoch", "0", r"trainer.check_val_every_n_epoch=0 must be >= 1 \(1: every epoch\), or null"),
     ("check_val_every_n_epoch", "-1", r"trainer.check_val_every_n_epoch=-1 must be >= 1"),
     ("log_every_n_steps", "-1", r"trainer.log_every_n_steps=-1 must be >= 0"),
+    # Lightning refused it beside litbert's logger, then its logging interval, then the checkpointing litbert needs.
+    ("barebones", "true", r"trainer.barebones=true turns off the checkpoints, callbacks and logging a litbert run "
+                          r"keeps its results with .*; remove it"),
 ])
 def test_trainer_settings_lightning_takes_as_given_are_checked(env, minilm, tmp_path, setting, value, message):
     """A negative clip bound reversed or ignored the gradients' clipping; no accumulation, a validation interval of 0

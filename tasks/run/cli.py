@@ -313,6 +313,14 @@ class LitbertCLI(LightningCLI):
         if isinstance(every_epochs, int) and every_epochs < 1:
             raise ValueError(f"trainer.check_val_every_n_epoch={every_epochs} must be >= 1 (1: every epoch), or null "
                              f"to validate every trainer.val_check_interval batches across epochs.")
+        if trainer_config.get("barebones"):
+            # Lightning refuses it beside any logger, callback, checkpointing or logging interval, and litbert's run
+            # needs checkpointing on (its last.ckpt and signal handling): no way through, one refusal at a time.
+            raise ValueError("trainer.barebones=true turns off the checkpoints, callbacks and logging a litbert run "
+                             "keeps its results with (the best checkpoint, last.ckpt, metrics.json, the resume "
+                             "after a signal); remove it. To measure speed, run with trainer.logger false and read "
+                             "train/tokens_per_sec from the progress bar; to check the code path, trainer.fast_dev_run "
+                             "true.")
         log_every = trainer_config.get("log_every_n_steps")
         if isinstance(log_every, int) and log_every < 0:
             raise ValueError(f"trainer.log_every_n_steps={log_every} must be >= 0 (0 logs no training step).")
