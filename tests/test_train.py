@@ -832,6 +832,8 @@ def test_trainer_settings_lightning_takes_as_given_are_checked(env, minilm, tmp_
                                   "for val_check_interval"),
     ("gradient_clip_algorithm", "foo", "Lightning refused trainer.gradient_clip_algorithm: `gradient_clip_algorithm` "
                                        "foo is invalid"),
+    ("max_time", "10 minutes", "Lightning refused trainer.max_time: `Timer(duration='10 minutes')` is not a valid "
+                               "duration"),
 ])
 def test_a_trainer_setting_lightning_refuses_is_a_configuration_error_by_its_name(env, minilm, tmp_path, capsys,
                                                                                    setting, value, said):

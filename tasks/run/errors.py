@@ -127,6 +127,7 @@ def lightning_refusal(error: MisconfigurationException) -> str:
     said = str(error)
     named = [name for name in inspect.signature(L.Trainer.__init__).parameters
              if name != "self" and re.search(rf"(?<![\w.]){name}(?!\w)", said)]
+    named += ["max_time"] if "Timer(duration=" in said else []  # the Timer callback trainer.max_time makes
     settings = ", ".join(f"trainer.{name}" for name in named) or "the trainer settings (trainer.accelerator, " \
                                                                  "devices, strategy, ...)"
     return f"Lightning refused {settings}: {said}"
