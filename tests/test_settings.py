@@ -43,7 +43,7 @@ from tasks.run.cli import LitbertCLI, make_cli
 from tasks.run.early_stopping import EarlyStopping
 from tasks.run.errors import condense_parse_error, own_error
 from tasks.run.folders import RunFolderError
-from tasks.run.results import finite_or_none
+from tasks.run.results import finite_or_none, print_summary
 
 # ---------------------------------------------------------------------------------------------------- fixtures
 
@@ -464,6 +464,18 @@ def test_checkpointing_off_writes_nothing_and_refuses_a_model_checkpoint(glue):
     with pytest.raises(ValueError, match="enable_checkpointing is false, but trainer.callbacks holds a Model"):
         glue("--trainer.enable_checkpointing", "false",
              "--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint")
+
+
+def test_the_summary_says_why_no_best_checkpoint_was_saved(glue, tmp_path, capsys):
+    """With checkpointing off the run validates all the same: its summary said 'no validation during fit'."""
+    for args, why in ((("--trainer.enable_checkpointing", "false"), "trainer.enable_checkpointing is false"),
+                      (("--trainer.limit_val_batches", "0"), "no validation during fit")):
+        trainer = glue(*args).trainer
+        for callback in trainer.callbacks:  # (set as fit begins)
+            if isinstance(callback, LastCheckpoint):
+                callback.dirpath = str(tmp_path / "checkpoints")
+        print_summary(trainer, tmp_path / "config.yaml", "", None, [], tmp_path / "metrics.json")
+        assert f"litbert: best checkpoint  (none saved: {why}; final weights used)\n" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(("argument", "said"), [

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 import lightning as L
+from lightning.pytorch.callbacks import ModelCheckpoint
 
 from encoders.checkpoints import LITBERT_CONFIG
 from tasks.run.checkpoints import LastCheckpoint
@@ -46,8 +47,11 @@ def print_summary(trainer: L.Trainer, config_path: Path, best: str, export_dir: 
     the W&B run."""
     last = next((c.last_path or (c.path if c.saving and os.path.isfile(c.path) else None)  # a finished run resumed
                  for c in trainer.callbacks if isinstance(c, LastCheckpoint)), None)
+    # Without a ModelCheckpoint (trainer.enable_checkpointing false) the run validated all the same, and saved none.
+    why = "no validation during fit" if any(isinstance(c, ModelCheckpoint) for c in trainer.callbacks) else \
+        "trainer.enable_checkpointing is false"
     print(f"litbert: resolved config  {config_path}")
-    print(f"litbert: best checkpoint  {best or '(none saved: no validation during fit; final weights used)'}")
+    print(f"litbert: best checkpoint  {best or f'(none saved: {why}; final weights used)'}")
     print(f"litbert: last checkpoint  {last or '(none saved)'}")
     if stopped_early is not None:
         print(f"litbert: stopped early    {stopped_early}")
