@@ -40,6 +40,20 @@ def test_sliding_window_layers_count_the_keys_in_their_window():
     assert Encoder(config).flops_per_token(10) == hand_flops_per_token(config, 10)  # shorter than the window
 
 
+@pytest.mark.parametrize("training", [False, True])
+def test_first_token_only_counts_the_last_layers_keys_and_values_of_the_other_tokens(training):
+    """A classifier's last layer computes the first token only (`first_token_only`): every other token counts its
+    key and value projections there (4 c^2), not the rest of the layer, here a sliding-window layer of 17 keys."""
+    config = EncoderConfig.from_name("bert-mini", vocab_size=100, local_window=8, global_every=2)  # layer 3: local
+    encoder, c, factor = Encoder(config), config.hidden_size, 3 if training else 1
+    for n in (5, 40):
+        last_layer = hand_flops_per_token(config, min(n, 17)) // config.num_layers
+        expected = encoder.flops([n], training) - factor * (n - 1) * (last_layer - 4 * c * c)
+        assert encoder.flops([n], training, first_token_only=True) == expected
+    assert encoder.flops([5, 40, 40], training, first_token_only=True) == (
+        encoder.flops([5], training, first_token_only=True) + 2 * encoder.flops([40], training, first_token_only=True))
+
+
 def test_masked_lm_flops_add_the_head_on_masked_tokens_only():
     model = MaskedLM(encoder=TINY, vocab_size=64)
     batch = mlm_batches(1)[0]
