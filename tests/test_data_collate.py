@@ -25,6 +25,28 @@ def test_dynamic_padding_values_per_column():
     assert collate([{"input_ids": [1], "labels": 2}])["labels"].dtype == torch.long
 
 
+def test_tensor_examples_pad_as_lists_do_with_empty_ones_and_filler_rows():
+    """Examples read as tensors (a dataset in torch format) pad to the same batch as lists, an empty sequence too;
+    a short batch's filler rows, built as lists, join them."""
+    from data.loading import Batch
+
+    lists = [{"input_ids": [1, 2, 3], "token_type_ids": [0, 1, 1], "labels": 1},
+             {"input_ids": [], "token_type_ids": [], "labels": 0},
+             {"input_ids": [4], "token_type_ids": [0], "labels": 1}]
+    tensors = [{column: torch.tensor(value, dtype=torch.int32) if isinstance(value, list) else value
+                for column, value in example.items()} for example in lists]
+    collate = PaddingCollator(pad_token_id=7, pad_to_multiple_of=4)
+    for fill in (0, 2):
+        from_lists, from_tensors = collate(Batch(lists, fill=fill)), collate(Batch(tensors, fill=fill))
+        assert from_lists.keys() == from_tensors.keys()
+        for column, value in from_lists.items():
+            assert torch.equal(value, from_tensors[column]) if isinstance(value, torch.Tensor) else \
+                value == from_tensors[column]
+    assert from_lists["input_ids"].tolist() == [[1, 2, 3, 7], [7, 7, 7, 7], [4, 7, 7, 7], [7, 7, 7, 7], [7, 7, 7, 7]]
+    assert from_lists["attention_mask"].tolist() == [[1, 1, 1, 0], [0] * 4, [1, 0, 0, 0], [1, 0, 0, 0], [1, 0, 0, 0]]
+    assert from_lists["input_ids"].dtype == from_tensors["token_type_ids"].dtype == torch.long
+
+
 def test_length_grouping_cuts_padding_and_keeps_every_index():
     generator = torch.Generator().manual_seed(0)
     lengths = torch.randint(5, 200, (1000,), generator=generator).tolist()
