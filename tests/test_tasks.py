@@ -932,6 +932,21 @@ def test_gradient_clipping_keeps_the_fused_optimizer_and_clips_by_the_total_norm
             assert relative_difference(mine_moment, their_moment) < bound, (name, moment)
 
 
+def test_a_second_fit_takes_the_norm_over_the_modules_it_trains():
+    """The gradient norm is taken over the parameters gathered once a fit (`on_before_optimizer_step`): a head
+    replaced between two fits is in the second fit's norm, and so in its clipping."""
+    torch.manual_seed(0)
+    model = SequenceClassification(num_labels=2, encoder=TINY, vocab_size=64)
+    data = classification_batches(1)
+    trainer(1).fit(model, DataLoader(data, batch_size=None))
+    model.head = copy.deepcopy(model.head)  # new parameters, with the same shapes
+    second = trainer(1)
+    second.fit(model, DataLoader(data, batch_size=None))
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    assert any(p.grad is not None for p in model.head.parameters())
+    assert float(second.callback_metrics["train/grad_norm"]) == float(torch.nn.utils.get_total_norm(grads))
+
+
 def test_both_teachers_stay_in_eval_mode_whatever_sets_their_submodules(teacher_dir, tmp_path):
     """Lightning restores every submodule's mode on its own around its loops, bypassing `Teacher.train`: a teacher
     whose modules were switched to training mode that way still runs without dropout, for the MLM teacher of
