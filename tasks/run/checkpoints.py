@@ -203,10 +203,11 @@ class LastCheckpoint(Checkpoint):
         by_time = self.every_n_minutes is not None and time.monotonic() - self._saved_time >= 60 * self.every_n_minutes
         received, by_time = self._agreed(trainer, by_time)
         due = by_time or (self.every_n_steps is not None and trainer.global_step % self.every_n_steps == 0)
+        if not (received or due):
+            return
         if _validation_follows(trainer):
             return  # save (and stop) after it: a checkpoint taken now would resume past a validation never run
-        if received or due:
-            self._save_if_new(trainer)
+        self._save_if_new(trainer)
         if received:
             _log_step(trainer)
             self._stop(trainer, received)
