@@ -811,7 +811,9 @@ class EncoderTask(L.LightningModule):
             norm = squared.sqrt()
         self.log("train/grad_norm", norm)
         self._grad_norm = norm
-        loss = getattr(self, "_step_loss", torch.zeros((), device=norm.device))
+        loss = getattr(self, "_step_loss", None)  # (a default tensor would be made, and filled, every step)
+        if loss is None:
+            loss = torch.zeros((), device=norm.device)
         scaled = _loss_scaler(self.trainer)
         finite = torch.isfinite(loss.float()) & (scaled | torch.isfinite(norm))
         if self.trainer.world_size > 1 and dist.is_initialized():
