@@ -150,6 +150,9 @@ def test_the_command_line_takes_a_hub_id_for_the_checkpoint_and_its_tokenizer(hu
     assert cli.datamodule.tokenizer.get_vocab() == load_tokenizer(MINILM).get_vocab()
     with pytest.raises(HubError, match="^model.teacher=org/absent: no local folder of that name, .*HF_HUB_OFFLINE"):
         train_py.make_cli([*args, "--model.pretrained", "org/minilm", "--model.teacher", "org/absent"])
+    # The tokenizer compared with the checkpoint's is named by its setting too.
+    with pytest.raises(HubError, match="^data.tokenizer=org/absent: no local folder of that name, .*HF_HUB_OFFLINE"):
+        train_py.make_cli([*args, "--model.pretrained", "org/minilm", "--data.tokenizer", "org/absent"])
 
 
 def test_only_the_files_litbert_reads_are_downloaded(tmp_path, monkeypatch):

@@ -406,7 +406,7 @@ def check_same_tokenizer(folder: str, tokenizer: str, setting: str = "model.teac
         rank_zero_warn(f"{setting}={folder} holds no tokenizer ({error}), so litbert cannot check that it was "
                        f"trained with data.tokenizer={tokenizer}; it reads the token ids of that tokenizer.")
         return
-    ours = load_tokenizer(tokenizer)
+    ours = load_tokenizer(tokenizer, setting="data.tokenizer")  # an id not cached is named by its setting
 
     def pipeline(tok: Any) -> dict[str, Any]:
         spec = json.loads(tok.backend_tokenizer.to_str())
