@@ -40,7 +40,7 @@ from tasks.run.checkpoints import LastCheckpoint
 from tasks.run.cli import LitbertCLI, make_cli
 from tasks.run.early_stopping import EarlyStopping
 from tasks.run.errors import exit_status
-from tasks.run.export import check_export_format, export
+from tasks.run.export import check_export_format, export, litbert_format_reason
 from tasks.run.folders import export_path
 from tasks.run.predict import check_trained_head, predict_file, predict_test_sets
 from tasks.run.publish import push, write_card
@@ -145,7 +145,7 @@ def _run(cli: LitbertCLI, signals: RunSignals) -> dict[str, float | int]:
     if trainer.is_global_zero:
         print_summary(trainer, root / "config.yaml", best,
                       export_path(config) if config.export else None, submission, root / "metrics.json", pushed,
-                      stopped[1] if stopped is not None else None)
+                      stopped[1] if stopped is not None else None, litbert_format_reason(model))
     return metrics
 
 

@@ -733,21 +733,36 @@ def transformers_layout(config: EncoderConfig, kind: str | None = None, head_opt
     """The first family of EXPORT_FAMILIES that expresses `config` (and a head of `kind` with `head_options`)
     exactly; `ValueError` saying, for the closest family, what it cannot express (each setting with the family's
     value), then `instead`: the way on."""
+    layout, reasons = closest_family(config, kind, head_options)
+    if not reasons:
+        return layout
+    raise ValueError(f"This configuration has {no_equivalent(layout, reasons)}. {instead}")
+
+
+def closest_family(config: EncoderConfig, kind: str | None = None,
+                   head_options: dict[str, Any] | None = None) -> tuple[Layout, list[str]]:
+    """The family of EXPORT_FAMILIES closest to `config` (and a head of `kind` with `head_options`), the first that
+    expresses it exactly where one does, and what it cannot express, each setting with the family's value."""
     found = {name: _mismatches(config, LAYOUTS[name], kind, head_options) for name in EXPORT_FAMILIES}
-    for name, reasons in found.items():
-        if not reasons:
-            return LAYOUTS[name]
-    closest = min(found, key=lambda name: len(found[name]))
-    raise ValueError(
-        "This configuration has no transformers equivalent: " + "; ".join(found[closest])
-        + f" (the closest family is {LAYOUTS[closest].class_prefix}). {instead}"
-    )
+    closest = min(found, key=lambda name: len(found[name]))  # the first of the fewest
+    return LAYOUTS[closest], found[closest]
+
+
+def no_equivalent(layout: Layout, reasons: list[str]) -> str:
+    """What the closest family, `layout`, cannot express of a configuration (`closest_family`), as messages say it."""
+    return f"no transformers equivalent: {'; '.join(reasons)} (the closest family is {layout.class_prefix})"
 
 
 def export_layout(encoder: nn.Module, head: nn.Module | None = None, instead: str = SAVE_INSTEAD) -> Layout:
     """The transformers family `save_checkpoint(encoder, head=head, format="transformers")` writes; the
     `transformers_layout` error where none holds them, checkable before a model is trained."""
     return transformers_layout(encoder.config, _head_kind(head), _head_options(head), instead)
+
+
+def export_mismatches(encoder: nn.Module, head: nn.Module | None = None) -> tuple[Layout, list[str]]:
+    """`closest_family` of an encoder and its head: what transformers' format cannot hold of them (none: it holds
+    them)."""
+    return closest_family(encoder.config, _head_kind(head), _head_options(head))
 
 
 def _transformers_config(config: EncoderConfig, layout: Layout, architecture: str, extra: dict) -> dict[str, Any]:

@@ -676,6 +676,25 @@ def test_an_export_format_the_model_cannot_take_is_refused_before_training(glue,
         glue("--export", "false", "--export_format", "litbert")
 
 
+def test_an_export_in_litbert_format_says_why(glue, tmp_path, capsys):
+    """The closing line and the model card say why an export is in litbert's format: the settings transformers'
+    closest family has no equivalent of, or, for a model transformers holds too, that --export_format litbert asked
+    for it (not that the configuration has no transformers equivalent, which would be untrue)."""
+    args = ("--trainer.max_steps", "1", "--trainer.limit_val_batches", "1", "--predict", "false",
+            "--data.batch_size", "4", "--overwrite", "true")
+    for extra, reason in ((("--model.pooling", "mean"), "this configuration has no transformers equivalent: "
+                                                         "pooling='mean' (the Bert classifier's is 'cls') (the "
+                                                         "closest family is Bert)"),
+                          (("--export_format", "litbert"), "--export_format litbert asked for it; transformers' Bert "
+                                                           "classes hold this model too (--export_format auto)")):
+        train.run(glue(*args, *extra))
+        out = capsys.readouterr().out
+        assert f"litbert: exported model   {tmp_path / 'run' / 'model'} (litbert format: {reason}; model card " \
+               f"README.md)" in out
+        card = (tmp_path / "run" / "model" / "README.md").read_text()
+        assert f"| Format | litbert (`litbert.json`): {reason} |" in card
+
+
 def test_a_refused_resume_leaves_the_finished_run_as_it_was(glue, assets, tmp_path):
     """A resume refused for a changed setting (the batch size, the optimizer, fewer steps than the checkpoint's)
     stops before it trains: the finished run's metrics.json, the mark that it finished, stays, and so does its

@@ -16,7 +16,7 @@ from lightning.pytorch.strategies import FSDPStrategy
 from torch.distributed.fsdp import FullyShardedDataParallel
 
 from data.sources import replaced_when_whole
-from encoders.checkpoints import export_layout
+from encoders.checkpoints import export_layout, export_mismatches, no_equivalent
 from tasks.base import DivergenceError, EncoderTask
 
 ExportFormat = Literal["auto", "transformers", "litbert"]  # encoders.checkpoints.save_checkpoint's `format`
@@ -29,6 +29,15 @@ def check_export_format(model: EncoderTask, format: ExportFormat) -> None:
             "--export_format transformers cannot be honoured: set those model.encoder / head settings to the "
             "family's values, or export with --export_format auto (litbert's format for such a model)."))
 
+
+def litbert_format_reason(model: EncoderTask) -> str:
+    """Why `model` was exported in litbert's format, as the run's closing line and the model card say: what
+    transformers' closest family cannot hold of it, or (a model it holds) that --export_format litbert asked so."""
+    layout, reasons = export_mismatches(model.encoder, model.head)
+    if not reasons:
+        return (f"--export_format litbert asked for it; transformers' {layout.class_prefix} classes hold this model "
+                f"too (--export_format auto)")
+    return f"this configuration has {no_equivalent(layout, reasons)}"
 
 
 def export(trainer: L.Trainer, model: EncoderTask, directory: Path, tokenizer: Any,

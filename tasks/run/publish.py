@@ -21,6 +21,7 @@ from huggingface_hub.errors import HfHubHTTPError
 from encoders.checkpoints import LITBERT_CONFIG
 from encoders.hub import OLD_WEIGHT_FILES, TOKENIZER_FILES, WEIGHT_FILES, HubError, parse_id, unanswered
 from tasks.base import EncoderTask
+from tasks.run.export import litbert_format_reason
 from tasks.run.folders import export_path, run_root
 
 README = "README.md"
@@ -162,7 +163,7 @@ def _model_rows(model: EncoderTask, init: Any, directory: Path) -> list[tuple[st
         ("Parameters", f"{total:,} (of which the head's {total - model.encoder.num_parameters():,})"),
         ("Base model", start),
         *([("Teacher", _link(init.teacher))] if init.get("teacher") else []),
-        ("Format", _format(directory)),
+        ("Format", _format(directory, model)),
     ]
 
 
@@ -178,9 +179,9 @@ def _link(name: str) -> str:
     return f"[{name}](https://huggingface.co/{repo})" if repo else f"`{name}` (a local folder)"
 
 
-def _format(directory: Path) -> str:
+def _format(directory: Path, model: EncoderTask) -> str:
     if (directory / LITBERT_CONFIG).exists():
-        return f"litbert (`{LITBERT_CONFIG}`): the configuration has no transformers equivalent"
+        return f"litbert (`{LITBERT_CONFIG}`): {litbert_format_reason(model)}"
     architectures = json.loads((directory / "config.json").read_text()).get("architectures") or ["?"]
     return f"transformers (`{architectures[0]}`)"
 

@@ -41,10 +41,10 @@ def finite_or_none(metrics: dict[str, float | int]) -> dict[str, float | int | N
 
 def print_summary(trainer: L.Trainer, config_path: Path, best: str, export_dir: Path | None,
                   predictions: list[Path], metrics_path: Path, pushed: str | None = None,
-                  stopped_early: str | None = None) -> None:
+                  stopped_early: str | None = None, litbert_format: str = "") -> None:
     """Rank 0's closing lines: the resolved config, the checkpoints, why training stopped early (where it did), the
-    export and where it was pushed, the predictions, the W&B run, the CSV or TensorBoard log and metrics.json. Ends
-    the W&B run."""
+    export (and why it is in litbert's format where it is: `litbert_format`) and where it was pushed, the predictions,
+    the W&B run, the CSV or TensorBoard log and metrics.json. Ends the W&B run."""
     last = next((c.last_path or (c.path if c.saving and os.path.isfile(c.path) else None)  # a finished run resumed
                  for c in trainer.callbacks if isinstance(c, LastCheckpoint)), None)
     # Without a ModelCheckpoint (trainer.enable_checkpointing false) the run validated all the same, and saved none.
@@ -59,8 +59,7 @@ def print_summary(trainer: L.Trainer, config_path: Path, best: str, export_dir: 
         print(f"litbert: trained          no step ({untrained_cause(trainer)}): the metrics and the export are the "
               f"starting weights', with any new head untrained")
     if export_dir is not None:
-        kind = "litbert format: this configuration has no transformers equivalent" \
-            if (export_dir / LITBERT_CONFIG).exists() else "transformers format"
+        kind = f"litbert format: {litbert_format}" if (export_dir / LITBERT_CONFIG).exists() else "transformers format"
         print(f"litbert: exported model   {export_dir} ({kind}; model card README.md)")
     if pushed is not None:
         print(f"litbert: pushed to hub    {pushed}")
