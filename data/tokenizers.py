@@ -195,11 +195,13 @@ PORTABLE_CLASS_NAMES = {"TokenizersBackend": "PreTrainedTokenizerFast"}
 
 
 def save_tokenizer(tokenizer: PreTrainedTokenizerFast, folder: str | os.PathLike[str],
-                   max_length: int | None = None) -> Path:
+                   max_length: int | None = None, token_types: bool = True) -> Path:
     """Save as a transformers tokenizer folder (`tokenizer.json`, `tokenizer_config.json`) that transformers 4 and 5
     both load (`PORTABLE_CLASS_NAMES`). `max_length`: the longest input of the model saved beside it, where its
     positions limit it; a longer `model_max_length` is saved as this one, since transformers' pipelines and
-    `truncation=True` cut inputs to model_max_length, and a longer input would index past the position table."""
+    `truncation=True` cut inputs to model_max_length, and a longer input would index past the position table.
+    `token_types` False: that model has no token-type table, and the tokenizer saved gives no `token_type_ids`
+    (transformers 4's DistilBERT refuses them as an argument, litbert's encoder too, and pipelines pass them)."""
     folder = Path(folder)
     tokenizer.save_pretrained(str(folder))
     config_path = folder / "tokenizer_config.json"
@@ -209,6 +211,8 @@ def save_tokenizer(tokenizer: PreTrainedTokenizerFast, folder: str | os.PathLike
         changes["tokenizer_class"] = PORTABLE_CLASS_NAMES[config["tokenizer_class"]]
     if max_length is not None and tokenizer.model_max_length > max_length:
         changes["model_max_length"] = max_length
+    if not token_types and "token_type_ids" in tokenizer.model_input_names:
+        changes["model_input_names"] = [name for name in tokenizer.model_input_names if name != "token_type_ids"]
     if changes:
         text = json.dumps(config | changes, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
         config_path.write_text(text, encoding="utf-8")

@@ -970,6 +970,6 @@ class EncoderTask(L.LightningModule):
             limit = config.max_sequence_length
             if limit is None and config.position == "sinusoidal" and (path / "config.json").exists():
                 limit = config.max_position_embeddings  # transformers' DistilBERT stores a table of these rows
-            save_tokenizer(tokenizer, path, max_length=limit)
+            save_tokenizer(tokenizer, path, max_length=limit, token_types=config.type_vocab_size > 0)
         return path
 

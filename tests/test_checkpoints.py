@@ -741,6 +741,35 @@ def test_an_exports_tokenizer_truncates_to_the_positions_of_the_model(tmp_path, 
                                                                   abs=1e-5)
 
 
+@pytest.mark.parametrize(("encoder", "family"), [
+    (dict(preset="bert-tiny"), "Bert"),
+    (dict(preset="distilbert-base"), "DistilBert"),
+    (dict(preset="modernbert-base", pad_token_id=0, local_window=0, global_every=1), "ModernBert"),
+])
+def test_an_exports_tokenizer_gives_token_types_only_to_a_model_that_reads_them(tmp_path, minilm_tokenizer, encoder,
+                                                                                family):
+    """An export without a token-type table (DistilBERT, ModernBERT) saves MiniLM's tokenizer so that it gives no
+    token_type_ids: litbert's encoder refuses them, and so does transformers 4's DistilBERT, to which a pipeline
+    passes them. Then the export's tokenizer feeds its model as it is, in litbert and in transformers."""
+    from tasks.base import EncoderSpec
+    from tasks.mlm import MaskedLM
+
+    spec = EncoderSpec(**{**encoder, "num_layers": 2, "hidden_size": 32, "num_heads": 4, "intermediate_size": 48})
+    task = MaskedLM(encoder=spec, vocab_size=len(minilm_tokenizer)).eval()
+    export = task.export(tmp_path, minilm_tokenizer)
+    assert json.loads((export / "config.json").read_text())["architectures"] == [f"{family}ForMaskedLM"]
+    inputs = transformers.AutoTokenizer.from_pretrained(export)(["a quiet film", "loud"], ["that grows", "on you"],
+                                                                 padding=True, return_tensors="pt")
+    types = task.encoder.config.type_vocab_size > 0
+    assert set(inputs) == {"input_ids", "attention_mask", *(["token_type_ids"] if types else [])}
+    assert "token_type_ids" in minilm_tokenizer.model_input_names  # the run's tokenizer is left as it was
+    real = inputs["attention_mask"].bool()
+    with torch.no_grad():
+        ours = task.head(Encoder.from_pretrained(export).eval()(**inputs))[real]
+        theirs = transformers.AutoModelForMaskedLM.from_pretrained(export).eval()(**inputs).logits[real]
+    torch.testing.assert_close(theirs, ours, rtol=0, atol=1e-5)
+
+
 def test_a_modernbert_student_keeps_layer_zero_first_and_each_layers_attention(tmp_path):
     """Layer 0 alone has no attention norm: a student may start from it or from another layer (which brings its
     norm), but may not move it later. Each kept layer attends as it did, globally or within its window; a choice of
