@@ -141,10 +141,19 @@ def test_predicting_needs_a_trained_head_and_training_refuses_a_prediction_file(
     (["--trainer.fast_dev_run", "true"], "trainer.fast_dev_run=True"),
     (["--trainer.limit_predict_batches", "0.5"], "trainer.limit_predict_batches=0.5")])
 def test_predicting_a_part_of_the_file_is_refused_by_name(setting, named, classifier, tmp_path):
+    """Refused with the way on for a value the run's config.yaml holds (a run that predicted a part of its test
+    sets): the setting overridden on the command line, which predicts the whole file."""
     inputs = write_csv(tmp_path / "new.csv", ["text"], [[s] for s in SENTENCES])
-    with pytest.raises(ValueError, match=rf"{re.escape(named)} limits the batches predicted of .*new.csv, and "):
+    way_on = f"--{named.split('=')[0]} {'false' if 'fast_dev_run' in named else 'null'}"
+    with pytest.raises(ValueError, match=rf"{re.escape(named)} limits the batches predicted of .*new.csv, and .*"
+                                         rf"config.yaml.* give {re.escape(way_on)}\.$"):
         predict(classifier["config"], classifier["model"], inputs, tmp_path / "out.jsonl", *setting)
     assert not (tmp_path / "out.jsonl").exists()
+    config = yaml.safe_load(Path(classifier["config"]).read_text())
+    config["trainer"] = {setting[0].removeprefix("--trainer."): yaml.safe_load(setting[1])}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))  # as the run saved it
+    predict(str(tmp_path / "config.yaml"), classifier["model"], inputs, tmp_path / "out.jsonl", *way_on.split())
+    assert len((tmp_path / "out.jsonl").read_text().splitlines()) == len(SENTENCES)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])

@@ -262,9 +262,11 @@ class LitbertCLI(LightningCLI):
                              f"--model.pretrained (an export). Set --ckpt_path null.")
         limit, quick = config.trainer.get("limit_predict_batches"), config.trainer.get("fast_dev_run")
         if quick or part_of_each_set(limit):
-            setting = f"trainer.fast_dev_run={quick}" if quick else f"trainer.limit_predict_batches={limit}"
-            raise ValueError(f"{setting} limits the batches predicted of {data.predict_file}, and train.py predict "
-                             f"writes a line for every input; remove it.")
+            name, off = ("trainer.fast_dev_run", "false") if quick else ("trainer.limit_predict_batches", "null")
+            raise ValueError(f"{name}={quick or limit} limits the batches predicted of {data.predict_file}, and "
+                             f"train.py predict writes a line for every input; remove it, or (set in the run's "
+                             f"config.yaml, as a run that checked its test predictions on a part keeps it) give "
+                             f"--{name} {off}.")
         if Path(config.output).resolve() == Path(data.predict_file).resolve():
             raise ValueError(f"--output {config.output} is data.predict_file itself; write the predictions elsewhere.")
         if data.get("tokenizer") is not None and Path(model.pretrained).is_dir():
