@@ -945,3 +945,12 @@ def test_a_missing_litbert_module_is_a_bug_with_its_traceback(monkeypatch, capsy
     lacking = ModuleNotFoundError("No module named 'tensorboard'", name="tensorboard")
     assert exit_status(lacking, []) == 2
     assert capsys.readouterr().err.splitlines()[-1] == "No module named 'tensorboard'"
+
+
+def test_a_run_shows_what_it_applied_over_its_checkpoint(env, minilm, tmp_path, capsys):
+    """litbert's INFO lines reach the run's stderr beside Lightning's (Python alone shows warnings only): here the
+    setting applied over the pretrained checkpoint, which a user checks their override by; warnings say their level."""
+    make_cli(["--config", "configs/glue/rte.yaml", "--model.pretrained", minilm, "--model.encoder.hidden_dropout",
+              "0.2", "--trainer.default_root_dir", str(tmp_path)])
+    assert f"INFO: Settings applied over the checkpoint {minilm}: hidden_dropout=0.2 (was 0.1)" in \
+        capsys.readouterr().err.splitlines()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
+import logging
 import re
 import sys
 import warnings
@@ -34,7 +35,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.callbacks import ProgressBar as LightningProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.plugins.io import CheckpointIO
-from lightning.pytorch.utilities import rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_only, rank_zero_warn
 
 from data.sources import DataError
 from data.tokenizers import load_tokenizer
@@ -479,6 +480,35 @@ def part_of_each_set(limit: int | float | None) -> bool:
     return limit is not None and (isinstance(limit, int) or limit < 1)
 
 
+# The packages whose loggers say what a run did with its inputs: the settings applied over a checkpoint, a stored
+# classifier's labels put in the data's order, the labels found, the rows a setting left out, the cache read.
+LOGGED_PACKAGES = ("encoders", "data", "tasks")
+
+
+class _Stderr(logging.StreamHandler):
+    """A handler that writes to `sys.stderr` as it is when a record comes (a test's capture, a redirection)."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
+def show_logs() -> None:
+    """litbert's INFO lines on rank 0's stderr, as Lightning shows its own (`INFO: ...`), and its warnings on every
+    rank; Python alone would show the warnings only, without their level."""
+    for name in LOGGED_PACKAGES:
+        logger = logging.getLogger(name)
+        if not any(isinstance(handler, _Stderr) for handler in logger.handlers):
+            handler = _Stderr()
+            handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+            logger.addHandler(handler)
+        logger.setLevel(logging.INFO if rank_zero_only.rank == 0 else logging.WARNING)
+
+
 def make_cli(args: Sequence[str] | None = None, help: dict[str, str] | None = None) -> LitbertCLI:
     """Parse `args` (default: the command line) and build the task, datamodule and trainer, without running. A
     first argument `predict` builds them for `python train.py predict` (`cli.command`). `help[command]` opens
@@ -486,6 +516,7 @@ def make_cli(args: Sequence[str] | None = None, help: dict[str, str] | None = No
     given = list(sys.argv[1:] if args is None else args)
     command = "predict" if given[:1] == ["predict"] else "fit"
     register()  # `--trainer.strategy fsdp`: litbert's FSDPStrategy
+    show_logs()
     # The arguments are the command line with its `base:` files expanded; LightningCLI warns whenever both exist.
     warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended", category=UserWarning)
     cli = LitbertCLI(
