@@ -954,3 +954,18 @@ def test_a_run_shows_what_it_applied_over_its_checkpoint(env, minilm, tmp_path, 
               "0.2", "--trainer.default_root_dir", str(tmp_path)])
     assert f"INFO: Settings applied over the checkpoint {minilm}: hidden_dropout=0.2 (was 0.1)" in \
         capsys.readouterr().err.splitlines()
+
+
+def test_the_card_of_a_model_trained_on_cut_reviews_says_how_to_cut_them(env, minilm, tmp_path):
+    """IMDB's config keeps the head and tail of a long review; transformers' tokenizer with `truncation=True` keeps
+    the head: the export's card says so, and how the results were had. A head-cut model's card says nothing of it."""
+    rows = tmp_path / "train.csv"
+    rows.write_text("text,label\ngood movie,pos\nbad movie,neg\n")
+    for truncation, said in (("head+tail", True), ("head", False)):
+        root = tmp_path / truncation
+        run("configs/sentiment/imdb.yaml", root, "--model.pretrained", minilm, "--data.train_files", str(rows),
+            "--data.val_files", str(rows), "--data.max_length", "16", "--data.truncation", truncation,
+            "--trainer.max_steps", "1", "--predict", "false")
+        (card,) = root.rglob("README.md")
+        assert ("Texts longer than 16 tokens were cut to their start (25% of the tokens) and their end in training "
+                "and evaluation (`data.truncation: head+tail`)" in card.read_text()) is said

@@ -130,7 +130,7 @@ def write_card(directory: Path, model: EncoderTask, cli: Any, metrics: dict[str,
         "## Use", "",
         # The export's own place, not `directory`: the export is written beside it and renamed into place.
         *_loading(directory, config.push_to_hub.partition("@")[0] if config.push_to_hub
-                  else str(export_path(config))), "",
+                  else str(export_path(config))), *_cut_inputs(data, directory), "",
     ])
     path = directory / README
     path.write_text(text, encoding="utf-8")
@@ -190,6 +190,19 @@ def _value(value: float | int) -> str:
     if isinstance(value, int):  # a step (early_stopping/stopped_at_step), not a score
         return str(value)
     return f"{value:.4f}" if math.isfinite(value) else f"undefined ({value})"
+
+
+def _cut_inputs(data: dict[str, Any], directory: Path) -> list[str]:
+    """For a transformers export trained on texts cut elsewhere than at their end (`data.truncation` tail or
+    head+tail): a tokenizer called with `truncation=True` keeps a long text's start, and scores other inputs."""
+    truncation = data.get("truncation")
+    if truncation not in ("tail", "head+tail") or (directory / LITBERT_CONFIG).exists():
+        return []
+    kept = "their end" if truncation == "tail" else \
+        f"their start ({data.get('head_fraction', 0.25):.0%} of the tokens) and their end"
+    return ["", f"Texts longer than {data.get('max_length')} tokens were cut to {kept} in training and evaluation "
+                f"(`data.truncation: {truncation}`); a tokenizer called with `truncation=True` keeps their start "
+                f"instead. Cut long texts the same way to get the results above (`python train.py predict` does)."]
 
 
 def _loading(directory: Path, name: str) -> list[str]:
