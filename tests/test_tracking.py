@@ -308,6 +308,38 @@ def test_a_resumed_tensorboard_log_goes_on_in_its_folder_without_the_stopped_par
     assert sorted(path.name for path in tmp_path.iterdir()) == ["version_0"]
 
 
+@pytest.mark.parametrize("first", ["CSVLogger", "TensorBoardLogger"])
+def test_a_run_logged_to_csv_and_tensorboard_resumes_each_log_in_its_own_folder(tmp_path, first):
+    """`--trainer.logger '[CSVLogger, TensorBoardLogger]'`: both log into the run folder, each into a version folder
+    of its own (the one that logs first takes version_0). Resumed, each goes on in its own folder; the one whose
+    folder was not the newest used to start a version_2, its curve split across two folders."""
+    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+
+    from tasks.run.tracking import ContinuedTensorBoardLogger, continue_csv_logs, continue_tensorboard_logs
+
+    classes = {"CSVLogger": CSVLogger, "TensorBoardLogger": TensorBoardLogger}
+    earlier = [cls(str(tmp_path), name="") for cls in (classes.pop(first), *classes.values())]
+    for logger in earlier:
+        for step in range(6):
+            logger.log_metrics({"train/loss": (9 - step) / 10}, step=step)
+        logger.finalize("success")
+    folders = {type(logger).__name__: logger.log_dir for logger in earlier}
+    assert sorted(Path(folder).name for folder in folders.values()) == ["version_0", "version_1"]
+
+    loggers = [CSVLogger(str(tmp_path), name=""), TensorBoardLogger(str(tmp_path), name="")]
+    continue_csv_logs(loggers, resumed_step=4)
+    csv_logger, tensorboard = continue_tensorboard_logs(loggers, resumed_step=4)
+    assert isinstance(tensorboard, ContinuedTensorBoardLogger)
+    assert (csv_logger.log_dir, tensorboard.log_dir) == (folders["CSVLogger"], folders["TensorBoardLogger"])
+    for logger in (csv_logger, tensorboard):
+        logger.log_metrics({"train/loss": 0.45}, step=4)
+        logger.finalize("success")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["version_0", "version_1"]
+    assert [row["step"] for row in csv_rows(tmp_path)] == ["0", "1", "2", "3", "4"]
+    assert tensorboard_scalars(Path(folders["TensorBoardLogger"]))["train/loss"] == [
+        (0, 0.9), (1, 0.8), (2, 0.7), (3, 0.6), (4, 0.45)]
+
+
 @pytest.mark.slow  # four short runs of bert-tiny: 40 s on 2 cores
 def test_a_csv_log_resumed_twice_holds_the_uninterrupted_runs_rows(shared_data, minilm, monkeypatch, tmp_path,
                                                                     capsys):

@@ -210,16 +210,15 @@ class ContinuedCSVWriter(ExperimentWriter):
 
 def _earlier_log(logger: CSVLogger | TensorBoardLogger, files: str) -> bool:
     """Point a resumed run's logger at the folder of the run's last log, where it holds such `files` (a glob): the
-    newest `version_<n>` under the logger's folder, or the version it names, rather than a new one."""
-    version = logger._version
-    if version is None:
-        version = logger._get_next_version() - 1  # -1: no version folder yet
-        if version < 0:
-            return False
-    given, logger._version = logger._version, version
-    if any(Path(logger.log_dir).glob(files)):
-        return True
-    logger._version = given  # another logger's folder (a CSV log's, beside TensorBoard's)
+    version it names, or the newest `version_<n>` under the logger's folder that holds them, rather than a new one.
+    (Not merely the newest: a run that logs to CSV and TensorBoard has a version folder for each.)"""
+    given = logger._version
+    versions = [given] if given is not None else range(logger._get_next_version() - 1, -1, -1)
+    for version in versions:
+        logger._version = version
+        if any(Path(logger.log_dir).glob(files)):
+            return True
+    logger._version = given
     return False
 
 
