@@ -340,6 +340,50 @@ def test_a_run_logged_to_csv_and_tensorboard_resumes_each_log_in_its_own_folder(
         (0, 0.9), (1, 0.8), (2, 0.7), (3, 0.6), (4, 0.45)]
 
 
+def test_a_resumed_log_goes_on_in_its_own_run_s_folder_where_runs_share_one(tmp_path):
+    """Runs given one `save_dir` have their version folders side by side: run A logged to CSV and TensorBoard in
+    version_0 and version_1, then run B in version_2 and version_3. Resumed, A goes on in the folders its checkpoint
+    names (`LastCheckpoint` keeps the run's version folders), and B's logs are left as they were; A used to go on in
+    the newest folders, B's, and drop their rows and events from A's resumed step on. A checkpoint that names no
+    such folder starts a new one; one that keeps none (an earlier litbert's) the newest that holds the logger's
+    files, as before."""
+    import csv
+
+    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+
+    from tasks.run.checkpoints import LastCheckpoint
+    from tasks.run.tracking import continue_csv_logs, continue_tensorboard_logs
+
+    for run in ("A", "B"):
+        loggers = [CSVLogger(str(tmp_path), name=""), TensorBoardLogger(str(tmp_path), name="")]
+        for logger in loggers:
+            for step in range(6):
+                logger.log_metrics({f"train/loss_{run}": (9 - step) / 10}, step=step)
+            logger.finalize("success")
+        if run == "A":
+            callback = LastCheckpoint()
+            callback._trainer = SimpleNamespace(loggers=loggers)
+            kept = callback.state_dict()["file_logs"]
+    assert kept == ["version_0", "version_1"]  # A's CSV and TensorBoard folders; B's are version_2 and version_3
+    runs_b = {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file() and
+              path.parent.name in ("version_2", "version_3")}
+
+    def resumed(versions: list[str] | None) -> list:
+        loggers = [CSVLogger(str(tmp_path), name=""), TensorBoardLogger(str(tmp_path), name="")]
+        continue_csv_logs(loggers, 4, versions)
+        return continue_tensorboard_logs(loggers, 4, versions)
+
+    assert [Path(logger.log_dir).name for logger in resumed(None)] == ["version_2", "version_3"]
+    assert [Path(logger.log_dir).name for logger in resumed(["version_9"])] == ["version_4"] * 2  # the next, unmade
+    for logger in resumed(kept):
+        assert Path(logger.log_dir).name == kept[isinstance(logger, TensorBoardLogger)]
+        logger.log_metrics({"train/loss_A": 0.45}, step=4)
+        logger.finalize("success")
+    assert {path: path.read_bytes() for path in runs_b} == runs_b
+    assert [row["step"] for row in csv.DictReader((tmp_path / "version_0" / "metrics.csv").open())] == [
+        "0", "1", "2", "3", "4"]
+
+
 @pytest.mark.slow  # four short runs of bert-tiny: 40 s on 2 cores
 def test_a_csv_log_resumed_twice_holds_the_uninterrupted_runs_rows(shared_data, minilm, monkeypatch, tmp_path,
                                                                     capsys):

@@ -36,6 +36,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from tasks.run.agreement import HostAgreement
 from tasks.run.checkpoint_io import LAST
 from tasks.run.signals import RunInterrupted, StoppedAtOnce, requeue_on, stop_signals
+from tasks.run.tracking import file_log_versions
 
 # ----------------------------------------------------------------------------------------------------- best
 
@@ -276,6 +277,7 @@ class LastCheckpoint(Checkpoint):
                     run = {"wandb_id": logger.version,
                            "wandb_project": getattr(experiment, "project", None) or logger.name,
                            "wandb_entity": getattr(experiment, "entity", None) or logger._wandb_init.get("entity")}
+            run["file_logs"] = file_log_versions(self._trainer.loggers)  # rank 0's are the ones saved
         loaders = [loader.state_dict() for loader in _train_loaders(self._trainer)]
         return {"random_state": states, **run, "train_loaders": loaders}
 

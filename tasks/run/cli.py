@@ -239,6 +239,8 @@ class LitbertCLI(LightningCLI):
         resumed = load_checkpoint_file(self.resume_path, whole=True) if self.resume_path else {}
         check_same_classes(config, resumed, self.resume_path)
         self.resumed_step = resumed.get("global_step")
+        # The version folders of its CSV and TensorBoard logs (None from a checkpoint that does not keep them).
+        self.resumed_logs = resumed.get("callbacks", {}).get(LastCheckpoint.STATE_KEY, {}).get("file_logs")
         if "seed" in data and data.seed is None:
             data.seed = data_seed(config, resumed)
         configure_wandb(config.trainer.logger, root, resumed.get("callbacks", {}).get(LastCheckpoint.STATE_KEY, {}))
@@ -383,8 +385,8 @@ class LitbertCLI(LightningCLI):
         trainer = super().instantiate_trainer(**kwargs)
         check_strategy(trainer.strategy)
         if self.resume_path is not None:
-            continue_csv_logs(trainer.loggers, self.resumed_step)
-            trainer.loggers = continue_tensorboard_logs(trainer.loggers, self.resumed_step)
+            continue_csv_logs(trainer.loggers, self.resumed_step, self.resumed_logs)
+            trainer.loggers = continue_tensorboard_logs(trainer.loggers, self.resumed_step, self.resumed_logs)
         if not trainer._accelerator_connector.use_distributed_sampler and trainer.world_size > 1:
             # litbert's datamodules shard their loaders themselves (`TokenizedDataModule.distributed`) and leave no
             # way to shard them otherwise: without it every rank would train on the same batches, count every dev

@@ -208,27 +208,37 @@ class ContinuedCSVWriter(ExperimentWriter):
         super().save()
 
 
-def _earlier_log(logger: CSVLogger | TensorBoardLogger, files: str) -> bool:
+def file_log_versions(loggers: list[Any]) -> list[str]:
+    """The version folder (`version_<n>`, or the version it names) of each of the run's CSV and TensorBoard loggers:
+    `LastCheckpoint` keeps them in every checkpoint, for a resumed run to go on in its own (`_earlier_log`)."""
+    return [logger.version if isinstance(logger.version, str) else f"version_{logger.version}"
+            for logger in loggers if isinstance(logger, (CSVLogger, TensorBoardLogger))]
+
+
+def _earlier_log(logger: CSVLogger | TensorBoardLogger, files: str, versions: list[str] | None) -> bool:
     """Point a resumed run's logger at the folder of the run's last log, where it holds such `files` (a glob): the
-    version it names, or the newest `version_<n>` under the logger's folder that holds them, rather than a new one.
-    (Not merely the newest: a run that logs to CSV and TensorBoard has a version folder for each.)"""
-    given = logger._version
-    versions = [given] if given is not None else range(logger._get_next_version() - 1, -1, -1)
-    for version in versions:
-        logger._version = version
-        if any(Path(logger.log_dir).glob(files)):
-            return True
-    logger._version = given
+    version it names, or the newest `version_<n>` under the logger's folder that holds them and is one of the run's
+    `versions` (`file_log_versions`, as its checkpoint keeps them; None for a checkpoint that does not), rather than
+    a new one. (Not merely the newest: a run that logs to CSV and TensorBoard has a version folder for each, and
+    runs given one `save_dir` have theirs side by side: the newest may be another run's.)"""
+    if logger._version is not None:
+        return any(Path(logger.log_dir).glob(files))
+    for version in range(logger._get_next_version() - 1, -1, -1):
+        if versions is None or f"version_{version}" in versions:
+            logger._version = version
+            if any(Path(logger.log_dir).glob(files)):
+                return True
+    logger._version = None
     return False
 
 
-def continue_csv_logs(loggers: list[Any], resumed_step: int) -> None:
-    """A run resumed at `resumed_step` logs into the folder of its last CSV log (`_earlier_log`):
+def continue_csv_logs(loggers: list[Any], resumed_step: int, versions: list[str] | None = None) -> None:
+    """A run resumed at `resumed_step` logs into the folder of its last CSV log (`_earlier_log` of `versions`):
     `ContinuedCSVWriter`. Rank 0 only, as Lightning's loggers write; nothing where no earlier part logged to CSV."""
     for logger in loggers:
         if not isinstance(logger, CSVLogger) or rank_zero_only.rank != 0 or logger._experiment is not None:
             continue
-        if _earlier_log(logger, ExperimentWriter.NAME_METRICS_FILE):
+        if _earlier_log(logger, ExperimentWriter.NAME_METRICS_FILE, versions):
             logger._experiment = ContinuedCSVWriter(logger.log_dir, resumed_step)
 
 
@@ -304,15 +314,15 @@ def drop_events_from(folder: str, step: int) -> None:
         os.replace(partial, path)
 
 
-def continue_tensorboard_logs(loggers: list[Any], resumed_step: int) -> list[Any]:
-    """The run's loggers, each TensorBoardLogger of Lightning's that logged an earlier part of the run (its event files,
-    `_earlier_log`) replaced by a `ContinuedTensorBoardLogger` of its settings. Rank 0 only, as Lightning's loggers
-    write."""
+def continue_tensorboard_logs(loggers: list[Any], resumed_step: int, versions: list[str] | None = None) -> list[Any]:
+    """The run's loggers, each TensorBoardLogger of Lightning's that logged an earlier part of the run (its event
+    files, `_earlier_log` of `versions`) replaced by a `ContinuedTensorBoardLogger` of its settings. Rank 0 only, as
+    Lightning's loggers write."""
     continued = list(loggers)
     for index, logger in enumerate(loggers):
         if type(logger) is not TensorBoardLogger or rank_zero_only.rank != 0 or logger._experiment is not None:
             continue  # (a subclass of the user's keeps its own ways)
-        if _earlier_log(logger, "*tfevents*"):
+        if _earlier_log(logger, "*tfevents*", versions):
             continued[index] = ContinuedTensorBoardLogger(logger, resumed_step)
     return continued
 
