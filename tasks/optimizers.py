@@ -104,14 +104,16 @@ def optimizer_arguments(optimization: Optimization) -> tuple[type[torch.optim.Op
             known = [p for p in accepted if p not in FILLED and p not in arguments]
             raise ValueError(f"model.optimization.optimizer_args.{key}: {cls.__module__}.{cls.__qualname__} takes no "
                              f"such argument; it takes {', '.join(known)}.")
-    check_values(cls, arguments, extra)
+    check_values(cls, arguments, extra, name)
     return cls, {**arguments, **extra}
 
 
-def check_values(cls: type[torch.optim.Optimizer], arguments: dict[str, Any], extra: dict[str, Any]) -> None:
+def check_values(cls: type[torch.optim.Optimizer], arguments: dict[str, Any], extra: dict[str, Any],
+                 name: str) -> None:
     """The optimizer's own checks of its arguments' values (a beta of 1.5, a negative eps or momentum), made on a
     stand-in parameter before any data is read, and refused under the settings they come from: torch's message
-    names its argument, not litbert's setting, and came only once the data was tokenised."""
+    names its argument, not litbert's setting, and came only once the data was tokenised. A refusal that names no
+    setting is the optimizer's (`name`): it refuses to be built on the task's parameters (Muon takes 2-D ones only)."""
     try:
         cls([nn.Parameter(torch.zeros(1))], **arguments, **extra)
     except (ValueError, TypeError) as error:
@@ -119,12 +121,16 @@ def check_values(cls: type[torch.optim.Optimizer], arguments: dict[str, Any], ex
         given |= {f"model.optimization.{name}": (name, "beta" if name == "betas" else name, arguments[name])
                   for name in ("betas", "eps") if name in arguments}
         given |= {f"model.optimization.optimizer_args.{key}": (key, key, value) for key, value in extra.items()}
-        said = str(error).lower()
+        said, path = str(error).lower(), f"{cls.__module__}.{cls.__qualname__}"
         named = [setting for setting, (argument, word, _) in given.items() if argument in said or word in said]
-        settings = ", ".join(f"{setting}={given[setting][2]!r}" for setting in named or given)
+        if not named:
+            raise ValueError(f"model.optimization.optimizer={name!r}: {path} refuses to be built ({error}), here on a "
+                             f"stand-in for the task's parameters, which it would train all with one optimizer (1-D "
+                             f"norm weights and biases too). Give it what it needs in "
+                             f"model.optimization.optimizer_args, or choose another optimizer.") from None
+        settings = ", ".join(f"{setting}={given[setting][2]!r}" for setting in named)
         pronoun = "it" if len(named) == 1 else "them"
-        raise ValueError(f"{settings}: {cls.__module__}.{cls.__qualname__} refuses {pronoun} ({error}); give a value "
-                         f"it takes.") from None
+        raise ValueError(f"{settings}: {path} refuses {pronoun} ({error}); give a value it takes.") from None
 
 
 def fusable(cls: type[torch.optim.Optimizer], arguments: dict[str, Any]) -> bool:

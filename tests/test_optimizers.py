@@ -100,6 +100,27 @@ def test_a_value_the_optimizer_refuses_is_refused_by_its_setting_when_configured
         Optimization(**settings)
 
 
+class TwoDimensional(torch.optim.SGD):
+    """An optimizer of 2-D parameters alone, as torch's Muon (torch >= 2.9) is."""
+
+    def __init__(self, params, lr: float = 1e-3, weight_decay: float = 0.0) -> None:
+        params = list(params)
+        if any(param.ndim != 2 for param in params):
+            raise ValueError("TwoDimensional only supports 2D parameters")
+        super().__init__(params, lr=lr, weight_decay=weight_decay)
+
+
+def test_an_optimizer_that_refuses_the_parameters_is_refused_by_its_name_not_by_the_values():
+    """An optimizer that takes 2-D parameters alone refuses the stand-in parameter whatever the values: its refusal
+    names no setting, and used to be put on all of them ("model.optimization.learning_rate=0.0001: ... refuses it"),
+    sending the user to change a value it never refused."""
+    with pytest.raises(ValueError) as refused:
+        Optimization(optimizer="test_optimizers.TwoDimensional")
+    assert str(refused.value).startswith(
+        "model.optimization.optimizer='test_optimizers.TwoDimensional': test_optimizers.TwoDimensional refuses to be "
+        "built (TwoDimensional only supports 2D parameters), here on a stand-in for the task's parameters")
+
+
 def test_a_bad_optimizer_or_argument_is_refused_with_the_choices():
     with pytest.raises(ValueError, match=r"optimizer='adamx' is no optimizer litbert knows; give one of adamw, adam, "
                                          r"adafactor, or the class path of a torch.optim.Optimizer"):
