@@ -969,3 +969,15 @@ def test_the_card_of_a_model_trained_on_cut_reviews_says_how_to_cut_them(env, mi
         (card,) = root.rglob("README.md")
         assert ("Texts longer than 16 tokens were cut to their start (25% of the tokens) and their end in training "
                 "and evaluation (`data.truncation: head+tail`)" in card.read_text()) is said
+
+
+@pytest.mark.parametrize("flag", ["-c", "-c="])
+def test_lightnings_short_config_flag_reads_the_configs_base_too(flag, env, minilm, tmp_path):
+    """`-c F`, LightningCLI's short form of `--config F`, takes F's `base:` too (it once reached jsonargparse without
+    it, and wnli.yaml's `data.task` was refused as a setting of no class)."""
+    config = "configs/glue/wnli.yaml"
+    given = [flag, config] if flag == "-c" else [f"-c={config}"]
+    cli = make_cli([*given, "--model.pretrained", minilm, "--trainer.default_root_dir", str(tmp_path)])
+    assert cli.config.data.init_args.task == "wnli" and cli.model.optimization.learning_rate == \
+        make_cli(["--config", config, "--model.pretrained", minilm, "--trainer.default_root_dir",
+                  str(tmp_path)]).model.optimization.learning_rate

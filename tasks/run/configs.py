@@ -21,7 +21,9 @@ def expand(args: Sequence[str]) -> list[str]:
     """The command line as jsonargparse should read it: `--config` files checked, their bases included, nested
     nulls spelled so that they arrive as nulls. `base` itself ends null: its files are read into the arguments, and
     the resolved config (`--print_config`, a run's config.yaml) holds their settings, where a base named relative to
-    the first config's folder would not be found from another."""
+    the first config's folder would not be found from another. `-c`, LightningCLI's short form, is read as
+    `--config`."""
+    args = ["--config" if arg == "-c" else f"--config={arg[3:]}" if arg.startswith("-c=") else arg for arg in args]
     return nested_nulls([*with_bases(args), "--base=null"])
 
 
