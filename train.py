@@ -206,7 +206,9 @@ def main(args: Sequence[str] | None = None) -> LitbertCLI:
 
 
 def cli_main(args: Sequence[str] | None = None) -> int:
-    """`main`, with every way a run can end turned into a message and an exit status (see the module docstring)."""
+    """`main`, with every way a run can end turned into a message and an exit status (see the module docstring).
+    As the entry point, it leaves the process groups as it returns: a caller's own too, where it is called in a
+    process that set one up."""
     try:
         main(args)
     except BaseException as error:
