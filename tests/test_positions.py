@@ -112,7 +112,7 @@ def test_sinusoidal_equals_formula():
     torch.testing.assert_close(encoder.position.embed(x, torch.arange(40))[0], sinusoidal_table(40, 32))
     scaled = Encoder(tiny_config(position="sinusoidal", sinusoidal_scale=0.028))  # the tokens' size, not 35x it
     torch.testing.assert_close(scaled.position.embed(x, torch.arange(40))[0], 0.028 * sinusoidal_table(40, 32))
-    with pytest.raises(ValueError, match="sinusoidal_scale and embedding_scale must be > 0"):
+    with pytest.raises(ValueError, match=r"EncoderConfig.sinusoidal_scale=0.0 must be > 0"):
         tiny_config(position="sinusoidal", sinusoidal_scale=0.0)
 
 
@@ -125,7 +125,7 @@ def test_embedding_scale_multiplies_the_token_embeddings_only():
     word, token_type = plain.embeddings.word(ids), plain.embeddings.token_type(types)
     torch.testing.assert_close(plain.embeddings(ids, types), word + token_type)
     torch.testing.assert_close(scaled.embeddings(ids, types), 32 ** 0.5 * word + token_type)
-    with pytest.raises(ValueError, match="embedding_scale must be > 0"):
+    with pytest.raises(ValueError, match=r"EncoderConfig.embedding_scale=-1.0 must be > 0"):
         tiny_config(embedding_scale=-1.0)
 
 
