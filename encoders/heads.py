@@ -349,6 +349,9 @@ def _classifier_state(
         log.warning("%s: its %s has %d output%s, the data %d: a new %s is trained", checkpoint.source, description,
                     stored_labels, "s" if stored_labels != 1 else "", num_labels, description)
         state = _without_classifier(state)
+    elif stored_labels is not None:
+        named = f" of the labels {', '.join(label_names)}" if label_names is not None else ""
+        log.info("%s: its %s%s is kept", checkpoint.source, description, named)
     return state, num_labels
 
 

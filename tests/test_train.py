@@ -981,3 +981,15 @@ def test_lightnings_short_config_flag_reads_the_configs_base_too(flag, env, mini
     assert cli.config.data.init_args.task == "wnli" and cli.model.optimization.learning_rate == \
         make_cli(["--config", config, "--model.pretrained", minilm, "--trainer.default_root_dir",
                   str(tmp_path)]).model.optimization.learning_rate
+
+
+def test_a_run_says_that_it_keeps_its_checkpoints_classifier(env, minilm, tmp_path, capsys):
+    """A checkpoint whose classifier names the data's labels keeps it (the fine-tune goes on from it): the run says
+    so, as it says when it puts the labels in the data's order or trains a new classifier."""
+    encoder = Encoder.from_pretrained(minilm)
+    encoder.save_pretrained(tmp_path / "rte", head=SequenceClassificationHead(encoder.config.hidden_size, 2),
+                            label_names=["entailment", "not_entailment"])
+    make_cli(["--config", "configs/glue/rte.yaml", "--model.pretrained", str(tmp_path / "rte"), "--data.tokenizer",
+              minilm, "--trainer.default_root_dir", str(tmp_path / "run")])
+    assert f"INFO: {tmp_path / 'rte'}: its classifier of the labels entailment, not_entailment is kept" in \
+        capsys.readouterr().err.splitlines()
