@@ -308,6 +308,29 @@ def test_a_resumed_tensorboard_log_goes_on_in_its_folder_without_the_stopped_par
     assert sorted(path.name for path in tmp_path.iterdir()) == ["version_0"]
 
 
+def test_a_tensorboard_log_resumed_from_step_0_keeps_its_hyperparameters(tmp_path):
+    """A checkpoint of step 0 (a max_time that ran out within the first step's accumulation): the resumed run drops
+    every earlier event from step 0 on but the hyperparameters, which Lightning logged at step 0 and the resumed run
+    does not log again; TensorBoard's HPARAMS tab would otherwise be empty."""
+    from lightning.pytorch.loggers import TensorBoardLogger
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from tasks.run.tracking import continue_tensorboard_logs
+
+    log = tmp_path / "version_0"
+    first = TensorBoardLogger(str(tmp_path), name=None, version=0)
+    first.log_hyperparams({"lr": 0.1})
+    first.log_metrics({"train/loss": 0.9}, step=0)
+    first.finalize("success")
+    (logger,) = continue_tensorboard_logs([TensorBoardLogger(str(tmp_path), name=None)], resumed_step=0)
+    logger.log_metrics({"train/loss": 0.8}, step=0)
+    logger.finalize("success")
+    reader = EventAccumulator(str(log))
+    reader.Reload()
+    assert sorted(reader.PluginTagToContent("hparams")) == [
+        "_hparams_/experiment", "_hparams_/session_end_info", "_hparams_/session_start_info"]
+    assert tensorboard_scalars(log)["train/loss"] == [(0, 0.8)]
+
 @pytest.mark.parametrize("first", ["CSVLogger", "TensorBoardLogger"])
 def test_a_run_logged_to_csv_and_tensorboard_resumes_each_log_in_its_own_folder(tmp_path, first):
     """`--trainer.logger '[CSVLogger, TensorBoardLogger]'`: both log into the run folder, each into a version folder

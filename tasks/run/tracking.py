@@ -279,7 +279,8 @@ class ContinuedTensorBoardLogger(TensorBoardLogger):
 
 
 def drop_events_from(folder: str, step: int) -> None:
-    """Rewrite the TensorBoard event files in `folder` without their events of `step` on. An event file is a
+    """Rewrite the TensorBoard event files in `folder` without their events of `step` on, but for the
+    hyperparameters (which a resume from step 0 would lose: `ContinuedTensorBoardLogger`). An event file is a
     sequence of records (a length, its checksum, one serialized `Event`, its checksum), kept byte for byte; a record
     cut short (by a part killed as it wrote) goes, as readers stop there. Each file is replaced whole, so a kill
     meanwhile leaves it as it was; one left with no event but its header is removed."""
@@ -300,7 +301,9 @@ def drop_events_from(folder: str, step: int) -> None:
                 event = Event.FromString(data[start + 12:end - 4])
             except DecodeError:
                 break  # readers stop at a record they cannot read, too
-            if event.step < step:
+            # The hyperparameters stay: Lightning logs them at step 0 only, and the resumed run not again.
+            if event.step < step or any(value.metadata.plugin_data.plugin_name == "hparams"
+                                        for value in event.summary.value):
                 kept += data[start:end]
                 logged |= event.WhichOneof("what") != "file_version"
             start = end
