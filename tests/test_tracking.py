@@ -238,6 +238,23 @@ def test_a_kill_while_a_resumed_csv_log_is_rewritten_leaves_it_whole(tmp_path, m
         logger.save()
     assert (log / "metrics.csv").read_text() == before
 
+def wnli_run(minilm: str, root: Path, steps: int, *extra: str) -> None:
+    """A short WNLI run of bert-tiny through train.py that logs every step, validates and saves every 2: the runs
+    of the resume-twice tests below, whose logger `extra` names."""
+    from runs import REPO
+
+    import train
+
+    assert train.cli_main([
+        "--config", str(REPO / "configs" / "glue" / "wnli.yaml"), "--model.encoder.preset", "bert-tiny",
+        "--data.tokenizer", minilm, "--trainer.accelerator", "cpu", "--trainer.precision", "32",
+        "--model.optimization.schedule", "constant", "--model.optimization.warmup", "0",
+        "--trainer.default_root_dir", str(root), "--trainer.log_every_n_steps", "1",
+        "--checkpoint.every_n_steps", "2", "--trainer.val_check_interval", "2", "--trainer.limit_val_batches",
+        "1", "--trainer.enable_progress_bar", "false", "--predict", "false", "--export", "false",
+        "--trainer.max_steps", str(steps), *extra]) == 0
+
+
 def csv_rows(root: Path) -> list[dict[str, str]]:
     import csv
 
@@ -418,23 +435,13 @@ def test_a_csv_log_resumed_twice_holds_the_uninterrupted_runs_rows(shared_data, 
     validation logged every step one too far on.)"""
     import shutil
 
-    from runs import REPO
-
-    import train
 
     monkeypatch.setenv("LITBERT_DATA", str(shared_data))
     monkeypatch.setenv("LITBERT_CACHE", str(tmp_path / "cache"))
 
     def run(root: Path, steps: int, *extra: str) -> None:
-        assert train.cli_main([
-            "--config", str(REPO / "configs" / "glue" / "wnli.yaml"), "--model.encoder.preset", "bert-tiny",
-            "--data.tokenizer", minilm, "--trainer.accelerator", "cpu", "--trainer.precision", "32",
-            "--model.optimization.schedule", "constant", "--model.optimization.warmup", "0",
-            "--trainer.default_root_dir", str(root), "--trainer.log_every_n_steps", "1",
-            "--checkpoint.every_n_steps", "2", "--trainer.val_check_interval", "2", "--trainer.limit_val_batches",
-            "1", "--trainer.enable_progress_bar", "false", "--predict", "false", "--export", "false",
-            "--trainer.logger", "CSVLogger", "--trainer.logger.flush_logs_every_n_steps", "1",
-            "--trainer.max_steps", str(steps), *extra]) == 0
+        wnli_run(minilm, root, steps, "--trainer.logger", "CSVLogger", "--trainer.logger.flush_logs_every_n_steps",
+                 "1", *extra)
 
     def closing_lines(root: Path) -> list[str]:  # the summary printed last, with the run folder's name out
         lines = capsys.readouterr().out.splitlines()
@@ -472,23 +479,14 @@ def test_a_tensorboard_log_resumed_twice_holds_the_uninterrupted_runs_scalars(sh
     reader (EventAccumulator) show them. (A resume used to start a version_<n> folder per part, each its own run.)"""
     import shutil
 
-    from runs import REPO
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    import train
 
     monkeypatch.setenv("LITBERT_DATA", str(shared_data))
     monkeypatch.setenv("LITBERT_CACHE", str(tmp_path / "cache"))
 
     def run(root: Path, steps: int, *extra: str) -> None:
-        assert train.cli_main([
-            "--config", str(REPO / "configs" / "glue" / "wnli.yaml"), "--model.encoder.preset", "bert-tiny",
-            "--data.tokenizer", minilm, "--trainer.accelerator", "cpu", "--trainer.precision", "32",
-            "--model.optimization.schedule", "constant", "--model.optimization.warmup", "0",
-            "--trainer.default_root_dir", str(root), "--trainer.log_every_n_steps", "1",
-            "--checkpoint.every_n_steps", "2", "--trainer.val_check_interval", "2", "--trainer.limit_val_batches",
-            "1", "--trainer.enable_progress_bar", "false", "--predict", "false", "--export", "false",
-            "--trainer.logger", "TensorBoardLogger", "--trainer.max_steps", str(steps), *extra]) == 0
+        wnli_run(minilm, root, steps, "--trainer.logger", "TensorBoardLogger", *extra)
 
     def scalars(root: Path) -> dict[str, list[tuple[int, float]]]:
         (log,) = root.glob("version_*")  # one run, whatever the parts
