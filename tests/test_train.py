@@ -857,6 +857,24 @@ def test_limit_predict_batches_is_a_trainer_setting_like_the_others(env, minilm,
     assert cli.trainer.limit_predict_batches == 0.5
 
 
+def test_a_hook_logging_where_lightning_forbids_it_is_a_bug_with_its_traceback(env, minilm, tmp_path, capsys):
+    """Lightning refuses `self.log` in some hooks with a MisconfigurationException whose hint mentions "the
+    logger": a fault of the code that logs (a task, a user's callback), not of `trainer.logger`. cli_main re-raises
+    it, with its traceback, rather than blaming a setting."""
+
+    class LogsAtSetup(L.Callback):
+        def setup(self, trainer, pl_module, stage):
+            pl_module.log("x", 1.0)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(train, "LogsAtSetup", LogsAtSetup, raising=False)
+        with pytest.raises(MisconfigurationException, match=r"self\.log\(\)"):
+            train.cli_main(["--config", "configs/glue/rte.yaml", "--model.pretrained", minilm, "--trainer.logger",
+                            "false", "--trainer.default_root_dir", str(tmp_path / "run"),
+                            "--trainer.limit_train_batches", "1", "--trainer.callbacks+=train.LogsAtSetup"])
+    assert "Lightning refused" not in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("logger", ["CSVLogger", "TensorBoardLogger"])
 def test_a_file_logger_needs_no_folder_and_the_config_stays_in_the_run_folder(logger, env, minilm, tmp_path, capsys):
     """`--trainer.logger CSVLogger` (or TensorBoardLogger) as docs/training.md gives it: Lightning's loggers require

@@ -112,6 +112,8 @@ def exit_status(error: BaseException, args: Sequence[str] | None) -> int | None:
     lacking = isinstance(own, ModuleNotFoundError) and (own.name or "").split(".")[0] not in OWN_MODULES
     if not (isinstance(own, USER_ERRORS) or storage or lacking) or os.environ.get("LITBERT_TRACEBACK"):
         return None
+    if isinstance(own, MisconfigurationException) and "self.log(" in str(own):
+        return None  # a hook (a task's, a callback's) logging where Lightning allows it not: a bug, not a setting
     finish_tracking(2)
     said = lightning_refusal(own) if isinstance(own, MisconfigurationException) else own
     print(f"litbert: error{_origin(own)}; LITBERT_TRACEBACK=1 shows the traceback:\n{said}", file=sys.stderr,
