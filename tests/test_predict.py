@@ -136,6 +136,32 @@ def test_predicting_needs_a_trained_head_and_training_refuses_a_prediction_file(
     assert not (tmp_path / "out.jsonl").exists() and not (tmp_path / "run").exists()
 
 
+def test_a_tokenizer_other_than_the_models_is_refused_for_a_folder_and_a_hub_id(classifier, tmp_path, monkeypatch):
+    """A run's config.yaml names the tokenizer it trained with; predicting with a model of another one would read
+    ids of other words. Refused naming both, for the model given as a folder and as a hub id (an offline cache)."""
+    from huggingface_hub import constants
+
+    from data import train_tokenizer
+
+    other = tmp_path / "other-tokenizer"
+    train_tokenizer(SENTENCES * 20, vocab_size=100).save_pretrained(str(other))
+    inputs = write_csv(tmp_path / "new.csv", ["text"], [[s] for s in SENTENCES])
+    snapshot = tmp_path / "hub" / "models--org--sentiment" / "snapshots" / ("0" * 40)
+    snapshot.parent.mkdir(parents=True)
+    snapshot.symlink_to(classifier["model"], target_is_directory=True)
+    (snapshot.parent.parent / "refs").mkdir()
+    (snapshot.parent.parent / "refs" / "main").write_text("0" * 40)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    for model in (classifier["model"], "org/sentiment"):
+        with pytest.raises(DataError, match=rf"^model.pretrained={model} was trained with another tokenizer than "
+                                            rf"data.tokenizer={other} \(their .*vocabulary.* differ\)"):
+            predict(classifier["config"], model, inputs, tmp_path / "out.jsonl", "--data.tokenizer", str(other))
+        assert not (tmp_path / "out.jsonl").exists()
+    predict(classifier["config"], "org/sentiment", inputs, tmp_path / "out.jsonl")  # its own: predicted
+    assert len((tmp_path / "out.jsonl").read_text().splitlines()) == len(SENTENCES)
+
+
 @pytest.mark.parametrize(("setting", "named"), [
     (["--trainer.limit_predict_batches", "1"], "trainer.limit_predict_batches=1"),  # one batch (an int), not 1.0
     (["--trainer.fast_dev_run", "true"], "trainer.fast_dev_run=True"),

@@ -272,7 +272,7 @@ class LitbertCLI(LightningCLI):
                              f"--{name} {off}.")
         if Path(config.output).resolve() == Path(data.predict_file).resolve():
             raise ValueError(f"--output {config.output} is data.predict_file itself; write the predictions elsewhere.")
-        if data.get("tokenizer") is not None and Path(model.pretrained).is_dir():
+        if data.get("tokenizer") is not None:  # a folder or a hub id (its cached snapshot)
             check_same_tokenizer(model.pretrained, data.tokenizer, "model.pretrained",
                                  "Predict with the tokenizer saved beside it: --data.tokenizer " + model.pretrained)
         config.trainer.logger = False  # predictions log nothing: no tracker run is started for them
