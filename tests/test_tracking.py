@@ -325,6 +325,29 @@ def test_a_resumed_tensorboard_log_goes_on_in_its_folder_without_the_stopped_par
     assert sorted(path.name for path in tmp_path.iterdir()) == ["version_0"]
 
 
+def test_a_tensorboard_log_with_a_sub_dir_resumes_in_it(tmp_path):
+    """`--trainer.logger.sub_dir train`: the events lie in version_0/train, where the resumed run goes on (not in a
+    version_1, nor in version_0 beside the sub-folder), the stopped part's steps dropped."""
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    from tasks.run.tracking import continue_tensorboard_logs, file_log_versions
+
+    first = TensorBoardLogger(str(tmp_path), name=None, sub_dir="train")
+    for step in range(6):
+        first.log_metrics({"train/loss": (9 - step) / 10}, step=step)
+    first.finalize("success")
+    versions = file_log_versions([first])
+    (logger,) = continue_tensorboard_logs([TensorBoardLogger(str(tmp_path), name=None, sub_dir="train")],
+                                         resumed_step=4, versions=versions)
+    assert versions == ["version_0"] and logger.log_dir == str(tmp_path / "version_0" / "train")
+    logger.log_metrics({"train/loss": 0.45}, step=4)
+    logger.finalize("success")
+    assert tensorboard_scalars(tmp_path / "version_0" / "train")["train/loss"] == [
+        (0, 0.9), (1, 0.8), (2, 0.7), (3, 0.6), (4, 0.45)]
+    assert [path.name for path in tmp_path.iterdir()] == ["version_0"]
+    assert [path.name for path in (tmp_path / "version_0").iterdir()] == ["train"]
+
+
 def test_a_tensorboard_log_resumed_from_step_0_keeps_its_hyperparameters(tmp_path):
     """A checkpoint of step 0 (a max_time that ran out within the first step's accumulation): the resumed run drops
     every earlier event from step 0 on but the hyperparameters, which Lightning logged at step 0 and the resumed run
