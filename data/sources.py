@@ -379,6 +379,19 @@ def _check_columns(path: Path, header: Sequence[str], required: Sequence[str], w
         raise MissingColumns(f"{path}, {where}", missing, header)
 
 
+@contextlib.contextmanager
+def _field_limit(size: int) -> Iterator[None]:
+    """`csv`'s limit on a field's length (131,072 characters unless raised) raised to `size` for one read: past it a
+    document in a cell (a chapter, a long review) stopped the run as 'malformed', with advice to fix the quoting. A
+    quote left open is caught without it (the reader is strict, and its rows must agree with the header)."""
+    before = csv.field_size_limit()
+    csv.field_size_limit(max(before, size))
+    try:
+        yield
+    finally:
+        csv.field_size_limit(before)
+
+
 def read_delimited(
     path: str | os.PathLike[str],
     delimiter: str,
@@ -404,24 +417,26 @@ def read_delimited(
     lines: list[int] = []
     read = 0  # the lines read before the row being read, which may span several (a quoted newline)
     try:
-        for row in reader:
-            read = reader.line_num
-            if not row:
-                continue
-            if header is None:
-                header, header_line = row, reader.line_num
-                continue
-            if column_names is None and row == header:  # else its label ('label') became a class of its own
-                raise DataError(f"{path}, line {reader.line_num}: the header again (as on line {header_line}: "
-                                f"{delimiter.join(header)[:80]!r}), not a row; were files joined with their headers? "
-                                f"Remove the line.")
-            if len(row) != len(header):
-                raise DataError(
-                    f"{path}, line {reader.line_num}: {len(row)} fields where the header has {len(header)} "
-                    f"({header}); row starts {delimiter.join(row)[:80]!r}. Fix the row (a stray delimiter or quote?)."
-                )
-            rows.append(row)
-            lines.append(read)
+        with _field_limit(len(text)):  # a long document in a cell is data
+            for row in reader:
+                read = reader.line_num
+                if not row:
+                    continue
+                if header is None:
+                    header, header_line = row, reader.line_num
+                    continue
+                if column_names is None and row == header:  # else its label ('label') became a class of its own
+                    raise DataError(f"{path}, line {reader.line_num}: the header again (as on line {header_line}: "
+                                    f"{delimiter.join(header)[:80]!r}), not a row; were files joined with their "
+                                    f"headers? Remove the line.")
+                if len(row) != len(header):
+                    raise DataError(
+                        f"{path}, line {reader.line_num}: {len(row)} fields where the header has {len(header)} "
+                        f"({header}); row starts {delimiter.join(row)[:80]!r}. Fix the row (a stray delimiter or "
+                        f"quote?)."
+                    )
+                rows.append(row)
+                lines.append(read)
     except csv.Error as error:
         kind = "CSV" if delimiter == "," else "TSV"
         unclosed = " (a quote opened there is never closed)" if "end of data" in str(error) else ""

@@ -298,6 +298,21 @@ def test_malformed_file(name, content, read, message, tmp_path):
         read(path)
 
 
+@pytest.mark.parametrize("name, delimiter", [("long.csv", ","), ("long.tsv", "\t")])
+def test_a_text_longer_than_csvs_field_limit_is_read(name, delimiter, tmp_path):
+    """A document of 200,000 characters in a cell (csv's limit is 131,072) was refused as 'malformed CSV: field larger
+    than field limit', with advice to fix the quoting; the limit is the process's again afterwards."""
+    import csv
+
+    long = " ".join(["word"] * 40_000)
+    path = tmp_path / name
+    path.write_text(f"text{delimiter}label\n{long}{delimiter}pos\nshort{delimiter}neg\n", encoding="utf-8")
+    before = csv.field_size_limit()
+    columns = read_table(path, ["text", "label"])
+    assert columns["text"] == [long, "short"] and columns["label"] == ["pos", "neg"] and columns["_line"] == [2, 3]
+    assert csv.field_size_limit() == before
+
+
 def test_a_tsv_with_quotes_as_text_is_read_as_glue_reads_it(tmp_path, caplog):
     """A TSV whose texts start with a quote (`"Yes," he said`, as GLUE's do) is no valid quoted TSV: it was refused,
     with no setting to read it. It is read with quotes as text, and says so; one that is malformed either way is
