@@ -30,11 +30,12 @@ Deviations, on purpose:
 
 New text (`predict_file`, read by `python train.py predict`) is a column file of words (a word a line, blank lines
 between sentences; other columns, tags among them, are not read), JSON lines of words, or, with `predict_format:
-lines`, text a sentence a line, words separated by spaces. Nothing tells a column file from text whose every line
-has as many words, so a file to tag that reads as columns only where it may be text (every sentence one line, or
-one sentence of several lines without a blank line) is refused unless `predict_format` says which; a `.csv` (a table
-of texts) is refused too. The sentences are split into windows as above; `write_predictions` gives each word the
-tag predicted on its first sub-token, as CoNLL lines `word<TAB>tag`, a column file's lines keeping their columns.
+lines`, text a sentence a line, words separated by spaces. Only the columns beside the words tell a column file from
+text whose every line has as many words, so a file to tag that reads as columns where it may be text (every
+sentence one line, one sentence of several lines without a blank line, or no column beside the words that holds
+tags) is refused unless `predict_format` says which; a `.csv` (a table of texts) is refused too. The sentences are
+split into windows as above; `write_predictions` gives each word the tag predicted on its first sub-token, as CoNLL
+lines `word<TAB>tag`, a column file's lines keeping their columns.
 """
 
 from __future__ import annotations
@@ -342,10 +343,14 @@ class TokenClassificationDataModule(TokenizedDataModule):
     def _check_predict_columns(self, path: str, sentences: list[ConllSentence]) -> None:
         """Refuse a column file to tag that may as well be text, a sentence a line: every sentence one line of
         several fields, or one sentence of several lines of as many fields (names, two words a line), no blank line
-        between. Read as columns, each line would be one word, its first field; `predict_format` says which."""
+        between, or lines of as many words whose columns beside the words hold no tags (`_check_other_columns_hold_
+        tags`). Read as columns, each line would be one word, its first field; `predict_format` says which."""
         width = len(sentences[0].fields[0])
         one_line = all(len(sentence.words) == 1 for sentence in sentences)
-        if width == 1 or not (one_line or len(sentences) == 1):
+        if width == 1:
+            return
+        if not (one_line or len(sentences) == 1):
+            self._check_other_columns_hold_tags(path, sentences)
             return
         first = sentences[0]
         shape = (f"every sentence is one line of {width} fields" if one_line else
@@ -355,6 +360,31 @@ class TokenClassificationDataModule(TokenizedDataModule):
                         f"the word_column={self.word_column or 0} field of each line would be tagged. If "
                         f"the file is text, a sentence a line, set data.predict_format lines; if it is a column file "
                         f"(a word a line, a blank line between sentences), set data.predict_format columns.")
+
+    def _check_other_columns_hold_tags(self, path: str, sentences: list[ConllSentence]) -> None:
+        """Refuse a column file to tag none of whose columns beside the words holds tags: text, a sentence a line,
+        whose lines have as many words and blank lines between them (`John lives here`, `Mary works there`), read
+        as columns. A column of tags holds the model's tags, chunk tags (`B-person`) or names without lower-case
+        letters (POS `NNP`, chunks `B-NP`, NER `O`, token numbers); text's later words hold lower-case letters."""
+        width = len(sentences[0].fields[0])
+        word = (self.word_column or 0) % width
+        known = set(self.label_names or ())
+
+        def tag(value: str) -> bool:
+            return value in known or value[:2] in CHUNK_PREFIXES or not any(
+                character.isalpha() and not character.isupper() for character in value)
+
+        lines = [(line, fields) for sentence in sentences for line, fields in zip(sentence.lines, sentence.fields,
+                                                                                  strict=True)]
+        if any(all(tag(fields[column]) for _, fields in lines) for column in range(width) if column != word):
+            return
+        line, fields, value = next((line, fields, value) for line, fields in lines
+                                   for column, value in enumerate(fields) if column != word and not tag(value))
+        raise DataError(f"{path}: every line has {width} fields, and no column but the words' (word_column="
+                        f"{self.word_column or 0}) holds tags (line {line}: {' '.join(fields)}; {value!r} is no "
+                        f"tag): the file may be text, a sentence a line, of which one word a line would be tagged. "
+                        f"If it is text, set data.predict_format lines; if it is a column file (a word a line, a "
+                        f"blank line between sentences), set data.predict_format columns.")
 
     @staticmethod
     def _check_words_fit_lines(path: str, sentences: list[ConllSentence]) -> None:

@@ -462,6 +462,12 @@ def test_text_a_sentence_a_line_is_tagged_with_predict_format_lines(tmp_path, co
                  r"names.txt, line 2: 2 column\(s\) \['Peter', 'Blackburn'\] where the file's first token line \(line "
                  r"1\) has 5; .* or is the file text, a sentence a line\? Then set data.predict_format lines",
                  id="lines-of-other-widths"),
+    pytest.param("John lives here\nMary works there\n\nBob eats food\n",
+                 r"names.txt: every line has 3 fields, and no column but the words' \(word_column=0\) holds tags "
+                 r"\(line 1: John lives here; 'lives' is no tag\): the file may be text, a sentence a line, of which "
+                 r"one word a line would be tagged. If it is text, set data.predict_format lines; if it is a column "
+                 r"file \(a word a line, a blank line between sentences\), set data.predict_format columns\.$",
+                 id="lines-of-as-many-words-between-blank-lines"),
 ])
 def test_a_file_to_tag_that_may_be_text_is_refused_unless_its_format_is_set(tmp_path, content, message):
     """Read as columns, each line of text would be one word, its first field (`Peter`, `Angela`): refused, and
@@ -476,6 +482,40 @@ def test_a_file_to_tag_that_may_be_text_is_refused_unless_its_format_is_set(tmp_
         assert [s.words for s in columns._sentences("predict")] == [["Peter", "Angela"]]
         lines = tagging(tmp_path / "lines", str(path), predict_format="lines")
         assert [s.words for s in lines._sentences("predict")] == [["Peter", "Blackburn"], ["Angela", "Merkel"]]
+    if "Bob" in content:  # read as columns, John, Mary and Bob were tagged, and the other words left untagged
+        lines = tagging(tmp_path / "lines", str(path), predict_format="lines")
+        assert [s.words for s in lines._sentences("predict")] == [line.split() for line in content.split("\n") if line]
+        columns = tagging(tmp_path / "columns", str(path), predict_format="columns")
+        assert [s.words for s in columns._sentences("predict")] == [["John", "Mary"], ["Bob"]]
+
+
+@pytest.mark.parametrize("content, settings", [
+    pytest.param("EU NNP B-ORG\nrejects VBZ O\n\nPeter NNP B-PER\n", {}, id="pos-and-ner"),
+    pytest.param("EU eu NNP\nrejects reject VBZ\n\nPeter peter NNP\n", {}, id="lemmas-beside-pos"),
+    pytest.param("EU 1 x\nrejects 2 y\n\nPeter 1 z\n", {}, id="a-column-of-numbers"),
+    pytest.param("EU B-corporation\nrejects O\n\nPeter B-person\n", {}, id="lower-case-chunk-tags"),
+    pytest.param("EU nn\nrejects vb\n\nPeter nn\n", {"label_names": ["O", "B-PER", "nn", "vb"],
+                                                      "tag_scheme": "none"}, id="the-models-lower-case-tags"),
+])
+def test_a_column_file_to_tag_whose_other_columns_hold_tags_reads_as_columns(tmp_path, content, settings):
+    """Beside the words, a column of POS tags, chunk tags, numbers or the model's own tags tells a column file from
+    text, whatever its other columns hold (lemmas)."""
+    path = tmp_path / "new.txt"
+    path.write_text(content, encoding="utf-8")
+    dm = tagging(tmp_path, str(path), **settings)
+    dm.setup("predict")
+    assert [s.words for s in dm._sentences("predict")] == [["EU", "rejects"], ["Peter"]]
+
+
+def test_a_column_file_of_tags_of_no_known_kind_reads_with_predict_format_columns(tmp_path):
+    path = tmp_path / "new.txt"
+    path.write_text("EU b-org\nrejects o\n\nPeter b-per\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"new.txt: every line has 2 fields, .* \(line 1: EU b-org; 'b-org' is no "
+                                        r"tag\)"):
+        tagging(tmp_path / "refused", str(path)).setup("predict")
+    dm = tagging(tmp_path, str(path), predict_format="columns")
+    dm.setup("predict")
+    assert [s.words for s in dm._sentences("predict")] == [["EU", "rejects"], ["Peter"]]
 
 
 @pytest.mark.parametrize("split", ["train", "predict"])
