@@ -182,6 +182,28 @@ def test_predicting_a_part_of_the_file_is_refused_by_name(setting, named, classi
     assert len((tmp_path / "out.jsonl").read_text().splitlines()) == len(SENTENCES)
 
 
+@pytest.mark.parametrize(("setting", "named"), [
+    (["--model.encoder.preset", "bert-mini"], "model.encoder"),
+    (["--model.optimization.learning_rate", "0.5", "--model.pretrained_layers", "[0]"],
+     "model.optimization, model.pretrained_layers"),
+])
+def test_settings_that_build_or_train_a_model_are_refused_when_predicting(setting, named, classifier, tmp_path):
+    """They were dropped without a word: the export predicted as it was trained. A run's config.yaml holds them too,
+    and there they give way."""
+    inputs = write_csv(tmp_path / "new.csv", ["text"], [[s] for s in SENTENCES])
+    with pytest.raises(ValueError, match=rf"^train.py predict does not read {named}, given on the command line: such "
+                                         rf"settings build and train a model, and model.pretrained=.* is the trained "
+                                         rf"model as it was exported. Remove them"):
+        predict(classifier["config"], classifier["model"], inputs, tmp_path / "out.jsonl", *setting)
+    assert not (tmp_path / "out.jsonl").exists()
+    config = yaml.safe_load(Path(classifier["config"]).read_text())
+    config["model"]["init_args"] = {"encoder": {"preset": "bert-mini"}, "optimization": {"learning_rate": 0.5},
+                                    "pretrained_layers": [0]}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))  # as a run saves them
+    predict(str(tmp_path / "config.yaml"), classifier["model"], inputs, tmp_path / "out.jsonl")
+    assert len((tmp_path / "out.jsonl").read_text().splitlines()) == len(SENTENCES)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_while_predicting_exits_with_its_status_and_writes_nothing(classifier, tmp_path, capsys, signum):
     """Ctrl+C or SIGTERM after the last batch is predicted, before the file is written: the exit status of the

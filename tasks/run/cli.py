@@ -88,6 +88,9 @@ DATA_LINKS: list[tuple[str, str, Any]] = [
 SOURCE_SETTINGS = {"files": ("train_files", "val_files", "test_files"),
                    "dataset": ("dataset", "dataset_config", "train_split", "val_split", "data_root", "data_dir")}
 SOURCE_NAMES = {"files": ("train_files",), "dataset": ("dataset",)}
+# The task's settings that build the model or train it, which `train.py predict` does not read: the export it
+# predicts with was built and trained by them already.
+TRAINING_ONLY_MODEL_SETTINGS = ("encoder", "pretrained_layers", "teacher", "temperature", "alpha_kd", "optimization")
 
 
 class LitbertCLI(LightningCLI):
@@ -177,6 +180,14 @@ class LitbertCLI(LightningCLI):
         if self.command == "predict":
             # The export is the trained model: the settings that built it (from a preset, or some layers of another
             # checkpoint) are its own already and would apply to it a second time; a teacher only teaches training.
+            # The run's config.yaml holds them, and they give way; on the command line they were meant to apply.
+            unread = sorted(command_line_keys(self.args, "model") & {*TRAINING_ONLY_MODEL_SETTINGS})
+            if unread:
+                raise ValueError(f"train.py predict does not read {', '.join(f'model.{name}' for name in unread)}, "
+                                 f"given on the command line: such settings build and train a model, and "
+                                 f"model.pretrained={model.get('pretrained')} is the trained model as it was "
+                                 f"exported. Remove them; to predict with another model, train it and give its "
+                                 f"export.")
             for name in ("encoder", "pretrained_layers", "teacher", "temperature", "alpha_kd"):
                 if name in model:
                     model[name] = None
