@@ -211,6 +211,16 @@ def saved_optimization(checkpoint: dict[str, typing.Any]) -> Optimization | None
     return saved if isinstance(saved, Optimization) else None
 
 
+def saved_epochs(checkpoint: dict[str, typing.Any]) -> tuple[int, int] | None:
+    """The epochs a training checkpoint's run had begun and finished (Lightning's fit loop counts: an epoch stopped
+    at max_steps is begun, not finished), None where it does not say."""
+    loop = (checkpoint.get("loops") or {}).get("fit_loop") or {}
+    counts = (loop.get("epoch_progress") or {}).get("total") or {}
+    if "started" not in counts or "processed" not in counts:
+        return None
+    return int(counts["started"]), int(counts["processed"])
+
+
 def parameter_shapes(config: EncoderConfig) -> dict[str, tuple[int, ...]]:
     """Name -> shape of every weight of an encoder with this configuration (built on the meta device: no memory)."""
     with torch.device("meta"):
@@ -643,12 +653,22 @@ class EncoderTask(L.LightningModule):
 
     def _trains_on(self, checkpoint: dict[str, typing.Any]) -> bool:
         """Whether this fit continues training from `checkpoint`: not an evaluation, and not a resume at or past
-        trainer.max_steps, which trains no step and only evaluates and exports the weights (on any number of
-        processes, with any accumulation)."""
+        trainer.max_steps or trainer.max_epochs, which trains no step and only evaluates and exports the weights (on
+        any number of processes, with any accumulation)."""
         if self._trainer is None or self.trainer.state.fn != "fit":
             return False
-        step, max_steps = checkpoint.get("global_step"), self.trainer.max_steps
-        return step is None or max_steps < 0 or step < max_steps
+        return self._training_bound(checkpoint) is None
+
+    def _training_bound(self, checkpoint: dict[str, typing.Any]) -> str | None:
+        """The setting that `checkpoint` has already reached (`trainer.max_steps=N`), so that a fit resumed from it
+        trains no step; None where it trains on."""
+        step, max_steps, max_epochs = checkpoint.get("global_step"), self.trainer.max_steps, self.trainer.max_epochs
+        if step is not None and 0 <= max_steps <= step:
+            return f"trainer.max_steps={max_steps}"
+        epochs = saved_epochs(checkpoint)
+        if epochs is not None and max_epochs is not None and 0 <= max_epochs <= epochs[1]:
+            return f"trainer.max_epochs={max_epochs}"
+        return None
 
     @staticmethod
     def _way_to_weights(checkpoint: dict[str, typing.Any]) -> str:
@@ -659,8 +679,9 @@ class EncoderTask(L.LightningModule):
                 f"--trainer.max_steps {step}, which trains no step)") if step else "(--model.pretrained on its export)"
 
     def _check_steps(self, checkpoint: dict[str, typing.Any]) -> None:
-        """A resume to a trainer.max_steps below the checkpoint's step would train no step, and evaluate and export
-        weights trained for more steps than the run was given."""
+        """A resume to a trainer.max_steps below the checkpoint's step, or a trainer.max_epochs below the epochs it
+        has begun, would train no step, and evaluate and export weights trained for more than the run was given. A
+        resume at its bound (a finished run) trains no step either, and says so."""
         step = checkpoint.get("global_step")
         if step is None or self._trainer is None or self.trainer.state.fn != "fit":
             return
@@ -669,6 +690,17 @@ class EncoderTask(L.LightningModule):
                              f"{step}: its weights were trained for more steps than that. Resume with "
                              f"--trainer.max_steps {step} or more, or fine-tune an earlier checkpoint's weights in a "
                              f"new run.")
+        epochs, max_epochs = saved_epochs(checkpoint), self.trainer.max_epochs
+        if epochs is not None and max_epochs is not None and 0 <= max_epochs < epochs[0]:
+            raise ValueError(f"trainer.max_epochs={max_epochs}, but the checkpoint to resume (step {step}) has begun "
+                             f"epoch {epochs[0]}: its weights were trained for more epochs than that. Resume with "
+                             f"--trainer.max_epochs {epochs[0]} or more, or fine-tune an earlier checkpoint's weights "
+                             f"in a new run.")
+        bound = self._training_bound(checkpoint)
+        if bound is not None and self.trainer.is_global_zero:
+            print(f"litbert: the checkpoint to resume (step {step}) has reached {bound}: its training is done, so no "
+                  f"step is trained; the run evaluates its best checkpoint and writes its results again. Raise "
+                  f"{bound.split('=')[0]} to train on.", flush=True)
 
     def _changed_settings(self, checkpoint: dict[str, typing.Any]) -> list[str]:
         """The dropouts and objective settings (`resumable_settings`) this resume changes, each as `name=value (the

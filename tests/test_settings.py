@@ -783,6 +783,30 @@ def test_a_refused_resume_leaves_the_finished_run_as_it_was(glue, assets, tmp_pa
     assert json.loads(metrics.read_text()) == json.loads(finished)
 
 
+@pytest.mark.slow  # four short RTE runs in this process: 30 s on 2 cores
+def test_a_resume_to_fewer_epochs_than_its_checkpoint_began_is_refused(glue, tmp_path, capsys):
+    """As a trainer.max_steps below the checkpoint's step is: a run stopped in its second epoch and resumed with
+    trainer.max_epochs 1 trained no step, and evaluated and exported its weights as a one-epoch run's, with status 0.
+    Refused, naming the epoch; the finished run it becomes, resumed again at its bound, trains no step and says so."""
+    args = ("--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1", "--export", "false", "--predict",
+            "false", "--trainer.max_epochs", "2")
+    train.run(glue(*args, "--trainer.max_steps", "3"))  # two steps an epoch: stopped in the second
+    metrics = tmp_path / "run" / "metrics.json"
+    stopped = metrics.read_text()
+    with pytest.raises(ValueError, match=r"trainer.max_epochs=1, but the checkpoint to resume \(step 3\) has begun "
+                                         r"epoch 2: its weights were trained for more epochs than that\. Resume with "
+                                         r"--trainer.max_epochs 2 or more"):
+        train.run(glue(*args, "--trainer.max_epochs", "1", "--ckpt_path", "last"))
+    assert metrics.read_text() == stopped
+    for step in (4, 4):  # the second epoch's last step; then nothing left to train
+        capsys.readouterr()
+        cli = glue(*args, "--ckpt_path", "last")
+        train.run(cli)
+        assert cli.trainer.global_step == step
+    assert ("litbert: the checkpoint to resume (step 4) has reached trainer.max_epochs=2: its training is done, so no "
+            "step is trained" in capsys.readouterr().out)
+
+
 def test_an_accepted_resume_records_itself_once(glue, tmp_path, capsys):
     """An accepted resume rewrites the run's config.yaml with its settings and removes the earlier end's metrics.json
     once, as its training starts, or as fit ends for a finished run, which trains no step; each end writes the
