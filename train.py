@@ -127,10 +127,10 @@ def _run(cli: LitbertCLI, signals: RunSignals) -> dict[str, float | int]:
         return metrics
 
     signals.check(trainer)
-    if config.export:
+    if config.export:  # a signal while it exports stops the run before the export is put in place
         export(trainer, model, export_path(config), data.tokenizer, config.export_format,
-               card=lambda exported, folder: write_card(folder, exported, cli, metrics, trainer))
-    signals.check(trainer)
+               card=lambda exported, folder: write_card(folder, exported, cli, metrics, trainer),
+               check=lambda: signals.check(trainer))
     if trainer.is_global_zero:  # before predicting: the run's results are kept whatever prediction meets
         write_metrics(root / "metrics.json", metrics)
         summarise_in_trackers(trainer, metrics)

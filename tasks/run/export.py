@@ -41,29 +41,35 @@ def litbert_format_reason(model: EncoderTask) -> str:
 
 
 def export(trainer: L.Trainer, model: EncoderTask, directory: Path, tokenizer: Any,
-           format: ExportFormat = "auto", card: Callable[[EncoderTask, Path], Any] | None = None) -> None:
+           format: ExportFormat = "auto", card: Callable[[EncoderTask, Path], Any] | None = None,
+           check: Callable[[], None] | None = None) -> None:
     """`model.export` in `format` on rank 0, then `card(model, folder)` (the model card, which counts the full
     parameters). Under FSDP each rank holds a shard of every parameter: every rank takes part in gathering the full
     weights, which rank 0 alone receives, and the task's parameters are those weights while it exports
     (`summon_full_params`). The export is written beside `directory` and renamed into place once whole: a run killed
     while it exports leaves no folder of weights without their tokenizer or card, and a resumed finished run's
-    earlier export stays whole until the new one replaces it."""
+    earlier export stays whole until the new one replaces it. `check` (every rank calls it: the run's signal check,
+    a collective) runs once the export is written and before it is renamed into place: a run that a signal stops
+    while it exports puts no export in place, as one stopped in the evaluation before it."""
     # Gathered into host memory, so that rank 0's GPU need not hold a second copy; on the CPU they are there already
     # (and torch 2.13's FSDP, asked to move them there, frees the storage it was to move).
     offload = trainer.strategy.root_device.type != "cpu"
     gathered = (FullyShardedDataParallel.summon_full_params(trainer.strategy.model, writeback=False, rank0_only=True,
                                                             offload_to_cpu=offload)
                 if isinstance(trainer.strategy, FSDPStrategy) else contextlib.nullcontext())
-    with gathered:
-        if trainer.is_global_zero:
-            check_finite(model)
-            root = Path(trainer.default_root_dir).resolve()
-            if directory.resolve() == root or directory.resolve() in root.parents:
-                # `--export_dir` holds the run itself: replacing the folder would remove its checkpoints.
-                _export(model, directory, tokenizer, format, card)
-                return
-            with replaced_when_whole(directory, sole_writer=True) as partial:
-                _export(model, partial, tokenizer, format, card)
+    root = Path(trainer.default_root_dir).resolve()
+    # `--export_dir` holding the run itself is written in place: replacing the folder would remove its checkpoints.
+    in_place = directory.resolve() == root or directory.resolve() in root.parents
+    with contextlib.ExitStack() as beside:
+        target = directory
+        if trainer.is_global_zero and not in_place:
+            target = beside.enter_context(replaced_when_whole(directory, sole_writer=True))
+        with gathered:
+            if trainer.is_global_zero:
+                check_finite(model)
+                _export(model, target, tokenizer, format, card)
+        if check is not None:
+            check()  # a signal came: it raises, and the export written beside `directory` is removed
 
 
 def _export(model: EncoderTask, directory: Path, tokenizer: Any, format: ExportFormat,
