@@ -647,8 +647,11 @@ def test_a_used_run_folder_is_never_silently_reused(glue, tmp_path):
         glue(root=root)
     (root / "lightning_logs" / "version_0").mkdir(parents=True)  # the earlier run's CSVLogger
     (root / "version_0").mkdir()  # and `--trainer.logger CSVLogger`'s, which has the W&B logger's name: none
-    glue("--overwrite", "true", root=root)
+    (root / "model").mkdir()
+    (root / "model" / "config.json").write_text("{}\n")  # and its export, which a run that exports none replaces too
+    glue("--overwrite", "true", "--export", "false", root=root)
     assert not (root / "metrics.json").exists() and not (root / "checkpoints").exists()
+    assert not (root / "model").exists()  # left, the earlier run's model sat beside the new run's metrics.json
     # or the new run's logs go beside the old ones, as version_1
     assert not (root / "lightning_logs").exists() and not (root / "version_0").exists()
     with pytest.raises(ValueError, match="--ckpt_path resumes one in place"):

@@ -51,7 +51,9 @@ def check_run_folder(config: Any, resume_path: str | None) -> None:
     root = run_root(config)
     used = [root / name for name in RUN_FILES if (root / name).exists()]
     export = export_path(config)
-    if config.export and export.exists() and any(export.iterdir()):
+    # <root>/model is the run's export whether or not this run exports: one that does not (--export false) left the
+    # earlier run's model beside its own metrics.json after --overwrite. (--export_dir needs --export.)
+    if export.exists() and any(export.iterdir()):
         used.append(export)
     if not used:
         return
