@@ -41,9 +41,10 @@ from runs import (
 from tiny import TINY, mlm_batches
 from torch.utils.data import DataLoader
 
+from encoders.checkpoints import CheckpointError
 from tasks.mlm import MaskedLM
 from tasks.run import checkpoints
-from tasks.run.checkpoint_io import LAST, SafeCheckpointIO
+from tasks.run.checkpoint_io import LAST, SafeCheckpointIO, load_checkpoint_file
 from tasks.run.checkpoints import LastCheckpoint
 from tasks.run.errors import exit_status, resume_hint
 from tasks.run.signals import RunInterrupted, StoppedBeforeTraining
@@ -754,6 +755,33 @@ def test_checkpoints_load_with_weights_only(tmp_path):
     (tmp_path / "short.ckpt").write_bytes((tmp_path / "evil.ckpt").read_bytes()[:100])
     with pytest.raises(ValueError, match="short.ckpt cannot be read .* truncated or corrupt"):
         io.load_checkpoint(tmp_path / "short.ckpt")
+
+
+def test_an_unreadable_last_checkpoint_names_the_checkpoints_beside_it(tmp_path):
+    """A truncated or corrupt last.ckpt (the file named) says which checkpoints of the run to resume from instead:
+    those beside it, its best, newest first; with none, that there are none and how the run starts again. It said
+    "Resume from an earlier checkpoint of the run" whether or not there was one."""
+    io, folder = SafeCheckpointIO(), tmp_path / "checkpoints"
+    io.save_checkpoint({"global_step": 4, "weights": torch.ones(100_000)}, folder / "best-4.ckpt")
+    io.save_checkpoint({"global_step": 6, "weights": torch.ones(100_000)}, folder / LAST)
+    last, best, whole = folder / LAST, folder / "best-4.ckpt", (folder / LAST).read_bytes()
+    last.write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(CheckpointError, match=rf"^Checkpoint {re.escape(str(last))} cannot be read \(.*\); it is "
+                                              rf"truncated or corrupt\. Resume from another checkpoint of the run: "
+                                              rf"--ckpt_path {re.escape(str(best))}\.$"):
+        load_checkpoint_file(last, whole=True)
+    changed = bytearray(whole)
+    changed[len(whole) // 2] ^= 0x40  # a byte of the weights
+    last.write_bytes(bytes(changed))
+    with pytest.raises(CheckpointError, match=rf"^Checkpoint {re.escape(str(last))} is corrupt \(Bad CRC-32 .*\): .* "
+                                              rf"Resume from another checkpoint of the run, or from a good copy of "
+                                              rf"this one: --ckpt_path {re.escape(str(best))}\.$"):
+        load_checkpoint_file(last, whole=True)
+    best.unlink()
+    with pytest.raises(CheckpointError, match=rf"{re.escape(str(folder))} holds no other checkpoint: resume from a "
+                                              rf"copy of this one saved elsewhere, or start the run again \(into its "
+                                              rf"folder with --overwrite true\)\.$"):
+        load_checkpoint_file(last, whole=True)
 
 
 # ---------------------------------------------------------------------------------------------------- atomic saves

@@ -67,7 +67,7 @@ def load_checkpoint_file(path: str | os.PathLike[str], map_location: Any = "cpu"
         if isinstance(error, CheckpointError):
             raise
         raise CheckpointError(f"Checkpoint {path} cannot be read ({str(error).splitlines()[0]}); it is truncated or "
-                              f"corrupt. Resume from an earlier checkpoint of the run.") from None
+                              f"corrupt. {earlier_checkpoints(path)}") from None
 
 
 def check_whole(file: Path, name: str) -> None:
@@ -89,8 +89,24 @@ def check_whole(file: Path, name: str) -> None:
                         pass
             except zipfile.BadZipFile as error:
                 raise CheckpointError(f"Checkpoint {name} is corrupt ({error}): its bytes are not the ones it was "
-                                      f"saved with. Resume from an earlier checkpoint of the run, or a good copy of "
-                                      f"this one.") from None
+                                      f"saved with. {earlier_checkpoints(name, copy=True)}"
+                                      ) from None
+
+
+def earlier_checkpoints(path: str | os.PathLike[str], copy: bool = False) -> str:
+    """The way on from an unreadable checkpoint: the other checkpoints beside a local one (a run's best-<step>.ckpt
+    beside its last.ckpt, newest first) to resume from, or what to do where there are none. `copy`: a good copy of
+    this one would do too."""
+    copy_of_it = ", or from a good copy of this one" if copy else ""
+    folder = Path(path).parent
+    if _is_remote(path) or not folder.is_dir():
+        return f"Resume from an earlier checkpoint of the run{copy_of_it}."
+    others = sorted((p for p in folder.glob("*.ckpt") if p.name != Path(path).name and p.is_file()),
+                    key=lambda p: p.stat().st_mtime, reverse=True)
+    if not others:
+        return (f"{folder} holds no other checkpoint: resume from a copy of this one saved elsewhere, or start the run "
+                f"again (into its folder with --overwrite true).")
+    return f"Resume from another checkpoint of the run{copy_of_it}: --ckpt_path {' or '.join(map(str, others[:3]))}."
 
 
 class SafeCheckpointIO(TorchCheckpointIO):
