@@ -29,6 +29,7 @@ from encoders.checkpoints import Checkpoint, load_checkpoint, select_layers
 from encoders.choices import check_choice
 from encoders.config import check_scheme_settings
 from tasks.optimizers import fusable, layer_depths, optimizer_arguments
+from tasks.training_logs import HeldValues, names_a_training_metric, reaches_a_reader
 
 log = logging.getLogger(__name__)
 
@@ -460,6 +461,10 @@ class EncoderTask(L.LightningModule):
         self._resumed_groups: list[dict[str, typing.Any]] | None = None
         # `self.parameters()` for the length of a fit (`on_before_optimizer_step`), gathered at its first step.
         self._fit_parameters: tuple[nn.Parameter, ...] | None = None
+        # The training values of the batches that did not log, and whether a callback reads them at every batch
+        # (`tasks.training_logs`; set as each fit starts).
+        self._held = HeldValues()
+        self._logs_every_batch = False
 
     def configure_optimizers(self):
         opt = self.optimization
@@ -498,6 +503,8 @@ class EncoderTask(L.LightningModule):
         time the step was saved at."""
         self._tokens = self._token_mean = None  # a fit stopped within a step left its count
         self._fit_parameters = None  # gathered again: the strategy or a callback may have wrapped the modules
+        self._held.clear()
+        self._logs_every_batch = names_a_training_metric(self.trainer)
         groups, self._resumed_groups = self._resumed_groups, None
         if groups is not None and self.trainer.optimizers:
             # Under FSDP, Lightning loads the optimizer state with the checkpoint, before `on_load_checkpoint` gives
@@ -841,7 +848,7 @@ class EncoderTask(L.LightningModule):
             squared = norm.pow(2)
             dist.all_reduce(squared)
             norm = squared.sqrt()
-        self.log("train/grad_norm", norm)
+        self._log_training_values({"train/grad_norm": norm})
         self._grad_norm = norm
         loss = getattr(self, "_step_loss", None)  # (a default tensor would be made, and filled, every step)
         if loss is None:
@@ -894,8 +901,12 @@ class EncoderTask(L.LightningModule):
             f"(--trainer.gradient_clip_val 1.0){fp32}.")
 
     def on_train_batch_end(self, outputs: typing.Any, batch: typing.Any, batch_idx: int) -> None:
+        self.log_held_values()
         if self.trainer._logger_connector.should_update_logs:
             self.check_divergence()
+
+    def on_train_epoch_start(self) -> None:
+        self._held.clear()  # Lightning forgets the last epoch's training values too
 
     def on_validation_start(self) -> None:
         if self.trainer.state.fn == "fit" and not self.trainer.sanity_checking:
@@ -963,10 +974,29 @@ class EncoderTask(L.LightningModule):
             values = {key: total / count for key, (total, count) in sums.items()}
         if perplexity:  # of the mean loss, not a mean of the batches' perplexities
             values["train/perplexity"] = values["train/loss"].exp()
-        for key, value in values.items():
-            self.log(key, value)  # the loss shown by the progress bar at its refresh (tasks.run.progress)
         if self.trainer is not None and self.trainer.optimizers:
-            self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"])
+            values["train/lr"] = self.trainer.optimizers[0].param_groups[0]["lr"]
+        self._log_training_values(values)  # the loss is shown by the progress bar at its refresh (tasks.run.progress)
+
+    def log_held_values(self) -> None:
+        """Log the training values held back since the last batch that logged, where the batch in progress now
+        reaches a reader: a callback stopped the run at it (max_time's Timer), so Lightning writes its values once
+        the batch ends. Code that reads them before then calls this first (`tasks.run.progress`, a stop by signal)."""
+        if self._held and reaches_a_reader(self.trainer, self._logs_every_batch):
+            self._held.log(self)
+
+    def _log_training_values(self, values: dict[str, torch.Tensor | float]) -> None:
+        """Log a training batch's values where they reach a logger, the progress bar or a callback, and hold them
+        otherwise; a batch that logs also logs what earlier batches held of its other keys (`tasks.training_logs`)."""
+        trainer = self._trainer
+        if trainer is not None and not reaches_a_reader(trainer, self._logs_every_batch):
+            for key, value in values.items():
+                self._held.hold(self._current_fx_name, key, value)
+            return
+        for key, value in values.items():
+            self._held.drop(key)
+            self.log(key, value)
+        self._held.log(self)
 
     def _step_sums(self, values: dict[str, torch.Tensor], step: int, tokens: torch.Tensor | int | None
                    ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:

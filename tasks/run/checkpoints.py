@@ -385,7 +385,11 @@ class LastCheckpoint(Checkpoint):
 def _log_step(trainer: L.Trainer) -> None:
     """Log the step that just ended, as Lightning does once every `on_train_batch_end` has returned: a run stopped in
     one would never log it, and the resumed run starts at the step after it, so its loss would be missing from the
-    run's history (at the logging cadence: a step the cadence skips stays unlogged)."""
+    run's history (at the logging cadence: a step the cadence skips stays unlogged). The task's own
+    `on_train_batch_end` would have logged the values it held back (`EncoderTask.log_held_values`)."""
+    log_held = getattr(trainer.lightning_module, "log_held_values", None)
+    if log_held is not None:
+        log_held()
     connector = trainer._logger_connector
     connector.on_batch_end()
     connector.update_train_step_metrics()

@@ -30,6 +30,9 @@ class ProgressBar(RichProgressBar):
     def get_metrics(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, Any]:
         metrics = super().get_metrics(trainer, pl_module)
         if trainer.training and trainer._logger_connector.should_update_logs:
+            log_held = getattr(pl_module, "log_held_values", None)  # where a callback before this one stopped the run
+            if log_held is not None:
+                log_held()
             logged = trainer.callback_metrics
             self._shown = {label: f"{float(logged[key]):.4g}" for key, label in SHOWN.items() if key in logged}
         return {**metrics, **self._shown}
