@@ -1,9 +1,9 @@
 """Host synchronisations per training step, counted through `train.py`.
 
 A host synchronisation is an operation whose result the host must read back from the device before it can go on:
-`.item()`, `bool()`, `int()` or `.tolist()` of a tensor, `nonzero`, boolean-mask indexing, `unique`, `equal`. On a
-GPU each one stalls the host until the device has drained its queue, and a step that has any cannot be captured in
-a CUDA graph.
+`.item()`, `bool()`, `int()` or `.tolist()` of a tensor, `nonzero`, boolean-mask indexing, `unique`, `equal`, and
+on CUDA also a tensor made there from a Python number (`torch.tensor(0.5, device=...)`). On a GPU each one stalls
+the host until the device has drained its queue, and a step that has any cannot be captured in a CUDA graph.
 
 `HostSyncs` is a callback. It counts the operations of each training step, from the start of one batch to the start
 of the next, and writes one record a step to a JSON file when training ends:
@@ -12,8 +12,10 @@ of the next, and writes one record a step to a JSON file when training ends:
 - elsewhere through a `TorchDispatchMode` that counts the operations above (`SYNCING`) on the tensors it sees,
   and a `TorchFunctionMode` that counts `.tolist()`, `.numpy()`, `.cpu()` and NumPy's conversions (`HOST_READS`),
   which read a tensor's values without an ATen operation on the CPU (on CUDA, a copy from the device that waits for
-  it); both leave out the host work on host tensors: a DataLoader's collate function, and the ranks' agreement at a
-  step boundary (`tasks.run.agreement`, over gloo on every device).
+  it), and the tensors made from Python or NumPy values on a device (`HOST_WRITES` with a `device`: on CUDA a copy
+  from pageable host memory, which waits for the device too, as `self.log` of a Python number makes one); both
+  leave out the host work on host tensors: a DataLoader's collate function, and the ranks' agreement at a step
+  boundary (`tasks.run.agreement`, over gloo on every device).
 
 Each record has the step, whether Lightning logged at it (every `log_every_n_steps`), the count, and where each sync
 came from (the innermost litbert, Lightning or torchmetrics frame).
@@ -54,6 +56,8 @@ SYNCING = {
 # Reads of a tensor's values into Python, NumPy or host memory that reach no ATen operation on the CPU: the dispatch
 # mode misses them there, while on CUDA each copies from the device and waits for it.
 HOST_READS = {torch.Tensor.tolist, torch.Tensor.numpy, torch.Tensor.__array__, torch.Tensor.cpu}
+# Tensors made from host values; given a `device`, on CUDA a blocking copy from pageable memory (not on the CPU).
+HOST_WRITES = {torch.tensor, torch.as_tensor}
 _OWN = ("/encoders/", "/data/", "/tasks/", "/train.py", "/lightning/", "/torchmetrics/")
 
 
@@ -76,6 +80,11 @@ def _boolean_index(func, args) -> bool:
         isinstance(index, torch.Tensor) and index.dtype == torch.bool for index in (args[1] or []))
 
 
+def _host_write(func, args, kwargs) -> bool:
+    return (func in HOST_WRITES and kwargs.get("device") is not None and bool(args)
+            and not isinstance(args[0], torch.Tensor))
+
+
 class _DispatchCounter(TorchDispatchMode):
     def __init__(self, places: Counter, depth: int) -> None:
         super().__init__()
@@ -93,13 +102,14 @@ class _HostReadCounter(TorchFunctionMode):
         self.places, self.depth = places, depth
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        if func in HOST_READS and not _host_work():
+        kwargs = kwargs or {}
+        if (func in HOST_READS or _host_write(func, args, kwargs)) and not _host_work():
             self.places[f"{func.__name__}: {_place(self.depth)}"] += 1
-        return func(*args, **(kwargs or {}))
+        return func(*args, **kwargs)
 
 
 class _CpuCounter:
-    """Both CPU counters at once: the syncing ATen operations and the host reads that are none."""
+    """Both CPU counters at once: the syncing ATen operations, and the host reads and writes that are none."""
 
     def __init__(self, places: Counter, depth: int) -> None:
         self._modes = (_DispatchCounter(places, depth), _HostReadCounter(places, depth))

@@ -995,7 +995,9 @@ class EncoderTask(L.LightningModule):
             return
         for key, value in values.items():
             self._held.drop(key)
-            self.log(key, value)
+            # A number (the learning rate) filled on the device: `self.log` would copy it there, which on CUDA
+            # waits for the device (a copy from pageable host memory; `bench.syncs`).
+            self.log(key, torch.full((), value, device=self.device) if isinstance(value, float) else value)
         self._held.log(self)
 
     def _step_sums(self, values: dict[str, torch.Tensor], step: int, tokens: torch.Tensor | int | None

@@ -144,15 +144,17 @@ class _ReadsTheHost(MaskedLM):
         batch["labels"].tolist()
         np.asarray(loss.detach())
         loss.detach().cpu()
+        torch.tensor(batch_idx, device=loss.device)
         return loss
 
 
-def test_the_cpu_count_includes_the_reads_that_wait_for_a_gpu(tmp_path):
+def test_the_cpu_count_includes_the_reads_and_writes_that_wait_for_a_gpu(tmp_path):
     """`.tolist()`, `.cpu()` and NumPy's conversions reach no ATen operation on the CPU, but on CUDA each copies from
-    the device and waits for it: the CPU count has them, so a test on the CPU catches them."""
+    the device and waits for it, as a tensor made on the device from a Python number (`self.log` of a float makes
+    one) copies to it and waits: the CPU count has them, so a test on the CPU catches them."""
     syncs = HostSyncs(output=str(tmp_path / "syncs.json"))
     trainer(3, callbacks=[syncs]).fit(_ReadsTheHost(encoder=TINY, vocab_size=64),
                                       DataLoader(mlm_batches(3), batch_size=None))
     reads = [{kind: count for place, count in step["places"].items()
-              if (kind := place.split(":")[0]) in ("tolist", "__array__", "cpu")} for step in syncs.steps[:2]]
-    assert reads == [{"tolist": 1, "__array__": 1, "cpu": 1}] * 2
+              if (kind := place.split(":")[0]) in ("tolist", "__array__", "cpu", "tensor")} for step in syncs.steps[:2]]
+    assert reads == [{"tolist": 1, "__array__": 1, "cpu": 1, "tensor": 1}] * 2
