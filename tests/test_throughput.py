@@ -174,3 +174,24 @@ def test_callback_refuses_a_module_without_a_flop_count():
     with pytest.raises(TypeError, match="training_flops"):
         trainer.fit(Plain(), DataLoader([torch.randn(2)], batch_size=None))
 
+
+
+def test_callback_waits_for_the_device_at_the_steps_it_logs_only(monkeypatch):
+    """The wait for the device (a CUDA synchronize, a host sync) comes at the steps that log and nowhere else: not
+    where a window starts (the fit's first batch, an epoch's, the first after a validation), and not after the
+    first batch of an accumulated step, which ends no optimizer step (it logged a window of one batch at step 0)."""
+    waits = []
+    monkeypatch.setattr(Throughput, "_synchronize", staticmethod(lambda module: waits.append(run.global_step)))
+    torch.manual_seed(0)
+    throughput, recorder = Throughput(log_every_n_steps=3), Recorder()
+    # 8 batches an epoch, 2 a step: 4 steps an epoch, a validation every 3 batches.
+    run = L.Trainer(max_steps=6, accelerator="cpu", logger=False, enable_checkpointing=False,
+                    enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+                    accumulate_grad_batches=2, val_check_interval=3, limit_val_batches=1,
+                    callbacks=[throughput, recorder])
+    batches = mlm_batches(8)
+    run.fit(MaskedLM(encoder=TINY, vocab_size=64), DataLoader(batches, batch_size=None),
+            DataLoader(batches[:1], batch_size=None))
+    assert run.global_step == 6  # 4 steps in the first epoch, 2 in the second
+    assert waits == [3, 6]
+    assert len(recorder.logged) == 2

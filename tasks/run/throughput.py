@@ -53,7 +53,7 @@ class Throughput(L.Callback):
                              f"to take it from Lightning's table of devices.")
         self.peak_flops = peak_flops
         self.log_every_n_steps = log_every_n_steps
-        self._logged_step = -1
+        self._step_at_start = 0  # the optimizer steps taken when the current batch started
         self._reset()
 
     def _reset(self) -> None:
@@ -77,8 +77,12 @@ class Throughput(L.Callback):
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
                              batch_idx: int) -> None:
+        self._step_at_start = trainer.global_step
         if self._started is None:
-            self._synchronize(pl_module)
+            # Not waiting for the device here, which would be a host sync in a step that logs nothing: a window
+            # starts at the fit's first batch, an epoch's or the first after a validation, each just after the host
+            # read values off the device (the weights moved there, the divergence check at an epoch's end, the
+            # validation's metrics), so no earlier work is left in flight to be timed.
             self._started = time.perf_counter()
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
@@ -86,8 +90,9 @@ class Throughput(L.Callback):
         self._batches.append(batch)
         every = self.log_every_n_steps or trainer.log_every_n_steps
         step = trainer.global_step  # already advanced when this batch ended an optimizer step
-        if step != self._logged_step and step % max(1, every) == 0:
-            self._logged_step = step
+        # Only a batch that ended an optimizer step logs: under gradient accumulation the batches before it leave
+        # the step where it was (at 0 before the first step, or a resumed run's multiple of `every`).
+        if step != self._step_at_start and step % max(1, every) == 0:
             self._synchronize(pl_module)
             elapsed = max(time.perf_counter() - self._started, 1e-9)
             lengths = [length for b in self._batches for length in sequence_lengths(b)]
