@@ -473,11 +473,10 @@ class EncoderTask(L.LightningModule):
         if fusable(cls, arguments):
             # The fused kernel: one pass over all parameters instead of a chain of per-tensor ops. On this 2-core
             # CPU an SST-2 step of MiniLM took 0.61 s with it against 0.96 s without (bench/finetune.py,
-            # BENCHMARKS.md). Clipping by norm keeps it (`configure_gradient_clipping`). Lightning clips under fp16's
-            # loss scaler (whose gradients are still scaled when clipped, as the fused kernel unscales only inside
-            # its step) and by value, and refuses a fused optimizer there.
-            arguments["fused"] = not (bool(trainer.gradient_clip_val) and (
-                _loss_scaler(trainer) or trainer.gradient_clip_algorithm == "value"))
+            # BENCHMARKS.md). Clipping by norm or by value keeps it (`configure_gradient_clipping`). Lightning clips
+            # under fp16's loss scaler (whose gradients are still scaled when clipped, as the fused kernel unscales
+            # only inside its step), and refuses a fused optimizer there.
+            arguments["fused"] = not (bool(trainer.gradient_clip_val) and _loss_scaler(trainer))
         optimizer = cls(parameter_groups(self, opt.weight_decay, opt.learning_rate, opt.layer_decay), **arguments)
         optimizer.register_step_post_hook(_forget_grad_scale)
         # Lightning's Timer holds trainer.max_time and the training time so far, kept in every checkpoint.
@@ -923,17 +922,22 @@ class EncoderTask(L.LightningModule):
                                     gradient_clip_algorithm: str | None = None) -> None:
         """Clipping by norm scales the gradients with the total norm `on_before_optimizer_step` has just computed
         (and logged), as `clip_grad_norm_` would: one pass over the gradients fewer, and no conflict with the fused
-        AdamW, which Lightning's mixed-precision plugin refuses to clip for fear of fp16's loss scaling. Under a loss
-        scaler, and for clipping by value, Lightning clips as usual."""
+        AdamW, which Lightning's mixed-precision plugin refuses to clip for fear of fp16's loss scaling. Clipping by
+        value clamps each gradient as `clip_grad_value_` does, here for the same reason: the fused AdamW stays, and
+        with it the divergence check that skips a step on the device (an unfused one reads it every step). Under a
+        loss scaler Lightning clips as usual."""
         if not gradient_clip_val:
             return
-        if not (gradient_clip_algorithm is None or gradient_clip_algorithm == "norm") or _loss_scaler(self.trainer):
+        if _loss_scaler(self.trainer):
             self.clip_gradients(optimizer, gradient_clip_val=gradient_clip_val,
                                 gradient_clip_algorithm=gradient_clip_algorithm)
             return
         params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
         norm, self._grad_norm = getattr(self, "_grad_norm", None), None
         if not params:
+            return
+        if gradient_clip_algorithm == "value":
+            torch.nn.utils.clip_grad_value_(params, gradient_clip_val)
             return
         norm = norm if norm is not None else torch.nn.utils.get_total_norm([p.grad for p in params])
         optimizer.__dict__.pop("grad_scale", None)

@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader
 from bench.syncs import HostSyncs
 from data import MLMCollator, load_tokenizer, train_tokenizer
 from encoders import Encoder, EncoderConfig, MaskedLMHead, SequenceClassificationHead
-from tasks.classification import TokenClassification
+from tasks.classification import SequenceClassification, TokenClassification
 from tasks.distillation import Distillation
 from tasks.mlm import MaskedLM
 
@@ -136,6 +136,21 @@ def test_an_accumulated_token_loss_counts_its_tokens_without_a_host_sync(shared_
         # The steps that log (2, 5) read their values; the last one everything, as training ends.
         steady = [s["places"] for s in syncs.steps if s["step"] not in (2, 5)]
         assert len(steady) == 8 and not [places for places in steady if places]
+
+
+def test_a_step_clipped_by_value_has_no_host_sync(tmp_path):
+    """Clipping by value (`--trainer.gradient_clip_algorithm value`) keeps the fused AdamW, which skips a non-finite
+    step on the device: with Lightning's clipping it took the unfused AdamW, whose divergence check the host read
+    every step (and, on the CPU, the unfused AdamW's step count of each parameter: dozens of syncs a step)."""
+    generator = torch.Generator().manual_seed(0)
+    batches = [{"input_ids": torch.randint(5, 64, (8, 12), generator=generator),
+                "labels": torch.randint(0, 2, (8,), generator=generator)} for _ in range(7)]
+    syncs = HostSyncs(output=str(tmp_path / "syncs.json"))
+    trainer(7, log_every_n_steps=3, gradient_clip_val=1e-3, gradient_clip_algorithm="value", callbacks=[syncs]).fit(
+        SequenceClassification(encoder=TINY, vocab_size=64), DataLoader(batches, batch_size=None))
+    # The steps that log (2, 5) read their values; the last one (6) everything, as training ends.
+    steady = {s["step"]: s["places"] for s in syncs.steps if s["step"] not in (2, 5, 6)}
+    assert len(steady) == 4 and not {step: places for step, places in steady.items() if places}
 
 
 class _ReadsTheHost(MaskedLM):

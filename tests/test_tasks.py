@@ -932,6 +932,42 @@ def test_gradient_clipping_keeps_the_fused_optimizer_and_clips_by_the_total_norm
             assert relative_difference(mine_moment, their_moment) < bound, (name, moment)
 
 
+@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
+def test_gradient_clipping_by_value_keeps_the_fused_optimizer_and_clamps_each_gradient(precision):
+    """`--trainer.gradient_clip_algorithm value` clamps every gradient element to the bound, as clip_grad_value_
+    does, before the fused AdamW steps (Lightning's plugin would refuse to clip it under bf16-mixed, and the unfused
+    AdamW made the host read the divergence check every step): three steps as hand-written ones, at a bound that
+    clamps some elements and not others. Compared as the norm clipping's test compares (elementwise in float32, by
+    the relative norm of the changes in bf16)."""
+    torch.manual_seed(0)
+    model = SequenceClassification(num_labels=2, encoder=TINY, vocab_size=64, classifier_dropout=0.0,
+                                   optimization=Optimization(learning_rate=1e-3, warmup=0, schedule="constant"))
+    reference, start = copy.deepcopy(model), copy.deepcopy(model)
+    data = classification_batches(3)
+    run = trainer(3, gradient_clip_val=1e-3, gradient_clip_algorithm="value", precision=precision)
+    run.fit(model, DataLoader(data, batch_size=None))
+    assert run.optimizers[0].param_groups[0]["fused"] is True
+
+    optimizer = torch.optim.AdamW(parameter_groups(reference, 0.01), lr=1e-3, betas=(0.9, 0.999), eps=1e-6, fused=True)
+    clamped = []
+    for batch in data:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16-mixed"):
+            loss = reference.loss(reference(batch), batch["labels"])
+        loss.backward()
+        grads = torch.cat([p.grad.flatten() for p in reference.parameters() if p.grad is not None])
+        clamped.append(float((grads.abs() > 1e-3).float().mean()))
+        torch.nn.utils.clip_grad_value_(reference.parameters(), 1e-3)
+        optimizer.step()
+        optimizer.zero_grad()
+    assert all(0.01 < share < 0.99 for share in clamped), clamped  # the bound clamped some elements, not all
+    bound = 1e-4 if precision == "32-true" else 0.02
+    for (name, mine), theirs, first in zip(model.named_parameters(), reference.parameters(), start.parameters(),
+                                           strict=True):
+        if precision == "32-true":
+            torch.testing.assert_close(mine, theirs, msg=name)
+        assert relative_difference(mine - first, theirs - first) < bound, name
+
+
 def test_a_second_fit_takes_the_norm_over_the_modules_it_trains():
     """The gradient norm is taken over the parameters gathered once a fit (`on_before_optimizer_step`): a head
     replaced between two fits is in the second fit's norm, and so in its clipping."""
