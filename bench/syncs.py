@@ -6,7 +6,8 @@ on CUDA also a tensor made there from a Python number (`torch.tensor(0.5, device
 the host until the device has drained its queue, and a step that has any cannot be captured in a CUDA graph.
 
 `HostSyncs` is a callback. It counts the operations of each training step, from the start of one batch to the start
-of the next, and writes one record a step to a JSON file when training ends:
+of the next, and writes one record a step to a JSON file when training ends (each rank of a distributed run its own:
+`HostSyncs.rank_output`):
 
 - on CUDA through `torch.cuda.set_sync_debug_mode("warn")`, which warns at every synchronising CUDA call;
 - elsewhere through a `TorchDispatchMode` that counts the operations above (`SYNCING`) on the tensors it sees,
@@ -182,9 +183,13 @@ class HostSyncs(L.Callback):
 
     def on_train_end(self, trainer, pl_module) -> None:
         self._close()
-        if trainer.is_global_zero:
-            self.output.parent.mkdir(parents=True, exist_ok=True)
-            self.output.write_text(json.dumps(self.steps, indent=1) + "\n")
+        self.output.parent.mkdir(parents=True, exist_ok=True)
+        self.rank_output(trainer.global_rank).write_text(json.dumps(self.steps, indent=1) + "\n")
+
+    def rank_output(self, rank: int) -> Path:
+        """Where rank `rank` writes its records: `output` for rank 0, `<stem>.rank<N><suffix>` beside it for the
+        others, whose steps may sync where rank 0's do not (a broadcast's receivers read its size)."""
+        return self.output if rank == 0 else self.output.with_name(f"{self.output.stem}.rank{rank}{self.output.suffix}")
 
     def on_exception(self, trainer, pl_module, exception) -> None:
         self._close()
