@@ -29,6 +29,7 @@ from encoders.checkpoints import Checkpoint, load_checkpoint, select_layers
 from encoders.choices import check_choice
 from encoders.config import check_scheme_settings
 from tasks.optimizers import fusable, layer_depths, optimizer_arguments
+from tasks.run.timer import HostTimer
 from tasks.training_logs import HeldValues, names_a_training_metric, reaches_a_reader
 
 log = logging.getLogger(__name__)
@@ -525,11 +526,12 @@ class EncoderTask(L.LightningModule):
 
     def lr_scheduler_step(self, scheduler: typing.Any, metric: typing.Any) -> None:
         """Step the schedule, telling it the training time first where a `wsd` decay ends with trainer.max_time:
-        rank 0's time, so that every rank sets the same learning rate (under DDP a broadcast each step, as Lightning's
-        Timer makes one each step to agree on the stop; on one device nothing is sent)."""
+        rank 0's time, so that every rank sets the same learning rate (under DDP a broadcast each step, over the hosts
+        with train.py's `HostTimer`, as it agrees on the stop; on one device nothing is sent)."""
         timer = getattr(self, "_timer", None)
         if timer is not None:
-            self._elapsed = self.trainer.strategy.broadcast(timer.time_elapsed())
+            self._elapsed = (timer.rank_zero_elapsed() if isinstance(timer, HostTimer)
+                             else self.trainer.strategy.broadcast(timer.time_elapsed()))
         super().lr_scheduler_step(scheduler, metric)
 
     def architecture(self) -> dict[str, dict[str, typing.Any]]:

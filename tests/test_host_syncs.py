@@ -38,8 +38,9 @@ RUNS = {
     "multilabel": ["--config", "configs/multilabel/conll-entity-types.yaml", "--model.pretrained", MINILM],
     # The README job's model, masking and data module.
     "mlm": ["--config", "configs/quickstart.yaml", "--trainer.max_time", "null", *WIKITEXT],
-    # Two DDP ranks: the step's masked tokens counted on each and summed over them on the device.
-    "mlm-ddp": ["--config", "configs/quickstart.yaml", "--trainer.max_time", "null", *WIKITEXT,
+    # Two DDP ranks: the step's masked tokens counted on each and summed over them on the device; bounded by
+    # trainer.max_time too, as the README job is, whose stop and wsd decay take rank 0's clock over the hosts.
+    "mlm-ddp": ["--config", "configs/quickstart.yaml", *WIKITEXT,
                 "--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy", "ddp"],
     # RoBERTa's recipe: byte-level BPE, FULL-SENTENCES blocks, dynamic masking, the DDP strategy.
     "roberta": ["--config", "configs/pretrain/roberta-base.yaml", *SMALL, *WIKITEXT, "--data.num_workers", "0",

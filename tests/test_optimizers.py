@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader
 from tasks.base import DivergenceError, Optimization, lr_lambda, parameter_groups
 from tasks.classification import SequenceClassification
 from tasks.mlm import MaskedLM
+from tasks.run.timer import HostTimer
 
 
 def classifier(**optimization) -> SequenceClassification:
@@ -275,10 +276,12 @@ class FakeClock(L.Callback):
         self.lrs[trainer.global_step] = trainer.optimizers[0].param_groups[0]["lr"]
 
 
-def test_wsd_decays_to_its_floor_when_max_time_ends_the_run_and_resumes_exactly(monkeypatch, tmp_path):
+@pytest.mark.parametrize("timers", [("lightning", "lightning"), ("host", "host"), ("lightning", "host")])
+def test_wsd_decays_to_its_floor_when_max_time_ends_the_run_and_resumes_exactly(timers, monkeypatch, tmp_path):
     """A run bounded by 12 (fake) seconds alone, a batch a second: warmup 2 steps, the peak held to 6 s, then the
     linear decay ends at the floor with the time (Lightning stops it after step 12). Stopped at step 4 and resumed
-    from its checkpoint, it sets the same learning rates and ends with the same weights."""
+    from its checkpoint, it sets the same learning rates and ends with the same weights. The same with train.py's
+    `HostTimer` in place of the Timer Lightning makes of max_time, and resumed with it from the Timer's checkpoint."""
     optimization = dict(learning_rate=1e-3, warmup=2, schedule="wsd", decay=0.5, min_lr_ratio=0.1)
     data = DataLoader(mlm_batches(2), batch_size=None)
 
@@ -286,7 +289,10 @@ def test_wsd_decays_to_its_floor_when_max_time_ends_the_run_and_resumes_exactly(
         torch.manual_seed(0)
         model = MaskedLM(encoder=TINY, vocab_size=64, optimization=Optimization(**optimization))
         clock = FakeClock(monkeypatch)
-        fit = trainer(-1, max_time={"seconds": 12}, callbacks=[clock, *callbacks])
+        if timers[ckpt_path is not None] == "host":
+            fit = trainer(-1, callbacks=[clock, HostTimer(duration={"seconds": 12}), *callbacks])
+        else:
+            fit = trainer(-1, max_time={"seconds": 12}, callbacks=[clock, *callbacks])
         fit.fit(model, data, ckpt_path=ckpt_path)
         return fit, model, clock
 

@@ -10,6 +10,7 @@
 - `early_stopping`: stopping once the task's metric stops improving (`--early_stopping.patience`);
 - `signals`: stopping on SIGTERM, SIGINT and SLURM's requeue signal;
 - `agreement`: what every rank decides alike at a step boundary, agreed over the hosts;
+- `timer`: `trainer.max_time`, its stop agreed over the hosts;
 - `tracking`: Weights & Biases, the saved config, attention maps;
 - `throughput`: tokens/s, samples/s and MFU during training;
 - `progress`: the progress bar;

@@ -1,9 +1,10 @@
 """Decisions every rank of a run must take alike at a step boundary, agreed over the hosts' network.
 
 A signal reaches one rank, and each rank has its own clock; to stop or save together, the ranks agree on the largest
-of a few integers every step. Over the training backend (NCCL on GPUs) that needs a device tensor whose value the
-host then reads: a wait for the device at every step, which leaves the host no step ahead of the GPU. `HostAgreement`
-all-reduces a host tensor over a gloo group instead: each host waits only for the other hosts, never for its device.
+of a few integers every step, or take rank 0's clock. Over the training backend (NCCL on GPUs) that needs a device
+tensor whose value the host then reads: a wait for the device at every step, which leaves the host no step ahead of
+the GPU. `HostAgreement` all-reduces or broadcasts a host tensor over a gloo group instead: each host waits only for
+the other hosts, never for its device.
 """
 
 from __future__ import annotations
@@ -27,4 +28,12 @@ class HostAgreement:
             return list(values)
         tensor = torch.tensor(values, dtype=torch.int64)
         dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=self.group)
+        return tensor.tolist()
+
+    def from_rank_zero(self, values: list[float]) -> list[float]:
+        """Rank 0's values (floats: a clock) on every rank; all ranks call it at the same points."""
+        if self.group is None:
+            return list(values)
+        tensor = torch.tensor(values, dtype=torch.float64)
+        dist.broadcast(tensor, src=0, group=self.group)
         return tensor.tolist()

@@ -31,7 +31,7 @@ from typing import Any
 
 import lightning as L
 import yaml
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import ModelCheckpoint, Timer
 from lightning.pytorch.callbacks import ProgressBar as LightningProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.plugins.io import CheckpointIO
@@ -61,6 +61,7 @@ from tasks.run.precision import choose_precision
 from tasks.run.progress import ProgressBar
 from tasks.run.publish import check_push
 from tasks.run.throughput import Throughput
+from tasks.run.timer import HostTimer
 from tasks.run.tracking import (
     WANDB_LOGGER,
     LogConfigCallback,
@@ -380,6 +381,11 @@ class LitbertCLI(LightningCLI):
             callbacks.append(early_stopping)
         if not any(isinstance(callback, Throughput) for callback in callbacks):
             callbacks.append(Throughput())
+        max_time = trainer_config.get("max_time")
+        if max_time is not None and not any(isinstance(callback, Timer) for callback in callbacks):
+            # In place of the Timer Lightning makes of max_time: the ranks agree on the stop over the hosts.
+            callbacks.append(HostTimer(duration=max_time, interval="step"))
+            kwargs["max_time"] = None
         if trainer_config.get("enable_progress_bar") is not False and find_spec("rich") is not None \
                 and not any(isinstance(callback, LightningProgressBar) for callback in callbacks):
             callbacks.append(ProgressBar())  # Lightning's rich bar, counting steps where the epochs are unbounded
