@@ -30,7 +30,7 @@ from encoders.choices import check_choice
 from encoders.config import check_scheme_settings
 from tasks.optimizers import fusable, layer_depths, optimizer_arguments
 from tasks.run.timer import HostTimer
-from tasks.training_logs import HeldValues, names_a_training_metric, reaches_a_reader
+from tasks.training_logs import HeldValues, log_value, names_a_training_metric, reaches_a_reader
 
 log = logging.getLogger(__name__)
 
@@ -1001,9 +1001,7 @@ class EncoderTask(L.LightningModule):
             return
         for key, value in values.items():
             self._held.drop(key)
-            # A number (the learning rate) filled on the device: `self.log` would copy it there, which on CUDA
-            # waits for the device (a copy from pageable host memory; `bench.syncs`).
-            self.log(key, torch.full((), value, device=self.device) if isinstance(value, float) else value)
+            log_value(self, key, value)
         self._held.log(self)
 
     def _step_sums(self, values: dict[str, torch.Tensor], step: int, tokens: torch.Tensor | int | None

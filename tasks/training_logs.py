@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 import lightning as L
+import torch
 
 TRAINING = "train/"
 
@@ -35,6 +36,12 @@ def reaches_a_reader(trainer: L.Trainer, every_batch: bool) -> bool:
     if 0 < trainer.max_steps <= trainer.global_step + 1:
         return True
     return bool(trainer.fit_loop.epoch_loop.batch_progress.is_last_batch)
+
+
+def log_value(module: L.LightningModule, key: str, value: Any) -> None:
+    """`module.log(key, value)`, a number (the learning rate) filled on the device first: `log` would copy it
+    there, which on CUDA waits for the device (a copy from pageable host memory; `bench.syncs`)."""
+    module.log(key, torch.full((), value, device=module.device) if isinstance(value, float) else value)
 
 
 def names_a_training_metric(trainer: L.Trainer) -> bool:
@@ -73,6 +80,6 @@ class HeldValues:
         try:
             for key, (hook, value) in values.items():
                 module._current_fx_name = hook
-                module.log(key, value)
+                log_value(module, key, value)
         finally:
             module._current_fx_name = current
