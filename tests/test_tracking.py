@@ -4,6 +4,7 @@ logged beside other loggers. No training: each test drives the logger or callbac
 
 from __future__ import annotations
 
+import re
 import signal
 from pathlib import Path
 from types import SimpleNamespace
@@ -269,12 +270,19 @@ TIMINGS = ("tokens_per_sec", "samples_per_sec", "tflops")  # of the machine's sp
 def tensorboard_scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
     """Every scalar point of the event files in `folder`, per tag, in the order TensorBoard reads them (by file
     name): what its data server reads before it drops a tag's points from a step that tag is logged at again (it
-    heeds no purge marker)."""
+    heeds no purge marker). A file's name holds its time in seconds, the process id and the process's count of
+    event files; a resumed part's process starts seconds after the earlier one, so its files sort after theirs. Here
+    the parts may share a process and a second: the names are ordered by those numbers, as writing ordered them
+    (by the text, a 10th file would come before a 9th)."""
     from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
     from tensorboard.util.tensor_util import make_ndarray
 
+    def written(path: Path) -> tuple[int, ...]:  # (time, process, count) of events.out.tfevents.T.HOST.PID.N[SUFFIX]
+        match = re.search(r"tfevents\.(\d+)\..+\.(\d+)\.(\d+)(?:\.\D[^.]*)?$", path.name)
+        return tuple(map(int, match.groups())) if match else ()
+
     scalars: dict[str, list[tuple[int, float]]] = {}
-    for path in sorted(folder.glob("*tfevents*")):
+    for path in sorted(folder.glob("*tfevents*"), key=lambda path: (written(path), path.name)):
         for event in EventFileLoader(str(path)).Load():
             for value in event.summary.value if event.HasField("summary") else []:
                 if value.metadata.plugin_data.plugin_name == "scalars" and not value.tag.endswith(TIMINGS):
