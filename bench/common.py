@@ -327,3 +327,54 @@ def write_section(path: Path, name: str, text: str) -> None:
         raise SystemExit(f"{path} has no {begin} ... {end} markers to write between.")
     head, rest = content.split(begin, 1)
     path.write_text(f"{head}{begin}\n{text}\n{end}{rest.split(end, 1)[1]}")
+
+
+# litbert's schedules under the `Trainer`'s names for the same learning rates (tests/test_optimizers.py): litbert's
+# `constant` warms up over `warmup` first, the `Trainer`'s `constant_with_warmup` (its `constant` ignores the warmup).
+TRAINER_SCHEDULES = {"linear": "linear", "cosine": "cosine", "constant": "constant_with_warmup"}
+# Encoder settings that transformers' BERT classes fix: a run that changes them has no `Trainer` equivalent.
+BERT_FIXED = {"attention_output_dropout": True, "attention_output_rate": "hidden", "feed_forward_dropout": "output",
+              "initializer_cutoff": None}
+
+
+def trainer_equivalents(cli: Any) -> dict[str, Any]:
+    """The `Trainer`'s settings (and `from_pretrained`'s) that train as a built train.py run (`train.make_cli`) over a
+    BERT checkpoint does, beyond the ones of the same name: the schedule by the `Trainer`'s name for it, the encoder's
+    dropouts and the new head's initialisation. A setting the `Trainer` side has no equivalent for stops the
+    benchmark with its name: given to litbert alone, it would compare two different trainings."""
+    opt, trainer, config = cli.model.optimization, cli.config.trainer, cli.model.encoder.config
+    unmatched = []
+    if opt.schedule not in TRAINER_SCHEDULES:
+        unmatched.append(f"model.optimization.schedule={opt.schedule!r} (the Trainer's warmup_stable_decay warms up "
+                         f"from its floor and decays by a cosine; choose {', '.join(TRAINER_SCHEDULES)})")
+    if opt.min_lr_ratio and opt.schedule != "cosine":
+        unmatched.append(f"model.optimization.min_lr_ratio={opt.min_lr_ratio} (the Trainer floors the cosine "
+                         f"alone: cosine_with_min_lr)")
+    for name, default in (("layer_decay", None), ("optimizer", "adamw"), ("optimizer_args", None)):
+        if getattr(opt, name) != default:
+            unmatched.append(f"model.optimization.{name}={getattr(opt, name)!r} (the Trainer's AdamW has one rate)")
+    if trainer.accumulate_grad_batches != 1:
+        unmatched.append(f"trainer.accumulate_grad_batches={trainer.accumulate_grad_batches} (transformers 5's Trainer "
+                         f"sums the batches' mean losses instead of averaging them: docs/training.md; raise "
+                         f"data.batch_size instead)")
+    if trainer.max_steps not in (None, -1):
+        unmatched.append(f"trainer.max_steps={trainer.max_steps} (litbert stops at max_epochs too, the Trainer "
+                         f"does not; give --epochs)")
+    if trainer.gradient_clip_algorithm not in (None, "norm"):
+        unmatched.append(f"trainer.gradient_clip_algorithm={trainer.gradient_clip_algorithm!r} (the Trainer clips by "
+                         f"norm)")
+    unmatched += [f"model.encoder.{name}={getattr(config, name)!r} (transformers' BERT: {value!r})"
+                  for name, value in BERT_FIXED.items() if getattr(config, name) != value]
+    pooling = getattr(cli.model.head, "pooling", "cls"), getattr(cli.model.head, "pooler_activation", "tanh")
+    if pooling != ("cls", "tanh"):
+        unmatched.append(f"model.pooling={pooling[0]!r}, model.pooler_activation={pooling[1]!r} (transformers' BERT "
+                         f"classifier: 'cls', 'tanh')")
+    if unmatched:
+        raise SystemExit(f"No setting of the Trainer trains as {'; '.join(unmatched)}: remove "
+                         f"{'it' if len(unmatched) == 1 else 'them'} from the litbert runs' arguments.")
+    floor = {"lr_scheduler_type": "cosine_with_min_lr", "lr_scheduler_kwargs": {"min_lr_rate": opt.min_lr_ratio}}
+    return {"lr_scheduler_type": TRAINER_SCHEDULES[opt.schedule], "lr_scheduler_kwargs": {},
+            **(floor if opt.min_lr_ratio else {}),
+            "model": {"hidden_dropout_prob": config.hidden_dropout,
+                      "attention_probs_dropout_prob": config.attention_dropout,
+                      "initializer_range": config.initializer_range}}

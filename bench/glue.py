@@ -3,7 +3,10 @@ hyper-parameters, dev metrics and training time, task by task and seed by seed.
 
 Every run trains on the same token ids (transformers reads the dataset litbert tokenized) with the hyper-parameters
 of `configs/glue/<task>.yaml` (learning rate, batch size, epochs, warmup, weight decay, AdamW betas and epsilon,
-gradient clipping, max length, precision as train.py resolves it on this machine):
+gradient clipping, max length, precision as train.py resolves it on this machine), under the `Trainer`'s names
+for them: litbert's `constant` schedule, which warms up, is its `constant_with_warmup`, and the encoder's dropouts
+and the new head's initializer range reach its model. A litbert override the `Trainer` has no setting for
+(accumulation, layer-wise rates, `wsd`, ...) stops the sweep with its name (`bench.common.trainer_equivalents`):
 
 - `litbert`: `train.py`'s own objects (`train.make_cli` on the shipped config, so its sampler, padding, kernels and
   precision are the shipped defaults), seeded with `--seed_everything`, which draws its batch order too (as the
@@ -80,6 +83,7 @@ from bench.common import (
     print_table,
     results_path,
     setup_run,
+    trainer_equivalents,
 )
 from tasks.run.throughput import matmul_dtype
 
@@ -127,7 +131,7 @@ def trainer_model(settings: dict, seed: int) -> torch.nn.Module:
     transformers.set_seed(seed)
     return AutoModelForSequenceClassification.from_pretrained(
         MINILM, num_labels=settings["num_labels"], attn_implementation="sdpa", dtype=torch.float32,
-        classifier_dropout=settings["classifier_dropout"])
+        classifier_dropout=settings["classifier_dropout"], **settings["model"])
 
 
 def trainer_arguments(settings: dict, run: str, seed: int, output: str, **changes) -> TrainingArguments:
@@ -138,7 +142,8 @@ def trainer_arguments(settings: dict, run: str, seed: int, output: str, **change
         per_device_eval_batch_size=settings["eval_batch_size"], learning_rate=settings["learning_rate"],
         weight_decay=settings["weight_decay"], adam_beta1=settings["betas"][0], adam_beta2=settings["betas"][1],
         adam_epsilon=settings["eps"], max_grad_norm=settings["max_grad_norm"],
-        warmup_steps=settings["warmup"], lr_scheduler_type=settings["schedule"],
+        warmup_steps=settings["warmup"], lr_scheduler_type=settings["lr_scheduler_type"],
+        lr_scheduler_kwargs=settings["lr_scheduler_kwargs"],
         num_train_epochs=settings["epochs"], seed=seed, bf16=precision.startswith("bf16"),
         fp16=precision.startswith("16"), use_cpu=run_device().type == "cpu", report_to="none",
         save_strategy="no", eval_strategy="no", logging_strategy="no", disable_tqdm=True,
@@ -212,7 +217,7 @@ def shipped_settings(task: str, extra: list[str]) -> tuple[dict, train.LitbertCL
         "eps": opt.eps, "warmup": opt.warmup, "schedule": opt.schedule, "epochs": config.trainer.max_epochs,
         "max_grad_norm": float(config.trainer.gradient_clip_val or 0.0), "precision": str(config.trainer.precision),
         "classifier_dropout": cli.model.head.dropout.p,
-        "group_by_length": cli.datamodule.group_by_length,
+        "group_by_length": cli.datamodule.group_by_length, **trainer_equivalents(cli),
     }
     return settings, cli
 

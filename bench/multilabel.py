@@ -57,6 +57,7 @@ from bench.common import (
     print_table,
     results_path,
     setup_run,
+    trainer_equivalents,
     write_section,
 )
 from bench.glue import litbert_commit, run_device, trainer_arguments
@@ -86,7 +87,8 @@ def settings_of(cli: train.LitbertCLI) -> dict:
             "eps": opt.eps, "warmup": opt.warmup, "schedule": opt.schedule, "epochs": cli.config.trainer.max_epochs,
             "max_grad_norm": float(cli.config.trainer.gradient_clip_val or 0.0),
             "precision": str(cli.config.trainer.precision), "threshold": cli.model.threshold,
-            "classifier_dropout": cli.model.head.dropout.p, "group_by_length": data.group_by_length}
+            "classifier_dropout": cli.model.head.dropout.p, "group_by_length": data.group_by_length,
+            **trainer_equivalents(cli)}
 
 
 def subset_of(full: int, args: argparse.Namespace) -> np.ndarray | None:
@@ -142,7 +144,8 @@ def transformers_run(seed: int, args: argparse.Namespace) -> tuple[float, int, d
     model = BertForSequenceClassification.from_pretrained(
         MINILM, num_labels=settings["num_labels"], problem_type="multi_label_classification",
         id2label=dict(enumerate(names)), label2id={name: i for i, name in enumerate(names)},
-        attn_implementation="sdpa", dtype=torch.float32, classifier_dropout=settings["classifier_dropout"])
+        attn_implementation="sdpa", dtype=torch.float32, classifier_dropout=settings["classifier_dropout"],
+        **settings["model"])
     with tempfile.TemporaryDirectory() as output:
         trainer = Trainer(model=model, args=trainer_arguments(settings, "transformers", seed, output),
                           train_dataset=train_set, data_collator=DataCollatorWithPadding(tokenizer))

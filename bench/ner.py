@@ -59,6 +59,7 @@ from bench.common import (
     print_table,
     results_path,
     setup_run,
+    trainer_equivalents,
 )
 from bench.glue import litbert_commit, refuse_other_machines, run_device
 from data.sources import read_conll
@@ -90,7 +91,7 @@ def shipped_settings(extra: list[str]) -> tuple[dict, train.LitbertCLI]:
         "learning_rate": opt.learning_rate, "weight_decay": opt.weight_decay, "betas": tuple(opt.betas),
         "eps": opt.eps, "warmup": opt.warmup, "schedule": opt.schedule, "epochs": config.trainer.max_epochs,
         "max_grad_norm": float(config.trainer.gradient_clip_val or 0.0), "precision": str(config.trainer.precision),
-        "classifier_dropout": cli.model.head.dropout.p,
+        "classifier_dropout": cli.model.head.dropout.p, **trainer_equivalents(cli),
     }
     return settings, cli
 
@@ -158,14 +159,15 @@ def transformers_run(settings: dict, label_names: list[str], seed: int, sentence
     transformers.set_seed(seed)
     model = AutoModelForTokenClassification.from_pretrained(
         MINILM, num_labels=len(label_names), id2label=dict(enumerate(label_names)), attn_implementation="sdpa",
-        dtype=torch.float32, classifier_dropout=settings["classifier_dropout"])
+        dtype=torch.float32, classifier_dropout=settings["classifier_dropout"], **settings["model"])
     with tempfile.TemporaryDirectory() as output:
         arguments = transformers.TrainingArguments(
             output_dir=output, per_device_train_batch_size=settings["batch_size"],
             per_device_eval_batch_size=settings["eval_batch_size"], learning_rate=settings["learning_rate"],
             weight_decay=settings["weight_decay"], adam_beta1=settings["betas"][0], adam_beta2=settings["betas"][1],
             adam_epsilon=settings["eps"], max_grad_norm=settings["max_grad_norm"], warmup_steps=settings["warmup"],
-            lr_scheduler_type=settings["schedule"], num_train_epochs=settings["epochs"], seed=seed,
+            lr_scheduler_type=settings["lr_scheduler_type"], lr_scheduler_kwargs=settings["lr_scheduler_kwargs"],
+            num_train_epochs=settings["epochs"], seed=seed,
             bf16=run == "transformers-bf16", use_cpu=run_device().type == "cpu", report_to="none",
             save_strategy="no", eval_strategy="no", logging_strategy="no", disable_tqdm=True)
         trainer = Trainer(model=model, args=arguments, train_dataset=train_set,

@@ -244,3 +244,71 @@ def test_with_accumulation_the_trainer_steps_as_litbert_at_its_clipping_and_epsi
     torch.testing.assert_close(weights, reference_weights, rtol=1e-5, atol=1e-6)
     embeddings = ours.encoder.embeddings.word.weight.detach()
     torch.testing.assert_close(embeddings, theirs.bert.embeddings.word_embeddings.weight.detach(), rtol=0, atol=2e-7)
+
+
+def _built_run(optimization: dict, encoder: dict | None = None, **trainer):
+    """What `bench.common.trainer_equivalents` reads of a built train.py run over a BERT checkpoint."""
+    from types import SimpleNamespace
+
+    from encoders import EncoderConfig
+    from tasks.base import Optimization
+
+    trainer = {"accumulate_grad_batches": 1, "max_steps": -1, "gradient_clip_algorithm": None, **trainer}
+    return SimpleNamespace(
+        model=SimpleNamespace(optimization=Optimization(**optimization),
+                              encoder=SimpleNamespace(config=EncoderConfig.from_name("bert-mini", **(encoder or {}))),
+                              head=SimpleNamespace(pooling="cls", pooler_activation="tanh")),
+        config=SimpleNamespace(trainer=SimpleNamespace(**trainer)))
+
+
+@pytest.mark.parametrize("schedule", [{"schedule": "constant", "warmup": 0.1}, {"schedule": "linear", "warmup": 7},
+                                      {"schedule": "cosine", "warmup": 0.1},
+                                      {"schedule": "cosine", "warmup": 0.1, "min_lr_ratio": 0.2}])
+def test_the_benchmarks_trainer_takes_litberts_schedule_under_its_own_name(tmp_path, schedule):
+    """The `Trainer` runs of bench.glue (and bench.ner, bench.multilabel) follow litbert's learning rates step for
+    step. litbert's `constant` warms up over `warmup`: the `Trainer`'s `constant_with_warmup`. Given as
+    lr_scheduler_type="constant", the `Trainer` ignored the warmup and trained at the peak from the first step."""
+    import torch
+    import transformers
+
+    from bench.common import trainer_equivalents
+    from bench.glue import trainer_arguments
+    from tasks.base import lr_lambda
+
+    settings = {"batch_size": 32, "eval_batch_size": 128, "learning_rate": 1.0, "weight_decay": 0.01,
+                "betas": (0.9, 0.999), "eps": 1e-6, "warmup": schedule["warmup"], "epochs": 3, "max_grad_norm": 1.0,
+                "precision": "32-true", **trainer_equivalents(_built_run(schedule))}
+    arguments = trainer_arguments(settings, "transformers", 0, str(tmp_path))
+    total = 80
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    theirs = transformers.get_scheduler(  # as Trainer.create_scheduler builds it
+        arguments.lr_scheduler_type, optimizer, num_warmup_steps=arguments.get_warmup_steps(total),
+        num_training_steps=total, scheduler_specific_kwargs=arguments.lr_scheduler_kwargs)
+    warmup = 8 if schedule["warmup"] == 0.1 else 7
+    mine = [lr_lambda(step, warmup, total, schedule["schedule"], min_lr_ratio=schedule.get("min_lr_ratio", 0.0))
+            for step in range(total)]
+    assert [theirs.lr_lambdas[0](step) for step in range(total)] == pytest.approx(mine, abs=1e-12)
+    assert mine[0] == 0.0 and mine[warmup] == 1.0
+
+
+def test_the_benchmarks_give_the_trainer_the_encoders_dropouts_and_refuse_what_it_cannot_take():
+    """Settings given to the litbert runs reach the `Trainer`'s model (the encoder's dropouts, the new head's
+    initialisation), or stop the benchmark with their names: before, the `Trainer` side kept the checkpoint's
+    dropouts and ignored accumulation, layer-wise rates or a floor under the linear decay without a word."""
+    from bench.common import trainer_equivalents
+
+    run = _built_run({}, {"hidden_dropout": 0.0, "attention_dropout": 0.05, "initializer_range": 0.01})
+    assert trainer_equivalents(run)["model"] == {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.05,
+                                                 "initializer_range": 0.01}
+    for refused, settings in (
+            ("trainer.accumulate_grad_batches=2 (transformers 5's Trainer sums",
+             ({}, None, {"accumulate_grad_batches": 2})),
+            ("model.optimization.layer_decay=0.8", ({"layer_decay": 0.8}, None, {})),
+            ("model.optimization.min_lr_ratio=0.1 (the Trainer floors the cosine alone",
+             ({"min_lr_ratio": 0.1}, None, {})),
+            ("model.optimization.schedule='wsd'", ({"schedule": "wsd", "warmup": 10}, None, {})),
+            ("trainer.max_steps=100", ({}, None, {"max_steps": 100})),
+            ("model.encoder.feed_forward_dropout='inner'", ({}, {"feed_forward_dropout": "inner"}, {}))):
+        optimization, encoder, trainer = settings
+        with pytest.raises(SystemExit, match=re.escape(f"No setting of the Trainer trains as {refused}")):
+            trainer_equivalents(_built_run(optimization, encoder, **trainer))
