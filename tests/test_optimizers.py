@@ -202,11 +202,16 @@ def test_min_lr_ratio_floors_the_decay_as_transformers_schedules_do(schedule):
         Optimization(schedule="constant", min_lr_ratio=0.1)
 
 
-def test_the_learning_rate_is_the_trainers_at_every_step_across_epochs_and_accumulated_batches(tmp_path):
+@pytest.mark.parametrize(("schedule", "theirs", "warmup"), [("linear", "linear", 0.25), ("cosine", "cosine", 3),
+                                                       ("constant", "constant_with_warmup", 0.25)])
+def test_the_learning_rate_is_the_trainers_at_every_step_across_epochs_and_accumulated_batches(tmp_path, schedule,
+                                                                                              theirs, warmup):
     """The rate of every optimizer step is the one transformers' `Trainer` sets at the same settings: its steps
     counted per epoch as ceil(batches / accumulation), the last short batch and short window of an epoch kept, the
-    fractional warmup rounded up, then the linear decay to 0, across epoch boundaries. 13 batches of 4 (the last of
-    2) a window of 3 for 2 epochs: 5 steps an epoch, a quarter of the run's 10 in warmup."""
+    fractional warmup rounded up (a warmup of 1 or more counted in steps), then the linear or cosine decay to 0 or
+    (litbert's `constant`, the `Trainer`'s `constant_with_warmup`) the peak, across epoch boundaries. 13 batches of 4
+    (the last of 2) a window of 3 for 2 epochs: 5 steps an epoch, a quarter of the run's 10 (rounded up to 3) or 3
+    steps in warmup."""
     import datasets
 
     rates: list[float] = []
@@ -220,7 +225,8 @@ def test_the_learning_rate_is_the_trainers_at_every_step_across_epochs_and_accum
     rows = datasets.Dataset.from_dict({"input_ids": [[1, 5 + i % 50, 2] for i in range(50)], "labels": [0] * 50})
     settings = transformers.TrainingArguments(
         output_dir=str(tmp_path), per_device_train_batch_size=4, gradient_accumulation_steps=3, num_train_epochs=2,
-        learning_rate=1e-3, warmup_steps=0.25, use_cpu=True, report_to="none", save_strategy="no", disable_tqdm=True)
+        learning_rate=1e-3, warmup_steps=warmup, lr_scheduler_type=theirs, use_cpu=True, report_to="none",
+        save_strategy="no", disable_tqdm=True)
     transformers.Trainer(model=transformers.BertForSequenceClassification(config), args=settings, train_dataset=rows,
                          callbacks=[Rates()]).train()
 
@@ -233,8 +239,8 @@ def test_the_learning_rate_is_the_trainers_at_every_step_across_epochs_and_accum
     data = [{key: value[:4] for key, value in batch.items()} for batch in batches(13)]
     data[-1] = {key: value[:2] for key, value in data[-1].items()}
     trainer(-1, max_epochs=2, accumulate_grad_batches=3, callbacks=[Ours()]).fit(
-        classifier(warmup=0.25, schedule="linear"), DataLoader(data, batch_size=None))
-    assert len(rates) == 10 and rates[0] == 0.0 and rates[3] == pytest.approx(1e-3)  # a warmup of 2.5 steps: 3
+        classifier(warmup=warmup, schedule=schedule), DataLoader(data, batch_size=None))
+    assert len(rates) == 10 and rates[0] == 0.0 and rates[2] < 1e-3 and rates[3] == pytest.approx(1e-3)
     assert ours == pytest.approx(rates, rel=1e-12, abs=1e-15)
 
 
