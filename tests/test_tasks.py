@@ -4,6 +4,7 @@ import copy
 import dataclasses
 import math
 import random
+import typing
 import warnings
 
 import lightning as L
@@ -886,6 +887,35 @@ def relative_difference(mine: torch.Tensor, theirs: torch.Tensor) -> float:
     return difference / scale if scale > 0 else (0.0 if difference == 0 else float("inf"))
 
 
+def hand_written_steps(reference: SequenceClassification, data: list, precision: str,
+                       clip: typing.Callable[[SequenceClassification], float]) -> tuple[torch.optim.AdamW, list[float]]:
+    """The clipping tests' reference: a fused AdamW step of `reference` on each batch of `data`, its gradients
+    clipped by `clip` first, which returns what it measured of them."""
+    optimizer = torch.optim.AdamW(parameter_groups(reference, 0.01), lr=1e-3, betas=(0.9, 0.999), eps=1e-6, fused=True)
+    measured = []
+    for batch in data:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16-mixed"):
+            loss = reference.loss(reference(batch), batch["labels"])
+        loss.backward()
+        measured.append(clip(reference))
+        optimizer.step()
+        optimizer.zero_grad()
+    return optimizer, measured
+
+
+def assert_same_changes(model: SequenceClassification, reference: SequenceClassification,
+                        start: SequenceClassification, precision: str) -> float:
+    """Each weight of `model` as `reference`'s: elementwise in float32, and in both precisions by the relative norm
+    of their changes from `start` (within the returned bound: 1e-4 in float32, 2% in bf16)."""
+    bound = 1e-4 if precision == "32-true" else 0.02
+    named = zip(model.named_parameters(), reference.parameters(), start.parameters(), strict=True)
+    for (name, mine), theirs, first in named:
+        if precision == "32-true":
+            torch.testing.assert_close(mine, theirs, msg=name)
+        assert relative_difference(mine - first, theirs - first) < bound, name
+    return bound
+
+
 @pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
 def test_gradient_clipping_keeps_the_fused_optimizer_and_clips_by_the_total_norm(precision):
     """`--trainer.gradient_clip_val` with the fused AdamW (which Lightning's mixed-precision plugin would refuse):
@@ -911,22 +941,11 @@ def test_gradient_clipping_keeps_the_fused_optimizer_and_clips_by_the_total_norm
     assert run.optimizers[0].param_groups[0]["fused"] is True
     assert "grad_scale" not in vars(run.optimizers[0])  # the fused step's clipping factor was that step's alone
 
-    optimizer = torch.optim.AdamW(parameter_groups(reference, 0.01), lr=1e-3, betas=(0.9, 0.999), eps=1e-6, fused=True)
-    norms = []
-    for batch in data:
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16-mixed"):
-            loss = reference.loss(reference(batch), batch["labels"])
-        loss.backward()
-        norms.append(float(torch.nn.utils.clip_grad_norm_(reference.parameters(), 0.05)))
-        optimizer.step()
-        optimizer.zero_grad()
+    optimizer, norms = hand_written_steps(
+        reference, data, precision, lambda module: float(torch.nn.utils.clip_grad_norm_(module.parameters(), 0.05)))
     assert min(norms) > 0.5  # clipping scaled every step's gradient down
-    bound = 1e-4 if precision == "32-true" else 0.02
-    named = zip(model.named_parameters(), reference.parameters(), start.parameters(), strict=True)
-    for (name, mine), theirs, first in named:
-        if precision == "32-true":
-            torch.testing.assert_close(mine, theirs, msg=name)
-        assert relative_difference(mine - first, theirs - first) < bound, name
+    bound = assert_same_changes(model, reference, start, precision)
+    for (name, mine), theirs in zip(model.named_parameters(), reference.parameters(), strict=True):
         for moment in ("exp_avg", "exp_avg_sq"):
             mine_moment, their_moment = run.optimizers[0].state[mine][moment], optimizer.state[theirs][moment]
             assert relative_difference(mine_moment, their_moment) < bound, (name, moment)
@@ -948,24 +967,15 @@ def test_gradient_clipping_by_value_keeps_the_fused_optimizer_and_clamps_each_gr
     run.fit(model, DataLoader(data, batch_size=None))
     assert run.optimizers[0].param_groups[0]["fused"] is True
 
-    optimizer = torch.optim.AdamW(parameter_groups(reference, 0.01), lr=1e-3, betas=(0.9, 0.999), eps=1e-6, fused=True)
-    clamped = []
-    for batch in data:
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16-mixed"):
-            loss = reference.loss(reference(batch), batch["labels"])
-        loss.backward()
-        grads = torch.cat([p.grad.flatten() for p in reference.parameters() if p.grad is not None])
-        clamped.append(float((grads.abs() > 1e-3).float().mean()))
-        torch.nn.utils.clip_grad_value_(reference.parameters(), 1e-3)
-        optimizer.step()
-        optimizer.zero_grad()
+    def clamp(module: SequenceClassification) -> float:  # the share of gradient elements the bound clamps
+        grads = torch.cat([p.grad.flatten() for p in module.parameters() if p.grad is not None])
+        share = float((grads.abs() > 1e-3).float().mean())
+        torch.nn.utils.clip_grad_value_(module.parameters(), 1e-3)
+        return share
+
+    _, clamped = hand_written_steps(reference, data, precision, clamp)
     assert all(0.01 < share < 0.99 for share in clamped), clamped  # the bound clamped some elements, not all
-    bound = 1e-4 if precision == "32-true" else 0.02
-    for (name, mine), theirs, first in zip(model.named_parameters(), reference.parameters(), start.parameters(),
-                                           strict=True):
-        if precision == "32-true":
-            torch.testing.assert_close(mine, theirs, msg=name)
-        assert relative_difference(mine - first, theirs - first) < bound, name
+    assert_same_changes(model, reference, start, precision)
 
 
 def test_a_second_fit_takes_the_norm_over_the_modules_it_trains():
