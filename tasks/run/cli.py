@@ -89,9 +89,10 @@ DATA_LINKS: list[tuple[str, str, Any]] = [
 SOURCE_SETTINGS = {"files": ("train_files", "val_files", "test_files"),
                    "dataset": ("dataset", "dataset_config", "train_split", "val_split", "data_root", "data_dir")}
 SOURCE_NAMES = {"files": ("train_files",), "dataset": ("dataset",)}
-# The task's settings that build the model or train it, which `train.py predict` does not read: the export it
-# predicts with was built and trained by them already.
-TRAINING_ONLY_MODEL_SETTINGS = ("encoder", "pretrained_layers", "teacher", "temperature", "alpha_kd", "optimization")
+# The task's settings that build the model or its teacher, which `train.py predict` clears (the export it predicts
+# with was built by them already), and with those that train it, the ones it does not read.
+MODEL_BUILDING_SETTINGS = ("encoder", "pretrained_layers", "teacher", "temperature", "alpha_kd")
+TRAINING_ONLY_MODEL_SETTINGS = (*MODEL_BUILDING_SETTINGS, "optimization")
 
 
 class LitbertCLI(LightningCLI):
@@ -189,7 +190,7 @@ class LitbertCLI(LightningCLI):
                                  f"model.pretrained={model.get('pretrained')} is the trained model as it was "
                                  f"exported. Remove them; to predict with another model, train it and give its "
                                  f"export.")
-            for name in ("encoder", "pretrained_layers", "teacher", "temperature", "alpha_kd"):
+            for name in MODEL_BUILDING_SETTINGS:
                 if name in model:
                     model[name] = None
         for name in ("pretrained", "teacher"):  # found before the tokenizer that may come from them: name the setting
