@@ -44,6 +44,14 @@ def log_value(module: L.LightningModule, key: str, value: Any) -> None:
     module.log(key, torch.full((), value, device=module.device) if isinstance(value, float) else value)
 
 
+def log_held(module: L.LightningModule) -> None:
+    """Have a task log the training values it held back (`EncoderTask.log_held_values`), before code that reads them
+    where the batch in progress was not going to log (a callback stopped the run at it); other modules hold none."""
+    log_held_values = getattr(module, "log_held_values", None)
+    if log_held_values is not None:
+        log_held_values()
+
+
 def names_a_training_metric(trainer: L.Trainer) -> bool:
     """Whether a callback (by its `monitor`, or a checkpoint's `filename`) or a scheduler (its `monitor`) reads a
     `train/` metric from `trainer.callback_metrics`, at batches of its own choosing."""

@@ -37,6 +37,7 @@ from tasks.run.agreement import HostAgreement
 from tasks.run.checkpoint_io import LAST
 from tasks.run.signals import RunInterrupted, StoppedAtOnce, requeue_on, stop_signals
 from tasks.run.tracking import file_log_versions
+from tasks.training_logs import log_held
 
 # ----------------------------------------------------------------------------------------------------- best
 
@@ -387,9 +388,7 @@ def _log_step(trainer: L.Trainer) -> None:
     one would never log it, and the resumed run starts at the step after it, so its loss would be missing from the
     run's history (at the logging cadence: a step the cadence skips stays unlogged). The task's own
     `on_train_batch_end` would have logged the values it held back (`EncoderTask.log_held_values`)."""
-    log_held = getattr(trainer.lightning_module, "log_held_values", None)
-    if log_held is not None:
-        log_held()
+    log_held(trainer.lightning_module)
     connector = trainer._logger_connector
     connector.on_batch_end()
     connector.update_train_step_metrics()

@@ -16,6 +16,8 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.callbacks import RichProgressBar
 
+from tasks.training_logs import log_held
+
 SHOWN = {"train/loss": "loss", "train/tokens_per_sec": "tokens/s", "train/mfu": "MFU"}
 
 
@@ -30,9 +32,7 @@ class ProgressBar(RichProgressBar):
     def get_metrics(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, Any]:
         metrics = super().get_metrics(trainer, pl_module)
         if trainer.training and trainer._logger_connector.should_update_logs:
-            log_held = getattr(pl_module, "log_held_values", None)  # where a callback before this one stopped the run
-            if log_held is not None:
-                log_held()
+            log_held(pl_module)  # where a callback before this one stopped the run
             logged = trainer.callback_metrics
             self._shown = {label: f"{float(logged[key]):.4g}" for key, label in SHOWN.items() if key in logged}
         return {**metrics, **self._shown}
